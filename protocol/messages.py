@@ -1,0 +1,169 @@
+"""Request headers, request bodies and response encoding.
+
+Schemas come from kio (generated from Kafka's JSON message specs, every version). This module owns
+what kio leaves to the broker: reading the request header (v1, or v2 when the API version is
+flexible; ClientId is a non-compact nullable string in both), picking the schema for (api_key,
+version), and framing responses with the right response header (v0, or v1 when flexible; ApiVersions
+always answers with v0 so that a client asking with a version we lack can still read the error,
+KIP-511).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS_KEY = 18
+_HEADER_FIXED = struct.Struct(">hhih")
+_RESPONSE_HEADER = struct.Struct(">ii")  # frame size, correlation id
+
+
+class ProtocolError(Exception):
+    """The peer sent something the broker cannot serve."""
+
+
+class MalformedRequestError(ProtocolError):
+    """Bytes that do not parse as the request they claim to be: close the connection."""
+
+
+class UnknownApiKeyError(ProtocolError):
+    pass
+
+
+class UnsupportedVersionError(ProtocolError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # bytes the header took in the frame; the body starts here
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise MalformedRequestError("truncated varint in request header")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise MalformedRequestError("varint too long in request header")
+
+
+def peek_api(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id), the first 8 bytes every request header starts with."""
+    if len(frame) < 8:
+        raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
+    return struct.unpack_from(">hhi", frame, 0)
+
+
+def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
+    """Read the request header. `flexible` selects header v2 (tagged fields after ClientId)."""
+    if len(frame) < _HEADER_FIXED.size:
+        raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id, client_id_len = _HEADER_FIXED.unpack_from(frame, 0)
+    pos = _HEADER_FIXED.size
+    client_id = None
+    if client_id_len >= 0:
+        end = pos + client_id_len
+        if end > len(frame):
+            raise MalformedRequestError("client id runs past the end of the request")
+        try:
+            client_id = frame[pos:end].decode()
+        except UnicodeDecodeError as exc:
+            raise MalformedRequestError("client id is not UTF-8") from exc
+        pos = end
+    elif client_id_len != -1:
+        raise MalformedRequestError(f"client id length {client_id_len}")
+    if flexible:
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _read_uvarint(frame, pos)
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+            if pos > len(frame):
+                raise MalformedRequestError("tagged field runs past the end of the request")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def kio_versions(api_key: int) -> tuple[int, int] | None:
+    """The (min, max) versions kio has schemas for, or None for an API it does not know."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = schema_name_map[name]
+    return min(versions), max(versions)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSchema:
+    api_key: int
+    version: int
+    request: type
+    response: type
+    flexible: bool
+    reader: Any
+    writer: Any
+
+
+@functools.cache
+def api_schema(api_key: int, version: int) -> ApiSchema:
+    """Schemas, reader and writer for one API version. Raises UnsupportedVersionError if kio lacks it."""
+    try:
+        request = load_request_schema(api_key, version)
+        response = load_response_schema(api_key, version)
+    except KioIndexError as exc:
+        raise UnsupportedVersionError(f"api {api_key} v{version}: {exc}") from None
+    return ApiSchema(
+        api_key,
+        version,
+        request,
+        response,
+        bool(request.__flexible__),
+        entity_reader(request),
+        entity_writer(response),
+    )
+
+
+def decode_request(schema: ApiSchema, frame: bytes, offset: int) -> Any:
+    """Decode the request body after the header. Any decoding fault is the peer's."""
+    try:
+        request, size = schema.reader(frame, offset)
+    except Exception as exc:  # kio raises assorted errors on bad bytes: all mean "malformed"
+        raise MalformedRequestError(
+            f"cannot decode api {schema.api_key} v{schema.version}: {exc!r}"
+        ) from None
+    if offset + size != len(frame):
+        raise MalformedRequestError(
+            f"api {schema.api_key} v{schema.version}: {len(frame) - offset - size} trailing bytes"
+        )
+    return request
+
+
+def encode_response(schema: ApiSchema, correlation_id: int, response: Any) -> bytes:
+    """A whole response frame: size, response header, body."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0" * _RESPONSE_HEADER.size)
+    if schema.flexible and schema.api_key != API_VERSIONS_KEY:
+        buffer.write(b"\0")  # response header v1: no tagged fields
+    schema.writer(buffer, response)
+    data = buffer.getbuffer()
+    _RESPONSE_HEADER.pack_into(data, 0, len(data) - 4, correlation_id)
+    del data
+    return buffer.getvalue()
