@@ -1,0 +1,358 @@
+"""Per-client quota managers: record what a request cost, return how long to throttle it.
+
+Follows Kafka's ``core/.../server/ClientQuotaManager.scala`` (Produce and Fetch byte rates),
+``ClientRequestQuotaManager.scala`` (request time as a percentage of one thread) and
+``ControllerMutationQuotaManager.scala`` (KIP-599 token bucket), with ``QuotaUtils.java`` for the
+throttle time. Pure: ``now_ms`` is always an argument; the shell mutes the connection for the
+returned time (KIP-219) and calls ``expire_sensors`` now and then.
+
+How a handler uses them (Kafka ``KafkaApis``):
+
+- Produce: ``bw = produce.record_and_get_throttle_time_ms(user, client, request_size, now)``;
+  ``rq = request.record_request_time_and_get_throttle_time_ms(...)`` unless acks=0 (then 0); the
+  records are appended regardless. ``combine_throttle_time_ms(bw, rq)`` gives the
+  ``throttle_time_ms`` of the response and which manager's ``record_throttle_time`` to call.
+- Fetch: cap the fetch size at ``fetch.max_value_in_quota_window(...)``; record the request time and
+  the response size; if either throttles, ``fetch.unrecord_quota_sensor(...)`` and answer with an
+  empty throttled response.
+- Everything else: the request quota only.
+
+One ``DefaultQuotaCallback`` may serve every manager (its quotas are kept per type). Change quotas
+through the managers (``update_quota`` / ``remove_quota`` / ``apply_config_change``), not on the
+callback directly: a manager caches which sensor a (principal, client-id) maps to and drops that
+cache on each change.
+
+Until a quota of its type has been configured (or a custom callback is in use) a manager records
+nothing and returns 0, as Kafka's ``maybeRecordAndGetThrottleTimeMs``; so no sensors and no metrics
+exist for an unquota'd broker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Final
+
+from quotas.callback import (
+    CLIENT_ID_TAG,
+    USER_TAG,
+    ClientQuotaCallback,
+    ClientQuotaEntity,
+    DEFAULT,
+    DefaultQuotaCallback,
+    QuotaType,
+)
+from quotas.rate import Avg, MetricConfig, QuotaViolation, Rate, Sensor, TokenBucket
+
+__all__ = [
+    "ClientQuotaManager",
+    "ClientRequestQuotaManager",
+    "ClientSensors",
+    "ControllerMutationQuotaManager",
+    "INACTIVE_SENSOR_EXPIRATION_MS",
+    "QuotaType",
+    "THROTTLE_TIME_METRIC_CONFIG",
+    "combine_throttle_time_ms",
+]
+
+# Kafka ClientQuotaManager.InactiveSensorExpirationTimeSeconds: sensors idle for an hour go.
+INACTIVE_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
+
+# The throttle-time average uses the broker's general metric config, not the quota window:
+# metrics.num.samples=2, metrics.sample.window.ms=30000.
+THROTTLE_TIME_METRIC_CONFIG: Final = MetricConfig(samples=2, window_ms=30_000)
+
+# 100% = one thread busy for the whole second: percent-seconds per nanosecond of thread time.
+NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1e9
+
+
+def combine_throttle_time_ms(bandwidth_throttle_ms: int, request_throttle_ms: int) -> tuple[int, bool]:
+    """Produce/Fetch: the response carries the larger throttle time.
+
+    Returns ``(throttle_time_ms, bandwidth_charged)``: the byte-rate manager's throttle-time metric
+    is charged when its throttle is strictly larger, otherwise the request manager's (KafkaApis).
+    """
+    if bandwidth_throttle_ms > request_throttle_ms:
+        return bandwidth_throttle_ms, True
+    return request_throttle_ms, False
+
+
+class ClientSensors:
+    """The sensors of one quota: clients whose metric tags are equal share them."""
+
+    __slots__ = ("metric_tags", "quota_sensor", "throttle_time")
+
+    def __init__(self, metric_tags: dict[str, str], quota_sensor: Sensor, throttle_time: Avg) -> None:
+        self.metric_tags = metric_tags
+        self.quota_sensor = quota_sensor
+        self.throttle_time = throttle_time
+
+    def __repr__(self) -> str:
+        return f"ClientSensors({self.metric_tags}, {self.quota_sensor!r})"
+
+
+class ClientQuotaManager:
+    """Byte-rate quotas (Produce, Fetch), one sensor per distinct metric tags."""
+
+    quota_metric_name = "byte-rate"
+
+    def __init__(
+        self,
+        quota_type: QuotaType,
+        callback: ClientQuotaCallback | None = None,
+        metric_config: MetricConfig = MetricConfig(),
+        *,
+        throttle_time_config: MetricConfig = THROTTLE_TIME_METRIC_CONFIG,
+        sensor_expiration_ms: int = INACTIVE_SENSOR_EXPIRATION_MS,
+    ) -> None:
+        self.quota_type = quota_type
+        self.callback: ClientQuotaCallback = callback if callback is not None else DefaultQuotaCallback()
+        self.metric_config = metric_config
+        self.throttle_time_config = throttle_time_config
+        self.sensor_expiration_ms = sensor_expiration_ms
+        # The default callback is asked through its tuple-returning methods: no dict per request.
+        self._default_callback: DefaultQuotaCallback | None = (
+            self.callback if type(self.callback) is DefaultQuotaCallback else None
+        )
+        # Kafka: a custom callback enables quotas from the start; the default one once any quota of
+        # this type is configured, and they stay enabled until restart.
+        self.quotas_enabled = self._default_callback is None
+        self._sensors: dict[Hashable, ClientSensors] = {}
+        # Default callback only: (principal, client-id) -> its sensors, skipping the precedence walk.
+        # Tags change only when a quota does, or when sensors expire: both clear it.
+        self._by_client: dict[tuple[str, str], ClientSensors] = {}
+
+    # -- the request path ---------------------------------------------------------------------
+
+    def record_and_get_throttle_time_ms(self, principal: str, client_id: str, value: float, now_ms: int) -> int:
+        """Record ``value`` against the client's quota, then check it; 0 if within the quota."""
+        if not self.quotas_enabled:
+            return 0
+        violation = self._sensors_for(principal, client_id, now_ms).quota_sensor.record(value, now_ms)
+        return 0 if violation is None else self._throttle_time_ms(violation)
+
+    def record_no_throttle(self, principal: str, client_id: str, value: float, now_ms: int) -> None:
+        """Record without checking; the next checked record pays for it."""
+        if self.quotas_enabled:
+            self._sensors_for(principal, client_id, now_ms).quota_sensor.record(value, now_ms, False)
+
+    def unrecord_quota_sensor(self, principal: str, client_id: str, value: float, now_ms: int) -> None:
+        """Take back a recording (a throttled Fetch returns nothing, so it must not count).
+
+        Records ``-value``: a rate keeps per-window sums, so this restores the previous total.
+        """
+        self.record_no_throttle(principal, client_id, -value, now_ms)
+
+    def record_throttle_time(self, principal: str, client_id: str, throttle_time_ms: int, now_ms: int) -> None:
+        """Feed the ``throttle-time`` average (Kafka does this when it throttles the channel)."""
+        if throttle_time_ms > 0 and self.quotas_enabled:
+            self._sensors_for(principal, client_id, now_ms).throttle_time.record(throttle_time_ms, now_ms)
+
+    def quota_limit(self, principal: str, client_id: str) -> float | None:
+        """The limit that applies to this client now, ``None`` if unlimited."""
+        cb = self._default_callback
+        if cb is not None:
+            return cb.limit_for_tag_values(self.quota_type, *cb.metric_tag_values(self.quota_type, principal, client_id))
+        tags = self.callback.quota_metric_tags(self.quota_type, principal, client_id)
+        return self.callback.quota_limit(self.quota_type, tags)
+
+    def max_value_in_quota_window(self, principal: str, client_id: str) -> float:
+        """The most one request may record without being throttled for sure (the Fetch size cap):
+        ``quota * (samples - 1) * window_s``; ``math.inf`` when unlimited."""
+        if not self.quotas_enabled:
+            return math.inf
+        limit = self.quota_limit(principal, client_id)
+        if limit is None:
+            return math.inf
+        return limit * (self.metric_config.samples - 1) * self.metric_config.window_ms / 1000.0
+
+    def _throttle_time_ms(self, violation: QuotaViolation) -> int:
+        return violation.throttle_time_ms
+
+    def _sensors_for(self, principal: str, client_id: str, now_ms: int) -> ClientSensors:
+        qt = self.quota_type
+        cb = self._default_callback
+        if cb is not None:
+            sensors = self._by_client.get((principal, client_id))
+            if sensors is None:
+                key = cb.metric_tag_values(qt, principal, client_id)
+                sensors = self._sensors.get(key)
+                if sensors is None:
+                    user_tag, client_tag = key
+                    sensors = self._create_sensors(key, {USER_TAG: user_tag, CLIENT_ID_TAG: client_tag}, now_ms)
+                self._by_client[(principal, client_id)] = sensors
+            return sensors
+        tags = self.callback.quota_metric_tags(qt, principal, client_id)
+        key = frozenset(tags.items())
+        sensors = self._sensors.get(key)
+        if sensors is None:
+            sensors = self._create_sensors(key, dict(tags), now_ms)
+        if self.callback.quota_reset_required(qt):
+            self.refresh_quota_bounds()
+        return sensors
+
+    def _create_sensors(self, key: Hashable, tags: dict[str, str], now_ms: int) -> ClientSensors:
+        bound = self.callback.quota_limit(self.quota_type, tags)
+        sensors = ClientSensors(
+            tags, Sensor(self._new_quota_stat(), bound, now_ms), Avg(self.throttle_time_config)
+        )
+        self._sensors[key] = sensors
+        return sensors
+
+    def _new_quota_stat(self) -> Rate | TokenBucket:
+        return Rate(self.metric_config)
+
+    # -- configuration --------------------------------------------------------------------------
+
+    def update_quota(self, entity: ClientQuotaEntity, value: float) -> None:
+        """Set a quota of this manager's type on ``entity`` and apply it to live sensors."""
+        self.quotas_enabled = True
+        self.callback.update_quota(self.quota_type, entity, value)
+        self.refresh_quota_bounds(entity)
+
+    def remove_quota(self, entity: ClientQuotaEntity) -> None:
+        self.quotas_enabled = True
+        self.callback.remove_quota(self.quota_type, entity)
+        self.refresh_quota_bounds(entity)
+
+    def apply_config_change(self, entity: ClientQuotaEntity, key: str, value: float | None) -> bool:
+        """Route one change from the quota store (``value`` ``None`` = removed).
+
+        Ignores keys that are not this manager's type; returns whether it applied the change.
+        """
+        if QuotaType.for_config_key(key) is not self.quota_type:
+            return False
+        if value is None:
+            self.remove_quota(entity)
+        else:
+            self.update_quota(entity, value)
+        return True
+
+    def refresh_quota_bounds(self, entity: ClientQuotaEntity | None = None) -> None:
+        """Re-read the limit of live sensors (Kafka ``updateQuotaMetricConfigs``).
+
+        With the default callback a change to a named (non-default) entity can only move the limit
+        of the one sensor tagged with that entity's names; anything else re-reads every sensor.
+        Call with no entity after ``callback.update_cluster_metadata(...)`` returned True.
+        """
+        qt = self.quota_type
+        cb = self._default_callback
+        self._by_client.clear()
+        if cb is not None and entity is not None and DEFAULT not in (entity.user, entity.client_id):
+            key = (entity.user or "", entity.client_id or "")
+            sensors = self._sensors.get(key)
+            if sensors is not None:
+                sensors.quota_sensor.bound = cb.limit_for_tag_values(qt, *key)
+            return
+        for sensors in self._sensors.values():
+            sensors.quota_sensor.bound = self.callback.quota_limit(qt, sensors.metric_tags)
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    def expire_sensors(self, now_ms: int) -> int:
+        """Drop the sensors of quotas idle for longer than ``sensor_expiration_ms``; return how many.
+
+        A quota's state is its quota sensor; the throttle-time average is recorded only alongside
+        it, so both go together.
+        """
+        expired = [
+            key
+            for key, sensors in self._sensors.items()
+            if now_ms - sensors.quota_sensor.last_record_ms > self.sensor_expiration_ms
+        ]
+        for key in expired:
+            del self._sensors[key]
+        if expired:
+            self._by_client.clear()
+        return len(expired)
+
+    def metrics_snapshot(self, now_ms: int) -> list[tuple[str, str, dict[str, str], float]]:
+        """``(group, name, tags, value)`` for each live quota: its rate and its throttle-time average
+        (NaN when nothing was throttled in the throttle-time window, as Kafka reports it)."""
+        group = self.quota_type.group
+        out: list[tuple[str, str, dict[str, str], float]] = []
+        for sensors in self._sensors.values():
+            tags = dict(sensors.metric_tags)
+            out.append((group, self.quota_metric_name, tags, sensors.quota_sensor.measure(now_ms)))
+            out.append((group, "throttle-time", dict(tags), sensors.throttle_time.measure(now_ms)))
+        return out
+
+    def sensor_count(self) -> int:
+        return len(self._sensors)
+
+
+class ClientRequestQuotaManager(ClientQuotaManager):
+    """``request_percentage`` quotas: thread time as a percentage of one thread (KIP-124).
+
+    A request's thread time ``t`` ns is recorded as ``t * 100 / 1e9`` percent-seconds, so the rate is
+    a percentage (100 = one thread fully busy). The throttle is capped at one window
+    (``quota.window.size.seconds``). Exempt requests (inter-broker, cluster actions) are the shell's
+    to skip.
+    """
+
+    quota_metric_name = "request-time"
+
+    def __init__(
+        self,
+        callback: ClientQuotaCallback | None = None,
+        metric_config: MetricConfig = MetricConfig(),
+        **kwargs: object,
+    ) -> None:
+        super().__init__(QuotaType.REQUEST, callback, metric_config, **kwargs)  # type: ignore[arg-type]
+        self.max_throttle_time_ms = metric_config.window_ms
+
+    @staticmethod
+    def nanos_to_percentage(nanos: float) -> float:
+        return nanos * NANOS_TO_PERCENTAGE_PER_SECOND
+
+    def record_request_time_and_get_throttle_time_ms(
+        self, principal: str, client_id: str, thread_time_ns: int, now_ms: int
+    ) -> int:
+        return self.record_and_get_throttle_time_ms(
+            principal, client_id, thread_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms
+        )
+
+    def record_network_thread_time(self, principal: str, client_id: str, thread_time_ns: int, now_ms: int) -> None:
+        """Time spent sending the response counts too, unchecked, once it is known."""
+        self.record_no_throttle(principal, client_id, thread_time_ns * NANOS_TO_PERCENTAGE_PER_SECOND, now_ms)
+
+    def _throttle_time_ms(self, violation: QuotaViolation) -> int:
+        return min(violation.throttle_time_ms, self.max_throttle_time_ms)
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """``controller_mutation_rate`` (KIP-599): partitions created/deleted per second, token bucket.
+
+    ``record_and_get_throttle_time_ms`` is Kafka's strict mode (CreateTopics v6+, DeleteTopics v5+,
+    CreatePartitions v3+): it checks first and records only when the bucket is not in debt; a non-zero
+    result means "reject with THROTTLING_QUOTA_EXCEEDED, nothing recorded". Older versions use
+    ``record_permissive_and_get_throttle_time_ms``: record, then throttle.
+    """
+
+    quota_metric_name = "tokens"
+
+    def __init__(
+        self,
+        callback: ClientQuotaCallback | None = None,
+        metric_config: MetricConfig = MetricConfig(),
+        **kwargs: object,
+    ) -> None:
+        super().__init__(QuotaType.CONTROLLER_MUTATION, callback, metric_config, **kwargs)  # type: ignore[arg-type]
+
+    def _new_quota_stat(self) -> TokenBucket:
+        return TokenBucket(self.metric_config)
+
+    def record_and_get_throttle_time_ms(self, principal: str, client_id: str, value: float, now_ms: int) -> int:
+        if not self.quotas_enabled:
+            return 0
+        sensor = self._sensors_for(principal, client_id, now_ms).quota_sensor
+        violation = sensor.check_quota(now_ms)
+        if violation is not None:
+            return violation.throttle_time_ms
+        sensor.record(value, now_ms, check_quota=False)
+        return 0
+
+    def record_permissive_and_get_throttle_time_ms(
+        self, principal: str, client_id: str, value: float, now_ms: int
+    ) -> int:
+        return super().record_and_get_throttle_time_ms(principal, client_id, value, now_ms)
