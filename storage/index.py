@@ -1,0 +1,285 @@
+"""Sparse per-segment indexes: `OffsetIndex` (offset -> file position) and `TimeIndex` (timestamp -> offset).
+
+Same roles and file layouts as Kafka's `OffsetIndex` and `TimeIndex`, without the mmap and
+preallocation: entries live in memory (two parallel `array`s, searched with bisect) and are appended
+to the file with `os.write`, so a crash leaves a prefix of whole entries plus at most one torn entry.
+
+* `.index`: entries of (relative offset i32, file position i32), big-endian, 8 bytes. The offset is a
+  batch's LAST offset (as Kafka's LogSegment.append writes it) at the batch's start position, added
+  once more than `index.interval.bytes` of log were written since the previous entry.
+* `.timeindex`: entries of (timestamp i64, relative offset i32), 12 bytes: "the largest timestamp so
+  far is T, first reached by the batch whose last offset is O". Only appended when T grows; a final
+  entry is written when the segment stops being active (roll, clean close) so that the last entry
+  gives the segment's largest timestamp without a scan.
+
+Indexes are loaded lazily (a clean open reads nothing but the active segment's), checked on load
+(`load` returns None when the file is corrupt, and the segment rebuilds it from the log).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from array import array
+from bisect import bisect_right
+from pathlib import Path
+import struct
+
+OFFSET_ENTRY = struct.Struct(">ii")
+TIME_ENTRY = struct.Struct(">qi")
+NO_TIMESTAMP = -1
+
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
+
+
+def _open_append(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+
+class _Index:
+    entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_size // self.entry.size)
+        self._fd: int | None = None
+        self._dirty = False
+
+    # -- file handling ------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None:
+            self._fd = _open_append(self.path)
+        os.write(self._fd, data)
+        self._dirty = True
+
+    def reset_file(self) -> None:
+        """Rewrite the file from the entries in memory (after a rebuild or a truncation)."""
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(self._fd, self._serialize())
+        self._dirty = True
+
+    def flush(self) -> None:
+        if self._fd is not None and self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def close(self) -> None:
+        """Release the file descriptor (the entries stay in memory)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _serialize(self) -> bytes:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+
+class OffsetIndex(_Index):
+    """Sparse map from offset to the file position of a batch, for one segment."""
+
+    entry = OFFSET_ENTRY
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        super().__init__(path, base_offset, max_index_size)
+        self._relative_offsets = array("i")
+        self._positions = array("i")
+
+    @classmethod
+    def load(
+        cls, path: Path, base_offset: int, max_index_size: int, log_size: int
+    ) -> OffsetIndex | None:
+        """Read an index file; None when it is missing or fails the sanity check."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if len(data) % OFFSET_ENTRY.size:
+            return None
+        index = cls(path, base_offset, max_index_size)
+        flat = array("i")
+        flat.frombytes(data)
+        if not _BIG_ENDIAN_HOST:
+            flat.byteswap()
+        offsets, positions = flat[0::2], flat[1::2]
+        if not _strictly_increasing(offsets) or not _strictly_increasing(positions):
+            return None
+        if offsets and (offsets[0] < 0 or positions[0] < 0 or positions[-1] >= log_size):
+            return None
+        index._relative_offsets, index._positions = offsets, positions
+        return index
+
+    def __len__(self) -> int:
+        return len(self._relative_offsets)
+
+    def _serialize(self) -> bytes:
+        flat = array("i", bytes(8 * len(self._positions)))
+        flat[0::2] = self._relative_offsets
+        flat[1::2] = self._positions
+        if not _BIG_ENDIAN_HOST:
+            flat.byteswap()
+        return flat.tobytes()
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry with offset <= target, else (base_offset, 0)."""
+        i = bisect_right(self._relative_offsets, target_offset - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._relative_offsets[i], self._positions[i]
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        if not self._positions:
+            return self.base_offset, 0
+        return self.base_offset + self._relative_offsets[-1], self._positions[-1]
+
+    def entries(self) -> list[tuple[int, int]]:
+        return [(self.base_offset + o, p) for o, p in zip(self._relative_offsets, self._positions)]
+
+    def append(self, offset: int, position: int, *, write: bool = True) -> None:
+        relative = offset - self.base_offset
+        if self._relative_offsets and relative <= self._relative_offsets[-1]:
+            raise ValueError(f"offset index entry {offset} is not above the last entry")
+        if relative < 0 or relative > 0x7FFFFFFF:
+            raise ValueError(f"offset {offset} is out of range for base offset {self.base_offset}")
+        self._relative_offsets.append(relative)
+        self._positions.append(position)
+        if write:
+            self._write(OFFSET_ENTRY.pack(relative, position))
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= `offset` (Kafka's OffsetIndex.truncateTo)."""
+        keep = bisect_right(self._relative_offsets, offset - self.base_offset - 1)
+        if keep < len(self._relative_offsets):
+            del self._relative_offsets[keep:]
+            del self._positions[keep:]
+            self.reset_file()
+
+    def clear(self) -> None:
+        del self._relative_offsets[:]
+        del self._positions[:]
+
+
+class TimeIndex(_Index):
+    """Sparse map from timestamp to offset, for one segment."""
+
+    entry = TIME_ENTRY
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        super().__init__(path, base_offset, max_index_size)
+        self._timestamps = array("q")
+        self._relative_offsets = array("i")
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int, max_index_size: int) -> TimeIndex | None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if len(data) % TIME_ENTRY.size:
+            return None
+        index = cls(path, base_offset, max_index_size)
+        timestamps, offsets = index._timestamps, index._relative_offsets
+        for timestamp, relative in TIME_ENTRY.iter_unpack(data):
+            timestamps.append(timestamp)
+            offsets.append(relative)
+        if not _non_decreasing(timestamps) or not _non_decreasing(offsets):
+            return None
+        if offsets and offsets[0] < 0:
+            return None
+        return index
+
+    @staticmethod
+    def read_last_entry(path: Path) -> tuple[int, int] | None:
+        """(timestamp, relative offset) of the file's last entry without loading it, or None when
+        the file is missing, empty or not a whole number of entries."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0 or size % TIME_ENTRY.size:
+                return None
+            return TIME_ENTRY.unpack(os.pread(fd, TIME_ENTRY.size, size - TIME_ENTRY.size))
+        finally:
+            os.close(fd)
+
+    def __len__(self) -> int:
+        return len(self._timestamps)
+
+    def _serialize(self) -> bytes:
+        return b"".join(
+            TIME_ENTRY.pack(t, o) for t, o in zip(self._timestamps, self._relative_offsets)
+        )
+
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry with timestamp <= target, else
+        (NO_TIMESTAMP, base_offset)."""
+        i = bisect_right(self._timestamps, target_timestamp) - 1
+        if i < 0:
+            return NO_TIMESTAMP, self.base_offset
+        return self._timestamps[i], self.base_offset + self._relative_offsets[i]
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        if not self._timestamps:
+            return NO_TIMESTAMP, self.base_offset
+        return self._timestamps[-1], self.base_offset + self._relative_offsets[-1]
+
+    def entries(self) -> list[tuple[int, int]]:
+        return [(t, self.base_offset + o) for t, o in zip(self._timestamps, self._relative_offsets)]
+
+    def maybe_append(self, timestamp: int, offset: int, *, write: bool = True) -> bool:
+        """Append (timestamp, offset) if the timestamp is above the last entry's; True if added."""
+        if self._timestamps and timestamp <= self._timestamps[-1]:
+            return False
+        relative = offset - self.base_offset
+        if self._relative_offsets and relative < self._relative_offsets[-1]:
+            raise ValueError(f"time index offset {offset} is below the last entry")
+        if relative < 0 or relative > 0x7FFFFFFF:
+            raise ValueError(f"offset {offset} is out of range for base offset {self.base_offset}")
+        self._timestamps.append(timestamp)
+        self._relative_offsets.append(relative)
+        if write:
+            self._write(TIME_ENTRY.pack(timestamp, relative))
+        return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= `offset` (Kafka's TimeIndex.truncateTo)."""
+        relative = offset - self.base_offset
+        keep = len(self._relative_offsets)
+        while keep and self._relative_offsets[keep - 1] >= relative:
+            keep -= 1
+        if keep < len(self._relative_offsets):
+            del self._timestamps[keep:]
+            del self._relative_offsets[keep:]
+            self.reset_file()
+
+    def clear(self) -> None:
+        del self._timestamps[:]
+        del self._relative_offsets[:]
+
+
+def _strictly_increasing(values: array) -> bool:
+    return all(a < b for a, b in zip(values, values[1:]))
+
+
+def _non_decreasing(values: array) -> bool:
+    return all(a <= b for a, b in zip(values, values[1:]))

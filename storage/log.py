@@ -1,0 +1,602 @@
+"""`PartitionLog`: the on-disk log of one topic partition (Kafka's UnifiedLog + LocalLog, minus
+replication and compaction).
+
+Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
+20 digits (`00000000000000000000.log`, `.index`, `.timeindex`; see `storage.segment` and
+`storage.index` for the formats), an optional `log-start-offset` file (decimal text, written
+atomically by DeleteRecords) and, only while the log is closed cleanly, a `clean-shutdown` marker.
+
+Appends store the producer's batches as they are, assigning offsets (baseOffset sits outside the
+CRC). For LogAppendTime topics the batch's maxTimestamp and timestamp-type bit are rewritten and its
+CRC recomputed, once per batch. Payload bytes are never copied: each batch goes to `os.writev` as a
+fresh 8-byte offset (or a rewritten 61-byte header) plus a view of the rest.
+
+Flush policy (Kafka's defaults):
+* every append reaches the OS (`os.writev`) before it returns, so the data survives the broker process
+  being killed (SIGKILL) right after the acknowledgement; surviving power loss is left to the OS page
+  cache, as in Kafka, unless configured otherwise:
+* `flush.messages` (default never): fsync once that many offsets were appended since the last flush;
+* `flush.ms` (default never): `maybe_flush(now_ms)` fsyncs when the oldest unflushed append is older;
+* a segment is fsynced (log and indexes) when it is rolled, and everything on a clean close, before the
+  clean-shutdown marker is written.
+
+Recovery at open: the marker is removed (and the removal made durable) before anything else. After a
+clean shutdown the indexes are trusted and only the active segment's tail is checked (the batches after
+its last offset-index entry, and the CRC of its last batch), so opening is fast whatever the log's size.
+After an unclean shutdown (no marker) the active segment is scanned batch by batch, checking framing,
+magic, offset continuity and CRC, and truncated at the first torn or corrupt batch, and its indexes are
+rebuilt. Older segments were fsynced when they were rolled, so they are not scanned; a missing or
+badly sized index file of any segment is rebuilt from its log, and a corrupt one when first used.
+
+Not thread-safe: call from one thread. Reads are consistent with interleaved appends (they never go
+past the whole batches already written), but retention and deletion close files a concurrent reader in
+another thread might be using.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from crc32c import crc32c
+
+from protocol.records import (
+    ATTR_TIMESTAMP_TYPE,
+    BATCH_HEADER,
+    CRC_START,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+)
+from storage.config import LogConfig
+from storage.index import NO_TIMESTAMP
+from storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    record_with_timestamp,
+)
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+LOG_START_OFFSET_FILE = "log-start-offset"
+BASE_OFFSET = struct.Struct(">q")
+# maxTimestamp and attributes positions inside the 61-byte header.
+MAX_TIMESTAMP_AT = 35
+ATTRIBUTES_AT = 21
+_MAX_TS = struct.Struct(">q")
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+CRC_AT = 17
+_OWN_TEMP_FILES = (LOG_START_OFFSET_FILE + ".tmp", CLEAN_SHUTDOWN_FILE + ".tmp")
+_LEFTOVER_SUFFIXES = tuple(
+    s + extra
+    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    for extra in (".deleted", ".cleaned", ".swap", ".tmp")
+)
+MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+
+
+class OffsetOutOfRangeError(Exception):
+    """The offset is outside [log_start_offset, log_end_offset]: OFFSET_OUT_OF_RANGE (1)."""
+
+    error_code = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int  # first offset assigned
+    last_offset: int  # last offset assigned
+    log_append_time_ms: int  # now_ms for LogAppendTime topics, else -1 (as in ProduceResponse)
+    log_start_offset: int
+    max_timestamp: int  # the largest maxTimestamp among the appended batches
+
+
+class PartitionLog:
+    """The segments of one partition. Use `PartitionLog.open`."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        self.directory = directory
+        self._config = config
+        self._segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self._log_start_offset = 0
+        self._size = 0
+        self._unflushed_messages = 0
+        self._last_flush_ms = 0
+        self._closed = False
+        # Called with the new segment's base offset after a roll, before the batches that caused
+        # it are appended (the owner snapshots producer state there).
+        self.on_roll: Callable[[int], None] | None = None
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open the log in `directory`, creating it if missing, recovering it if it was not closed
+        cleanly."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        log = cls(directory, config)
+        log._last_flush_ms = now_ms
+        marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            marker.unlink()
+            fsync_directory(directory)
+
+        bases: list[int] = []
+        index_names: list[tuple[str, int]] = []
+        for name in os.listdir(directory):
+            stem, dot, suffix = name.partition(".")
+            if name in _OWN_TEMP_FILES:
+                _unlink(directory / name)
+                continue
+            if not (dot and len(stem) == 20 and stem.isdigit()):
+                continue
+            if "." + suffix in _LEFTOVER_SUFFIXES:  # half-done segment work of Kafka-style tools
+                _unlink(directory / name)
+                continue
+            if "." + suffix == LOG_SUFFIX:
+                bases.append(int(stem))
+            elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                index_names.append((name, int(stem)))
+        bases.sort()
+        known = set(bases)
+        for name, base in index_names:
+            if base not in known:  # an index whose log is gone
+                _unlink(directory / name)
+
+        stored_start = _read_log_start_offset(directory)
+        segment_args = dict(
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+        )
+        if not bases:
+            start = stored_start or 0
+            log._segments = [LogSegment.create(directory, start, **segment_args)]
+        else:
+            log._segments = [LogSegment.open(directory, b, **segment_args) for b in bases]
+            for segment, following in zip(log._segments, log._segments[1:]):
+                segment.load_inactive()
+                segment.next_offset = following.base_offset
+            active = log._segments[-1]
+            truncated = active.load_active(clean=clean)
+            if truncated:
+                logger.warning(
+                    "%s: truncated %d bytes of torn or corrupt data at the end of %s",
+                    directory, truncated, active.log_path.name,
+                )
+            if active.size:
+                active.first_append_ms = now_ms  # Kafka resets a loaded segment's age too
+        log._base_offsets = [s.base_offset for s in log._segments]
+        log._size = sum(s.size for s in log._segments)
+        log._log_start_offset = max(stored_start or 0, log._segments[0].base_offset)
+        if log._log_start_offset > log.log_end_offset:
+            # DeleteRecords moved the start past data an unclean shutdown then lost: start afresh
+            # at the recorded start offset, as Kafka's truncateFullyAndStartAt.
+            log._truncate_fully_and_start_at(log._log_start_offset)
+        if not clean:
+            log.flush()
+        return log
+
+    # -- properties -------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        self._config = config
+        for segment in self._segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    # -- appending --------------------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
+        """Append one or more already-checked v2 batches, assigning consecutive offsets."""
+        view = memoryview(records)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        total = len(view)
+        headers = []
+        position = 0
+        count = 0
+        while position < total:
+            if position + HEADER_SIZE > total:
+                raise ValueError("records end with a partial batch header")
+            fields = BATCH_HEADER.unpack_from(view, position)
+            size = fields[1] + LOG_OVERHEAD
+            if fields[1] < HEADER_SIZE - LOG_OVERHEAD or position + size > total:
+                raise ValueError("records end with a partial batch")
+            headers.append((position, size, fields))
+            count += fields[6] + 1  # lastOffsetDelta + 1
+            position += size
+        if not headers:
+            raise ValueError("no record batch to append")
+
+        config = self._config
+        active = self._segments[-1]
+        first_offset = active.next_offset
+        if self._should_roll(active, total, first_offset + count - 1, now_ms):
+            active = self._roll(now_ms)
+            first_offset = active.next_offset
+        if active.first_append_ms is None:
+            active.first_append_ms = now_ms
+
+        log_append_time = config.log_append_time
+        buffers: list[bytes | bytearray | memoryview] = []
+        batches: list[tuple[int, int, int]] = []
+        next_offset = first_offset
+        max_timestamp = NO_TIMESTAMP
+        for position, size, fields in headers:
+            last_offset = next_offset + fields[6]
+            if log_append_time:
+                header = bytearray(view[position : position + HEADER_SIZE])
+                BASE_OFFSET.pack_into(header, 0, next_offset)
+                _ATTRIBUTES.pack_into(header, ATTRIBUTES_AT, fields[5] | ATTR_TIMESTAMP_TYPE)
+                _MAX_TS.pack_into(header, MAX_TIMESTAMP_AT, now_ms)
+                body = view[position + HEADER_SIZE : position + size]
+                crc = crc32c(body, crc32c(memoryview(header)[CRC_START:]))
+                _CRC.pack_into(header, CRC_AT, crc)
+                buffers.append(header)
+                buffers.append(body)
+                batch_max_timestamp = now_ms
+            else:
+                buffers.append(BASE_OFFSET.pack(next_offset))
+                buffers.append(view[position + 8 : position + size])
+                batch_max_timestamp = fields[8]
+            if batch_max_timestamp > max_timestamp:
+                max_timestamp = batch_max_timestamp
+            batches.append((last_offset, batch_max_timestamp, size))
+            next_offset = last_offset + 1
+
+        active.append(buffers, batches, total)
+        self._size += total
+        self._unflushed_messages += next_offset - first_offset
+        if self._unflushed_messages >= config.flush_messages:
+            self.flush(now_ms)
+        return AppendResult(
+            base_offset=first_offset,
+            last_offset=next_offset - 1,
+            log_append_time_ms=now_ms if log_append_time else -1,
+            log_start_offset=self._log_start_offset,
+            max_timestamp=max_timestamp,
+        )
+
+    def _should_roll(self, active: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
+        """Kafka's LogSegment.shouldRoll: the segment is non-empty and the append would overflow
+        segment.bytes, or the segment is older than segment.ms (counted from its first append), or
+        its indexes are full, or the offsets would not fit a relative (i32) offset."""
+        if active.size == 0:
+            return False
+        config = self._config
+        if active.size + size > config.segment_bytes:
+            return True
+        if active.first_append_ms is not None and now_ms - active.first_append_ms > config.segment_ms:
+            return True
+        if last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
+            return True
+        return active.indexes_full()
+
+    def roll(self, now_ms: int) -> int:
+        """Start a new segment at the log end (if the active one holds anything); returns its base."""
+        if self._segments[-1].size:
+            self._roll(now_ms)
+        return self._segments[-1].base_offset
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        old = self._segments[-1]
+        old.on_become_inactive()  # fsyncs: older segments need no scan after a crash
+        new = LogSegment.create(
+            self.directory,
+            old.next_offset,
+            index_interval_bytes=self._config.index_interval_bytes,
+            max_index_size=self._config.segment_index_bytes,
+        )
+        fsync_directory(self.directory)
+        self._segments.append(new)
+        self._base_offsets.append(new.base_offset)
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        if self.on_roll is not None:
+            self.on_roll(new.base_offset)
+        return new
+
+    # -- flushing ---------------------------------------------------------------------------------
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync what was appended since the last flush."""
+        for segment in self._segments:
+            segment.flush()
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """flush.ms: fsync when data is waiting and the last flush is that old. True if flushed."""
+        if self._unflushed_messages and now_ms - self._last_flush_ms >= self._config.flush_ms:
+            self.flush(now_ms)
+            return True
+        return False
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self._log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{self._log_start_offset}, "
+                f"{self.log_end_offset}] of {self.directory.name}"
+            )
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one holding `offset`, up to `max_bytes` (or the whole first batch
+        when it alone is bigger and `min_one_batch`), continuing into later segments."""
+        self._check_offset(offset)
+        if offset == self.log_end_offset:
+            return b""
+        segments = self._segments
+        i = bisect_right(self._base_offsets, offset) - 1
+        position = segments[i].find_position(offset)
+        chunks: list[bytes] = []
+        remaining = max_bytes
+        while i < len(segments):
+            segment = segments[i]
+            if position is not None:
+                data = segment.read(
+                    position, remaining, min_one_batch=min_one_batch and not chunks
+                )
+                if data:
+                    chunks.append(data)
+                    remaining -= len(data)
+                if position + len(data) < segment.size or remaining <= 0:
+                    break
+            i += 1
+            position = 0
+        if len(chunks) == 1:
+            return chunks[0]
+        return b"".join(chunks)
+
+    def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one holding `from_offset` to the log end (at the time
+        each segment is reached). `position` is the batch's position in its segment file."""
+        if from_offset >= self.log_end_offset:
+            return
+        segments = list(self._segments)
+        i = max(0, bisect_right([s.base_offset for s in segments], from_offset) - 1)
+        position = segments[i].find_position(from_offset) if from_offset > segments[i].base_offset else 0
+        for segment in segments[i:]:
+            if segment.fd < 0:
+                return  # deleted while iterating
+            if position is not None:
+                for header in segment.headers(position):
+                    if header.last_offset >= from_offset:
+                        yield header
+            position = 0
+
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, exact: bool = False
+    ) -> tuple[int, int] | None:
+        """ListOffsets by timestamp; None when no record is that recent.
+
+        Default (batch granularity, what the ListOffsets handler uses): (base offset, max timestamp)
+        of the first batch whose max timestamp is >= `timestamp_ms` (its base offset raised to the log
+        start offset if the batch straddles it). A consumer seeking there may see a few earlier
+        records of that batch first.
+
+        `exact=True` gives Kafka's answer, the offset and timestamp of the first record whose
+        timestamp is >= `timestamp_ms`, by walking the records of that one batch; compressed
+        batches (not decompressed here) still answer at batch granularity."""
+        start = self._log_start_offset
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp_ms and segment.next_offset > start:
+                found = segment.find_offset_by_timestamp(timestamp_ms, start, exact=exact)
+                if found is not None:
+                    return found
+        return None
+
+    def latest_timestamp(self, *, exact: bool = False) -> tuple[int, int]:
+        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) for the largest timestamp in the log,
+        or (-1, -1) when it is empty. The offset is that of the first batch holding the largest
+        timestamp (its base offset); with `exact=True`, that of the first record carrying it
+        (Kafka's answer; batch granularity again for compressed batches)."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and segment.next_offset > self._log_start_offset:
+                if best is None or segment.max_timestamp > best.max_timestamp:
+                    best = segment
+        if best is None:
+            return -1, -1
+        target = best.max_timestamp
+        position = best.find_position(best.offset_of_max_timestamp)
+        if position is not None:
+            for header in best.headers(position):
+                if header.max_timestamp == target:
+                    if exact:
+                        offset = record_with_timestamp(best.read_batch(header), header, target)
+                    else:
+                        offset = header.base_offset
+                    return max(offset, self._log_start_offset), target
+        return max(best.offset_of_max_timestamp, self._log_start_offset), target
+
+    # -- retention and truncation -----------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole old segments (never the active one): those entirely below the log start
+        offset, those whose largest timestamp is older than retention.ms, and the oldest while the
+        log exceeds retention.bytes. Returns the number of segments deleted."""
+        config = self._config
+        deleted = 0
+        segments = self._segments
+        while len(segments) > 1 and segments[1].base_offset <= self._log_start_offset:
+            self._delete_oldest_segment()
+            deleted += 1
+        if config.retention_ms >= 0:
+            while len(segments) > 1 and now_ms - self._largest_timestamp(segments[0]) > config.retention_ms:
+                self._delete_oldest_segment()
+                deleted += 1
+        if config.retention_bytes >= 0:
+            excess = self._size - config.retention_bytes
+            while len(segments) > 1 and excess - segments[0].size >= 0:
+                excess -= segments[0].size
+                self._delete_oldest_segment()
+                deleted += 1
+        if deleted:
+            self._log_start_offset = max(self._log_start_offset, segments[0].base_offset)
+        return deleted
+
+    @staticmethod
+    def _largest_timestamp(segment: LogSegment) -> int:
+        # Kafka falls back to the file's modification time when no batch carries a timestamp.
+        if segment.max_timestamp >= 0:
+            return segment.max_timestamp
+        return int(os.stat(segment.log_path).st_mtime * 1000)
+
+    def _delete_oldest_segment(self) -> None:
+        segment = self._segments.pop(0)
+        self._base_offsets.pop(0)
+        self._size -= segment.size
+        segment.delete()
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset` (persisted), deleting segments that
+        fall entirely below it. Returns the new log start offset (the low watermark)."""
+        if offset < 0 or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {offset}: the log ends at {self.log_end_offset}"
+            )
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+            segments = self._segments
+            while len(segments) > 1 and segments[1].base_offset <= offset:
+                self._delete_oldest_segment()
+        return self._log_start_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= `offset` (whole batches: the log end may end up
+        below `offset` when it falls inside a batch)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self._segments[0].base_offset:
+            self._truncate_fully_and_start_at(offset)
+            return
+        while self._segments[-1].base_offset >= offset:
+            segment = self._segments.pop()
+            self._base_offsets.pop()
+            self._size -= segment.size
+            segment.delete()
+        active = self._segments[-1]
+        self._size -= active.truncate_to(offset)
+        active.first_append_ms = active.first_append_ms if active.size else None
+        self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [
+            LogSegment.create(
+                self.directory,
+                offset,
+                index_interval_bytes=self._config.index_interval_bytes,
+                max_index_size=self._config.segment_index_bytes,
+            )
+        ]
+        self._base_offsets = [offset]
+        self._size = 0
+        self._log_start_offset = offset
+        write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    def close(self, clean: bool = True) -> None:
+        """Close the files. `clean`: make everything durable and write the clean-shutdown marker,
+        so the next open trusts the indexes. `clean=False` leaves the files as a crash would."""
+        if self._closed:
+            return
+        self._closed = True
+        if clean:
+            active = self._segments[-1]
+            if active.size:
+                active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
+            self.flush()
+        for segment in self._segments:
+            segment.close()
+        if clean:
+            write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        self.close(clean=False)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+# -- small file helpers ---------------------------------------------------------------------------
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that a crash leaves either the old or the new content."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+def _read_log_start_offset(directory: Path) -> int | None:
+    try:
+        text = (directory / LOG_START_OFFSET_FILE).read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        logger.warning("%s: ignoring unreadable %s", directory, LOG_START_OFFSET_FILE)
+        return None

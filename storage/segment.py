@@ -1,0 +1,550 @@
+"""One log segment: a `.log` file of record batches plus its `.index` and `.timeindex` (Kafka's LogSegment).
+
+The `.log` file holds v2 record batches exactly as produced, with their offsets assigned. Its name is
+the segment's base offset (the first offset it may hold) padded to 20 digits; the index files share
+the name. Writes go through `os.writev` on an O_APPEND descriptor (data reaches the OS before the
+append returns), reads through `os.pread` bounded by the size of the whole batches written so far, so
+a read never sees a half-written batch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from crc32c import crc32c
+
+from protocol.records import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    BATCH_HEADER,
+    CRC_START,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    OFFSET_AND_LENGTH,
+    BatchHeader,
+)
+from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no record bytes
+HEADER_SCAN_CHUNK = 64 * 1024  # read-ahead when walking headers (most batches are small)
+RECOVERY_CHUNK = 4 * 1024 * 1024  # read-ahead when checking CRCs (every byte is read anyway)
+IOV_MAX = 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class LogSegment:
+    """A segment of a partition log. `size` counts only whole batches; `next_offset` is the offset
+    after the segment's last batch (kept current for the active segment; for the others it is the
+    next segment's base offset, set by the log)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        fd: int,
+        size: int,
+    ) -> None:
+        name = segment_name(base_offset)
+        self.directory = directory
+        self.base_offset = base_offset
+        self.log_path = directory / (name + LOG_SUFFIX)
+        self.index_path = directory / (name + INDEX_SUFFIX)
+        self.time_index_path = directory / (name + TIME_INDEX_SUFFIX)
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.fd = fd
+        self.size = size
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset  # last offset of the batch holding max_timestamp
+        self.first_append_ms: int | None = None  # for segment.ms rolls (see PartitionLog)
+        self.bytes_since_last_index_entry = 0
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._dirty = False
+
+    # -- creation and loading -----------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int
+    ) -> LogSegment:
+        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        segment = cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_size=max_index_size,
+            fd=fd,
+            size=0,
+        )
+        segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
+        segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
+        segment._offset_index.reset_file()
+        segment._time_index.reset_file()
+        return segment
+
+    @classmethod
+    def open(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int
+    ) -> LogSegment:
+        """Open an existing segment without reading it (see `load_inactive` / `load_active`)."""
+        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        return cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_size=max_index_size,
+            fd=fd,
+            size=os.fstat(fd).st_size,
+        )
+
+    def load_inactive(self) -> None:
+        """Cheap load for a segment that is not the last: trust its files (fsynced at roll), read
+        only the time index's last entry for the largest timestamp. Missing or badly sized index
+        files are rebuilt from the log."""
+        last = TimeIndex.read_last_entry(self.time_index_path)
+        index_ok = (
+            self.index_path.exists() and os.stat(self.index_path).st_size % 8 == 0
+        )
+        if last is None or not index_ok:
+            if self.size == 0 and index_ok and self.time_index_path.exists():
+                return
+            self._rebuild_inactive()
+            return
+        self.max_timestamp = last[0]
+        self.offset_of_max_timestamp = self.base_offset + last[1]
+
+    def load_active(self, *, clean: bool) -> int:
+        """Load the last segment. After a clean shutdown trust the indexes and check only the tail
+        (the batches after the last offset-index entry, and the CRC of the last batch); otherwise,
+        or if that check fails, `recover` the whole segment. Returns the bytes truncated."""
+        if clean:
+            offset_index = OffsetIndex.load(
+                self.index_path, self.base_offset, self.max_index_size, self.size
+            )
+            time_index = TimeIndex.load(self.time_index_path, self.base_offset, self.max_index_size)
+            if offset_index is not None and time_index is not None:
+                self._offset_index, self._time_index = offset_index, time_index
+                if self._check_tail():
+                    return 0
+        return self.recover()
+
+    def _check_tail(self) -> bool:
+        index = self.offset_index
+        time_index = self.time_index
+        indexed_offset, position = index.last_entry
+        self.max_timestamp, self.offset_of_max_timestamp = time_index.last_entry
+        expected_next: int | None = self.base_offset if len(index) == 0 else None
+        last: BatchHeader | None = None
+        for header in self._scan_headers(position, self.size):
+            if expected_next is None:
+                if header.last_offset != indexed_offset:
+                    return False
+            elif header.base_offset != expected_next:
+                return False
+            expected_next = header.last_offset + 1
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            last = header
+        if last is None:
+            if self.size != 0:
+                return False
+            self.next_offset = self.base_offset
+        else:
+            if last.position + last.size != self.size:
+                return False
+            batch = os.pread(self.fd, last.size, last.position)
+            if len(batch) != last.size or crc32c(memoryview(batch)[CRC_START:]) != last.crc:
+                return False
+            self.next_offset = last.last_offset + 1
+        if time_index.last_entry[1] >= self.next_offset and len(time_index):
+            return False
+        self.bytes_since_last_index_entry = self.size - position
+        return True
+
+    def recover(self) -> int:
+        """Scan every batch from the start checking framing, magic, offsets and CRC; truncate the
+        file at the first bad or torn batch and rebuild both indexes. Returns bytes truncated."""
+        return self._rebuild(verify=True)
+
+    def rebuild_indexes(self, *, verify: bool = False) -> int:
+        return self._rebuild(verify=verify)
+
+    def _rebuild_inactive(self) -> None:
+        self._rebuild(verify=False)
+        if self.size:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.close_indexes()
+
+    def _rebuild(self, *, verify: bool) -> int:
+        offset_index = OffsetIndex(self.index_path, self.base_offset, self.max_index_size)
+        time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        bytes_since = 0
+        valid_end = 0
+        next_offset = self.base_offset
+        scan = self._scan_verified if verify else self._scan_headers
+        for header in scan(0, self.size):
+            if header.base_offset != next_offset:
+                break
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            if bytes_since > self.index_interval_bytes:
+                offset_index.append(header.last_offset, header.position, write=False)
+                time_index.maybe_append(
+                    self.max_timestamp, self.offset_of_max_timestamp, write=False
+                )
+                bytes_since = 0
+            bytes_since += header.size
+            valid_end = header.position + header.size
+            next_offset = header.last_offset + 1
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+            self._dirty = True
+        self.next_offset = next_offset
+        self.bytes_since_last_index_entry = bytes_since
+        if self._offset_index is not None:
+            self._offset_index.close()
+        if self._time_index is not None:
+            self._time_index.close()
+        self._offset_index, self._time_index = offset_index, time_index
+        offset_index.reset_file()
+        time_index.reset_file()
+        return truncated
+
+    # -- indexes --------------------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            index = OffsetIndex.load(
+                self.index_path, self.base_offset, self.max_index_size, self.size
+            )
+            if index is None:
+                self._rebuild_inactive()
+            else:
+                self._offset_index = index
+        assert self._offset_index is not None
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            index = TimeIndex.load(self.time_index_path, self.base_offset, self.max_index_size)
+            if index is None:
+                self._rebuild_inactive()
+            else:
+                self._time_index = index
+        assert self._time_index is not None
+        return self._time_index
+
+    def close_indexes(self) -> None:
+        """Release the index file descriptors (entries stay in memory)."""
+        if self._offset_index is not None:
+            self._offset_index.close()
+        if self._time_index is not None:
+            self._time_index.close()
+
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def append(
+        self,
+        buffers: Sequence[bytes | bytearray | memoryview],
+        batches: Sequence[tuple[int, int, int]],
+        total_size: int,
+    ) -> None:
+        """Write `buffers` (whole batches, offsets assigned) at the end of the segment and index
+        them. `batches` gives (last_offset, max_timestamp, size) of each batch in order."""
+        start = self.size
+        try:
+            _write_fully(self.fd, buffers, total_size)
+        except BaseException:
+            # Never leave part of a batch behind: the next append would follow garbage.
+            os.ftruncate(self.fd, start)
+            raise
+        self._dirty = True
+        offset_index = self.offset_index
+        time_index = self.time_index
+        position = start
+        for last_offset, max_timestamp, size in batches:
+            if max_timestamp > self.max_timestamp:
+                self.max_timestamp = max_timestamp
+                self.offset_of_max_timestamp = last_offset
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                offset_index.append(last_offset, position)
+                time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.bytes_since_last_index_entry = 0
+            position += size
+            self.bytes_since_last_index_entry += size
+        self.size = position
+        self.next_offset = batches[-1][0] + 1
+
+    def on_become_inactive(self) -> None:
+        """Kafka's onBecomeInactiveSegment: record the largest timestamp as the time index's last
+        entry, then make everything durable (the segment is never written again)."""
+        if self.size:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.flush()
+        self.close_indexes()
+
+    def flush(self) -> None:
+        if self._dirty:
+            os.fsync(self.fd)
+            self._dirty = False
+        if self._offset_index is not None:
+            self._offset_index.flush()
+        if self._time_index is not None:
+            self._time_index.flush()
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding `offset` and all after it (Kafka's LogSegment.truncateTo).
+        Returns the bytes removed."""
+        position = self.find_position(offset)
+        if position is None:
+            return 0
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self._dirty = True
+        self.rebuild_indexes()
+        return removed
+
+    def close(self) -> None:
+        self.close_indexes()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Headers of the batches from `position` to the current end; `position` fields are file
+        positions in this segment."""
+        return self._scan_headers(position, self.size)
+
+    def find_position(self, offset: int) -> int | None:
+        """File position of the batch holding `offset`, or None when it is past this segment."""
+        _, position = self.offset_index.lookup(offset)
+        for header in self._scan_headers(position, self.size):
+            if header.last_offset >= offset:
+                return header.position
+        return None
+
+    def read(self, position: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
+        """Whole batches from `position`, at most `max_bytes` of them unless `min_one_batch` and the
+        first batch alone is bigger (then that batch, KIP-74)."""
+        end = self.size
+        available = end - position
+        if available <= 0:
+            return b""
+        data = os.pread(self.fd, min(max_bytes, available), position) if max_bytes > 0 else b""
+        whole = _whole_batches_length(data)
+        if whole == len(data) and whole:
+            return data
+        if whole:
+            return data[:whole]
+        if not min_one_batch:
+            return b""
+        if len(data) >= LOG_OVERHEAD:
+            _, length = OFFSET_AND_LENGTH.unpack_from(data)
+        else:
+            _, length = OFFSET_AND_LENGTH.unpack(os.pread(self.fd, LOG_OVERHEAD, position))
+        return os.pread(self.fd, length + LOG_OVERHEAD, position)
+
+    def read_batch(self, header: BatchHeader) -> bytes:
+        return os.pread(self.fd, header.size, header.position)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, start_offset: int, *, exact: bool = False
+    ) -> tuple[int, int] | None:
+        """Kafka's LogSegment.findOffsetByTimestamp: the first batch at or after `start_offset` whose
+        max timestamp is >= `timestamp`, answered as (its first offset >= start_offset, its max
+        timestamp), or with `exact` as the first such record (see `first_record_at_or_after`)."""
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
+        for header in self._scan_headers(position, self.size):
+            if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+                if not exact:
+                    return max(header.base_offset, start_offset), header.max_timestamp
+                return first_record_at_or_after(
+                    self.read_batch(header), header, timestamp, start_offset
+                )
+        return None
+
+    # -- scanning -------------------------------------------------------------------------------
+
+    def _scan_headers(self, start: int, end: int) -> Iterator[BatchHeader]:
+        """Headers of the well-framed batches in [start, end), stopping at the first malformed or
+        torn one (no CRC check: this is data the broker wrote and already checked)."""
+        fd = self.fd
+        position = start
+        buf = b""
+        buf_start = start
+        while position + HEADER_SIZE <= end:
+            relative = position - buf_start
+            if relative < 0 or relative + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(HEADER_SCAN_CHUNK, end - position), position)
+                buf_start, relative = position, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            fields = BATCH_HEADER.unpack_from(buf, relative)
+            length = fields[1]
+            if length < MIN_BATCH_LENGTH or fields[3] != 2 or position + length + LOG_OVERHEAD > end:
+                return
+            yield BatchHeader(position, *fields)
+            position += length + LOG_OVERHEAD
+
+    def _scan_verified(self, start: int, end: int) -> Iterator[BatchHeader]:
+        """Like `_scan_headers`, but reads every batch and stops at the first CRC mismatch."""
+        fd = self.fd
+        position = start
+        buf = b""
+        buf_start = start
+        while position + HEADER_SIZE <= end:
+            relative = position - buf_start
+            if relative + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(RECOVERY_CHUNK, end - position), position)
+                buf_start, relative = position, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            fields = BATCH_HEADER.unpack_from(buf, relative)
+            length = fields[1]
+            size = length + LOG_OVERHEAD
+            if length < MIN_BATCH_LENGTH or fields[3] != 2 or position + size > end:
+                return
+            if relative + size > len(buf):
+                buf = os.pread(fd, max(size, min(RECOVERY_CHUNK, end - position)), position)
+                buf_start, relative = position, 0
+                if len(buf) < size:
+                    return
+            if crc32c(memoryview(buf)[relative + CRC_START : relative + size]) != fields[4]:
+                return
+            yield BatchHeader(position, *fields)
+            position += size
+
+
+def _whole_batches_length(data: bytes) -> int:
+    """Length of the prefix of `data` made of whole batches."""
+    end = len(data)
+    position = 0
+    unpack = OFFSET_AND_LENGTH.unpack_from
+    while position + LOG_OVERHEAD <= end:
+        _, length = unpack(data, position)
+        if length < MIN_BATCH_LENGTH:
+            break
+        next_position = position + length + LOG_OVERHEAD
+        if next_position > end:
+            break
+        position = next_position
+    return position
+
+
+def _write_fully(fd: int, buffers: Sequence[bytes | bytearray | memoryview], total: int) -> None:
+    if len(buffers) <= IOV_MAX:
+        written = os.writev(fd, buffers)
+        if written == total:
+            return
+    else:
+        written = 0
+        for i in range(0, len(buffers), IOV_MAX):
+            group = buffers[i : i + IOV_MAX]
+            expected = sum(len(b) for b in group)
+            n = os.writev(fd, group)
+            written += n
+            if n != expected:
+                break
+        if written == total:
+            return
+    # A short write (rare: a signal, a full disk): finish the rest from a flat copy.
+    rest = memoryview(b"".join(bytes(b) for b in buffers))[written:]
+    while rest:
+        n = os.write(fd, rest)
+        if n <= 0:
+            raise OSError("short write to the log")
+        rest = rest[n:]
+
+
+# -- record-level helpers (only for ListOffsets by timestamp, never on the produce/fetch path) ----
+
+
+def _read_varint(buf: bytes, position: int) -> tuple[int, int]:
+    shift = 0
+    raw = 0
+    while True:
+        byte = buf[position]
+        position += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return (raw >> 1) ^ -(raw & 1), position
+
+
+def first_record_at_or_after(
+    batch: bytes, header: BatchHeader, timestamp: int, start_offset: int
+) -> tuple[int, int]:
+    """(offset, timestamp) of the first record in `batch` with timestamp >= `timestamp` and offset
+    >= `start_offset`. Exact for uncompressed CreateTime batches (records are walked); for a
+    LogAppendTime batch every record carries the batch's max timestamp; for a compressed batch
+    the answer has batch granularity: (its first offset >= start_offset, its max timestamp)."""
+    first = max(header.base_offset, start_offset)
+    if header.attributes & ATTR_TIMESTAMP_TYPE or header.attributes & ATTR_COMPRESSION_MASK:
+        return first, header.max_timestamp
+    try:
+        position = HEADER_SIZE
+        for _ in range(header.records_count):
+            length, position = _read_varint(batch, position)
+            record_end = position + length
+            position += 1  # attributes
+            timestamp_delta, position = _read_varint(batch, position)
+            offset_delta, position = _read_varint(batch, position)
+            record_offset = header.base_offset + offset_delta
+            record_timestamp = header.base_timestamp + timestamp_delta
+            if record_timestamp >= timestamp and record_offset >= start_offset:
+                return record_offset, record_timestamp
+            position = record_end
+    except (IndexError, ValueError):
+        pass
+    return first, header.max_timestamp
+
+
+def record_with_timestamp(batch: bytes, header: BatchHeader, timestamp: int) -> int:
+    """Offset of the first record of `batch` carrying `timestamp` (the batch's max timestamp), for
+    ListOffsets MAX_TIMESTAMP; the batch's base offset when records cannot be walked."""
+    if header.attributes & ATTR_TIMESTAMP_TYPE or header.attributes & ATTR_COMPRESSION_MASK:
+        return header.base_offset
+    offset, found = first_record_at_or_after(batch, header, timestamp, header.base_offset)
+    return offset if found == timestamp else header.base_offset

@@ -1,0 +1,109 @@
+"""Build valid v2 record batches for tests (uncompressed), the way a producer would.
+
+`make_batch` encodes records (varint lengths, zigzag deltas) and the 61-byte header with a correct
+CRC32C; tests/test_storage_log.py checks it byte for byte against kafka-python's
+DefaultRecordBatchBuilder.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+from crc32c import crc32c
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+DEFAULT_TIMESTAMP_MS = 1_700_000_000_000
+ATTR_TRANSACTIONAL = 0x10
+
+
+def zigzag_varint(value: int) -> bytes:
+    raw = (value << 1) ^ (value >> 63)
+    raw &= (1 << 64) - 1
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def _bytes_field(data: bytes | None) -> bytes:
+    if data is None:
+        return zigzag_varint(-1)
+    return zigzag_varint(len(data)) + data
+
+
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> bytes:
+    body = bytearray(b"\x00")  # attributes (unused)
+    body += zigzag_varint(timestamp_delta)
+    body += zigzag_varint(offset_delta)
+    body += _bytes_field(key)
+    body += _bytes_field(value)
+    body += zigzag_varint(len(headers))
+    for header_key, header_value in headers:
+        body += _bytes_field(header_key.encode())
+        body += _bytes_field(header_value)
+    return zigzag_varint(len(body)) + bytes(body)
+
+
+def make_batch(
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    timestamp_ms: int = DEFAULT_TIMESTAMP_MS,
+    timestamps: Sequence[int] | None = None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+    partition_leader_epoch: int = -1,
+    transactional: bool = False,
+    attributes: int = 0,
+) -> bytes:
+    """One uncompressed v2 batch of `records` (key, value). Every record gets `timestamp_ms` unless
+    `timestamps` gives one per record, and carries `headers`."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    if timestamps is None:
+        timestamps = [timestamp_ms] * len(records)
+    if len(timestamps) != len(records):
+        raise ValueError("one timestamp per record")
+    first_timestamp = timestamps[0]
+    body = b"".join(
+        encode_record(i, ts - first_timestamp, key, value, headers)
+        for i, ((key, value), ts) in enumerate(zip(records, timestamps))
+    )
+    attrs = attributes | (ATTR_TRANSACTIONAL if transactional else 0)
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            _HEADER.size - 12 + len(body),
+            partition_leader_epoch,
+            2,
+            0,
+            attrs,
+            len(records) - 1,
+            first_timestamp,
+            max(timestamps),
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    crc = crc32c(body, crc32c(memoryview(header)[21:]))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + body
+
+
+def make_value_batch(count: int, *, size: int = 10, tag: bytes = b"v", **kwargs) -> bytes:
+    """A batch of `count` records whose values are `size` bytes, distinct per record."""
+    records = [(None, (tag + b"%d-" % i).ljust(size, b"x")[:max(size, 1)]) for i in range(count)]
+    return make_batch(records, **kwargs)

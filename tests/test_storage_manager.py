@@ -1,0 +1,166 @@
+"""LogManager on a real data directory: topics survive reopen with the same ids and configs,
+creation is validated in Kafka's order with Kafka's errors, deletion removes the directories."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import pytest
+
+from storage.config import ConfigError, LogConfig
+from storage.manager import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    LogManager,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from tests.batches import make_batch
+
+BROKER = LogConfig.from_broker({"log.retention.hours": "24"})
+
+
+def test_create_and_reopen_keeps_ids_configs_and_data(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("orders", 3, {"retention.ms": "1000", "cleanup.policy": "compact"}, 0)
+    assert info.num_partitions == 3 and isinstance(info.topic_id, uuid.UUID)
+    assert info.config.retention_ms == 1000 and info.config.segment_ms == BROKER.segment_ms
+    internal = manager.create_topic("__consumer_offsets", 1, {}, 0)
+    manager.log("orders", 2).append(make_batch([(b"k", b"v")]), 0)
+    assert manager.log("orders", 3) is None and manager.log("nope", 0) is None
+    manager.close()
+
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    again = reopened.topic("orders")
+    assert again == info
+    assert reopened.topic_by_id(info.topic_id) == info
+    assert reopened.topic_by_id(internal.topic_id).name == "__consumer_offsets"
+    assert [t.name for t in reopened.topics()] == ["__consumer_offsets", "orders"]
+    assert reopened.log("orders", 2).log_end_offset == 1
+    assert reopened.log("orders", 0).log_end_offset == 0
+    reopened.close(clean=False)
+
+    # The broker config is applied afresh on open; the overrides stay the topic's own.
+    changed = LogManager.open(tmp_path, LogConfig.from_broker({"log.roll.ms": "5"}), 0)
+    assert changed.topic("orders").config.segment_ms == 5
+    assert changed.topic("orders").config.retention_ms == 1000
+    changed.close()
+
+
+def test_validation_errors(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("a.b", 1, {}, 0)
+    for name in ["", ".", "..", "x" * 250, "a/b"]:
+        with pytest.raises(InvalidTopicError):
+            manager.create_topic(name, 1, {}, 0)
+    with pytest.raises(TopicExistsError) as exists:
+        manager.create_topic("a.b", 1, {}, 0)
+    assert exists.value.error_code == 36
+    with pytest.raises(InvalidTopicError) as collides:
+        manager.create_topic("a_b", 1, {}, 0)
+    assert "collides" in str(collides.value) and collides.value.error_code == 17
+    for count in (0, -1, 10_001):
+        with pytest.raises(InvalidPartitionsError) as partitions:
+            manager.create_topic("t", count, {}, 0)
+        assert partitions.value.error_code == 37
+    with pytest.raises(ConfigError) as unknown:
+        manager.create_topic("t", 1, {"no.such": "1"}, 0)
+    assert unknown.value.key == "no.such" and unknown.value.error_code == 40
+    with pytest.raises(ConfigError) as bad:
+        manager.create_topic("t", 1, {"retention.ms": "soon"}, 0)
+    assert bad.value.key == "retention.ms" and "retention.ms" in str(bad.value)
+    assert [t.name for t in manager.topics()] == ["a.b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.b-0", "topics"]
+    manager.close()
+
+
+def test_validate_only_has_no_effect(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("t", 2, {"segment.ms": "10"}, 0, validate_only=True)
+    assert info.config.segment_ms == 10
+    assert manager.topic("t") is None
+    assert not (tmp_path / "t-0").exists()
+    manager.create_topic("t", 2, {}, 0)
+    manager.close()
+
+
+def test_delete_topic(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("gone", 2, {}, 0)
+    manager.log("gone", 0).append(make_batch([(None, b"v")]), 0)
+    manager.delete_topic("gone")
+    assert manager.topic("gone") is None and manager.topic_by_id(info.topic_id) is None
+    assert not (tmp_path / "gone-0").exists() and not (tmp_path / "gone-1").exists()
+    assert not (tmp_path / "topics" / "gone.json").exists()
+    with pytest.raises(UnknownTopicError) as unknown:
+        manager.delete_topic("gone")
+    assert unknown.value.error_code == 3
+    again = manager.create_topic("gone", 1, {}, 0)
+    assert again.topic_id != info.topic_id
+    assert manager.log("gone", 0).log_end_offset == 0
+    manager.close()
+
+
+def test_alter_topic_config(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {"retention.ms": "1000"}, 0)
+    with pytest.raises(ConfigError):
+        manager.alter_topic_config("t", {"retention.ms": "x"})
+    assert manager.topic("t").config.retention_ms == 1000
+    manager.alter_topic_config("t", {"segment.ms": "77"})
+    assert manager.log("t", 0).config.segment_ms == 77
+    assert manager.log("t", 0).config.retention_ms == BROKER.retention_ms
+    manager.close()
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert reopened.topic("t").overrides == {"segment.ms": "77"}
+    reopened.close()
+
+
+def test_stray_directories_are_skipped_and_logged(tmp_path, caplog):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {}, 0)
+    manager.close()
+    (tmp_path / "unknown-0").mkdir()
+    (tmp_path / "t-5").mkdir()
+    (tmp_path / "not a partition").mkdir()
+    (tmp_path / "producer-ids").write_text("{}")
+    (tmp_path / "topics" / "broken.json").write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="storage.manager"):
+        reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert [t.name for t in reopened.topics()] == ["t"]
+    logged = caplog.text
+    assert "unknown-0" in logged and "t-5" in logged and "broken.json" in logged
+    # A topic created over a stale directory starts empty.
+    (tmp_path / "unknown-0" / "00000000000000000000.log").write_bytes(make_batch([(None, b"old")]))
+    reopened.create_topic("unknown", 1, {}, 0)
+    assert reopened.log("unknown", 0).log_end_offset == 0
+    reopened.close()
+
+
+def test_topic_file_format(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("t", 4, {"retention.ms": "1"}, 0)
+    manager.close()
+    state = json.loads((tmp_path / "topics" / "t.json").read_text())
+    assert state == {
+        "version": 1,
+        "name": "t",
+        "topic_id": str(info.topic_id),
+        "num_partitions": 4,
+        "configs": {"retention.ms": "1"},
+    }
+
+
+def test_retention_and_flush_over_all_logs(tmp_path):
+    broker = LogConfig(segment_bytes=200, retention_bytes=0, flush_ms=10)
+    manager = LogManager.open(tmp_path, broker, 0)
+    manager.create_topic("a", 2, {}, 0)
+    for partition in range(2):
+        for _ in range(5):
+            manager.log("a", partition).append(make_batch([(None, b"x" * 100)]), 0)
+    assert manager.maybe_flush(100) == 2
+    assert manager.enforce_retention(0) == 8  # everything but each active segment
+    assert all(manager.log("a", p).log_start_offset == 4 for p in range(2))
+    manager.close()
