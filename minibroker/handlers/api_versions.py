@@ -1,0 +1,21 @@
+"""ApiVersions (key 18). Generated from the handler registry.
+
+Quirks: the response always uses response header v0 (KIP-511), and a request at a version we lack
+is answered UNSUPPORTED_VERSION with our ranges in v0 form (see Broker._api_versions_fallback), so
+clients that start high (kafka-python v4, librdkafka v3) can retry lower. aiokafka sends v0 only.
+"""
+
+from minibroker.handlers import handler
+
+
+@handler(18, 0, 4)
+async def api_versions(ctx, request):
+    return {
+        "error_code": 0,
+        "api_keys": ctx.broker.api_version_list(),
+        "throttle_time": 0,
+        "supported_features": (),
+        "finalized_features_epoch": -1,
+        "finalized_features": (),
+        "zk_migration_ready": False,
+    }

@@ -1,0 +1,31 @@
+"""DeleteTopics (key 20), v1-v6: by name, or by id from v6.
+
+The partition logs are closed and their directories removed at once; waiting fetches on them are
+woken (they answer UNKNOWN_TOPIC_OR_PARTITION on their next read).
+"""
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, log
+
+
+@handler(20, 1, 6)
+async def delete_topics(ctx, request):
+    broker = ctx.broker
+    wanted = []
+    if hasattr(request, "topic_names"):
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    results = []
+    for name, topic_id in wanted:
+        info = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        if info is None:
+            code = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
+            results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": None})
+            continue
+        broker.logs.delete_topic(info.name)
+        for partition in range(info.num_partitions):
+            broker.fetch_purgatory.check_and_complete((info.name, partition))
+        log.info("deleted topic %s", info.name)
+        results.append({"name": info.name, "topic_id": info.topic_id, "error_code": 0, "error_message": None})
+    return {"throttle_time": 0, "responses": results}

@@ -1,0 +1,24 @@
+"""DescribeCluster (key 60), v0-v2: one broker, which is also the controller.
+
+endpoint_type 2 (controllers, v1+) answers the same single node; fenced brokers do not exist here.
+"""
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import CLUSTER_ALL_OPERATIONS, NO_AUTHORIZED_OPERATIONS
+
+
+@handler(60, 0, 2)
+async def describe_cluster(ctx, request):
+    broker = ctx.broker
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": getattr(request, "endpoint_type", 1),
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "brokers": [{**broker.broker_endpoint(), "is_fenced": False}],
+        "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
+        if request.include_cluster_authorized_operations
+        else NO_AUTHORIZED_OPERATIONS,
+    }

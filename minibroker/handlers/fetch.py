@@ -1,0 +1,126 @@
+"""Fetch (key 1), v4-v18: read whole batches, long-poll in the purgatory.
+
+Behaviour: a fetch that finds fewer than min_bytes waits (up to max_wait_ms) as a DelayedFetch,
+watched by its topic-partitions; a produce to any of them completes it at once. Partitions are
+filled in request order within max_bytes (and fetch.max.bytes) and each partition's
+partition_max_bytes; the first batch returned is always whole even when larger (KIP-74). An offset
+outside [log start, log end] answers OFFSET_OUT_OF_RANGE for that partition. Fetch sessions
+(KIP-227) are not kept: session_id 0 tells clients to send full fetches, which they all support.
+v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). Reads see only committed data, which
+on one broker is everything appended (high watermark = log end).
+"""
+
+from __future__ import annotations
+
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.purgatory import DelayedOperation
+from protocol.entities import to_ms
+from storage.log import OffsetOutOfRangeError
+
+
+class _FetchPlan:
+    """The partitions one Fetch asks for, resolved once."""
+
+    def __init__(self, broker, request) -> None:
+        self.broker = broker
+        self.entries = []  # (topic_key, topic_name or None, partition, offset, max_bytes, log)
+        for topic in request.topics:
+            name = getattr(topic, "topic", None)
+            topic_id = getattr(topic, "topic_id", None)
+            info = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+            for p in topic.partitions:
+                log = broker.logs.log(info.name, p.partition) if info is not None else None
+                self.entries.append(
+                    (name, topic_id, info, p.partition, p.fetch_offset, p.partition_max_bytes, log)
+                )
+
+    def keys(self):
+        return [(info.name, part) for _, _, info, part, _, _, log in self.entries if log is not None]
+
+    def bytes_ready(self, min_bytes: int) -> bool:
+        """Whether a read now would return at least min_bytes (or hit an error, which is final)."""
+        total = 0
+        for _, _, info, part, offset, max_bytes, log in self.entries:
+            if log is None or offset < log.log_start_offset or offset > log.log_end_offset:
+                return True
+            if log.log_end_offset > offset:
+                if min_bytes <= 1:
+                    return True
+                total += len(log.read(offset, max_bytes))
+                if total >= min_bytes:
+                    return True
+        return False
+
+    def read(self, max_bytes: int) -> list[dict]:
+        topics: list[dict] = []
+        by_topic: dict = {}
+        remaining = max_bytes
+        for name, topic_id, info, part, offset, part_max, log in self.entries:
+            key = (name, topic_id)
+            if key not in by_topic:
+                by_topic[key] = {"topic": name, "topic_id": topic_id, "partitions": []}
+                topics.append(by_topic[key])
+            if log is None:
+                code = UNKNOWN_TOPIC_OR_PARTITION if name is not None or info is not None else UNKNOWN_TOPIC_ID
+                by_topic[key]["partitions"].append(_partition(part, code))
+                continue
+            try:
+                data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes)
+            except OffsetOutOfRangeError:
+                by_topic[key]["partitions"].append(
+                    _partition(part, OFFSET_OUT_OF_RANGE, log.log_end_offset, log.log_start_offset)
+                )
+                continue
+            remaining -= len(data)
+            by_topic[key]["partitions"].append(
+                _partition(part, 0, log.log_end_offset, log.log_start_offset, data)
+            )
+        return topics
+
+
+def _partition(index: int, code: int, high_watermark: int = -1, log_start: int = -1, records: bytes = b"") -> dict:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": high_watermark,
+        "last_stable_offset": high_watermark,
+        "log_start_offset": log_start,
+        "aborted_transactions": None if code else (),
+        "preferred_read_replica": -1,
+        "records": records,
+    }
+
+
+class DelayedFetch(DelayedOperation):
+    def __init__(self, deadline: float, plan: _FetchPlan, min_bytes: int) -> None:
+        super().__init__(deadline)
+        self.plan = plan
+        self.min_bytes = min_bytes
+
+    def try_complete(self) -> bool:
+        if self.plan.bytes_ready(self.min_bytes):
+            return self.force_complete()
+        return False
+
+
+@handler(1, 4, 18)
+async def fetch(ctx, request):
+    broker = ctx.broker
+    plan = _FetchPlan(broker, request)
+    max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
+    max_wait_ms = to_ms(request.max_wait, 0)
+    min_bytes = request.min_bytes
+    if max_wait_ms > 0 and min_bytes > 0 and plan.entries:
+        op = DelayedFetch(ctx.received_at + max_wait_ms / 1000, plan, min_bytes)
+        await broker.fetch_purgatory.wait(op, plan.keys())
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": plan.read(max_bytes),
+    }
+
+
+__all__ = ["fetch"]

@@ -1,0 +1,93 @@
+"""Produce (key 0), v3-v13: check each partition's batch, append it, wake waiting fetches.
+
+Behaviour: every partition is answered on its own. A partition's records must be exactly one v2
+batch (Kafka's rule from v3); framing and CRC faults answer CORRUPT_MESSAGE, other bad batches
+INVALID_RECORD, a batch over the topic's max.message.bytes MESSAGE_TOO_LARGE. acks=0 gets no
+response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
+v13 names topics by id. Producing never creates a topic (Metadata does).
+"""
+
+from __future__ import annotations
+
+from minibroker.broker import wall_clock_ms
+from minibroker.handlers import handler
+from minibroker.handlers.common import (
+    INVALID_RECORD,
+    INVALID_REQUIRED_ACKS,
+    INVALID_TXN_STATE,
+    MESSAGE_TOO_LARGE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from protocol.records import InvalidRecordError, check_produce_records
+
+
+def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
+                      log_append_time: int = -1, log_start_offset: int = -1) -> dict:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": base_offset,
+        "log_append_time": log_append_time,
+        "log_start_offset": log_start_offset,
+        "record_errors": (),
+        "error_message": message,
+    }
+
+
+def append_partition(broker, topic, partition_index: int, records, now_ms: int) -> dict:
+    """Check and append one partition's records; the per-partition produce response."""
+    log = broker.logs.log(topic.name, partition_index) if topic is not None else None
+    if log is None:
+        return _partition_result(partition_index, UNKNOWN_TOPIC_OR_PARTITION)
+    if not records:
+        return _partition_result(partition_index, INVALID_RECORD, "no records")
+    if len(records) > log.config.max_message_bytes:
+        return _partition_result(
+            partition_index,
+            MESSAGE_TOO_LARGE,
+            f"batch of {len(records)} bytes exceeds max.message.bytes {log.config.max_message_bytes}",
+        )
+    try:
+        header = check_produce_records(records)
+    except InvalidRecordError as exc:
+        return _partition_result(partition_index, exc.error_code, str(exc))
+    if header.is_transactional:
+        return _partition_result(
+            partition_index, INVALID_TXN_STATE, "transactions are not supported by minibroker"
+        )
+    result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
+    if isinstance(result, dict):
+        return {"index": partition_index, **result}
+    return _partition_result(
+        partition_index,
+        0,
+        base_offset=result.base_offset,
+        log_append_time=result.log_append_time_ms,
+        log_start_offset=result.log_start_offset,
+    )
+
+
+@handler(0, 3, 13)
+async def produce(ctx, request):
+    broker = ctx.broker
+    now_ms = wall_clock_ms()
+    acks = request.acks
+    responses = []
+    for topic_data in request.topic_data:
+        name = getattr(topic_data, "name", None)
+        topic_id = getattr(topic_data, "topic_id", None)
+        topic = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        if acks not in (0, 1, -1):
+            partitions = [_partition_result(p.index, INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
+        elif topic is None and name is None:
+            partitions = [_partition_result(p.index, UNKNOWN_TOPIC_ID) for p in topic_data.partition_data]
+        else:
+            partitions = [
+                append_partition(broker, topic, p.index, p.records, now_ms)
+                for p in topic_data.partition_data
+            ]
+        responses.append({"name": name, "topic_id": topic_id, "partition_responses": partitions})
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time": 0}

@@ -1,0 +1,71 @@
+"""Run a broker inside a test suite: `with running_broker() as bootstrap: ...`.
+
+The broker runs on its own trio loop in a background thread, on 127.0.0.1 port 0, so synchronous
+clients (kafka-python, confluent-kafka) and asyncio clients (aiokafka) can talk to it from the test.
+A pytest fixture `minibroker` (from the `minibroker.pytest_plugin` plugin) wraps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import trio
+
+from minibroker.broker import Broker
+from minibroker.config import BrokerConfig
+from minibroker.server import serve
+
+
+@dataclass
+class RunningBroker:
+    bootstrap: str
+    host: str
+    port: int
+    data_dir: Path
+    broker: Broker
+
+
+@contextlib.contextmanager
+def running_broker(
+    data_dir: Path | str | None = None, **overrides: str
+) -> Iterator[RunningBroker]:
+    """Start a broker on 127.0.0.1:0 (overrides use Kafka's names with '_' for '.')."""
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="minibroker-"))
+        props = {"listeners": "127.0.0.1:0", "log.dirs": str(data_dir)}
+        props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
+        config = BrokerConfig(props)
+        started: queue.Queue = queue.Queue()
+        stop: dict[str, object] = {}
+
+        async def main() -> None:
+            with trio.CancelScope() as scope:
+                stop["scope"] = scope
+                stop["token"] = trio.lowlevel.current_trio_token()
+                async with trio.open_nursery() as nursery:
+                    started.put(await nursery.start(serve, config))
+
+        def run() -> None:
+            try:
+                trio.run(main)
+            except BaseException as exc:  # report start-up failures to the caller
+                started.put(exc)
+
+        thread = threading.Thread(target=run, name="minibroker", daemon=True)
+        thread.start()
+        result = started.get(timeout=30)
+        if isinstance(result, BaseException):
+            raise result
+        host, port, broker = result
+        try:
+            yield RunningBroker(f"{host}:{port}", host, port, Path(data_dir), broker)
+        finally:
+            trio.from_thread.run_sync(stop["scope"].cancel, trio_token=stop["token"])
+            thread.join(timeout=30)

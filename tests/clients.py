@@ -1,0 +1,178 @@
+"""The real client libraries behind one small interface, so interop tests run the same story
+against each: kafka-python, confluent-kafka (librdkafka) and aiokafka."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+Record = tuple[int, int, bytes | None, bytes | None, tuple]  # partition, offset, key, value, headers
+
+
+@dataclass
+class Message:
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+
+
+class KafkaPython:
+    name = "kafka-python"
+
+    def create_topic(self, bootstrap, topic, partitions):
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="mb-test-admin")
+        try:
+            admin.create_topics([NewTopic(topic, partitions, 1)])
+        finally:
+            admin.close()
+
+    def produce(self, bootstrap, topic, messages: list[Message], **config):
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **config)
+        try:
+            futures = [
+                producer.send(topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers))
+                for m in messages
+            ]
+            producer.flush(timeout=60)
+            return [f.get(timeout=60).offset for f in futures]
+        finally:
+            producer.close(timeout=10)
+
+    def consume(self, bootstrap, topic, partitions, count, timeout=60) -> list[Record]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                 auto_offset_reset="earliest")
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+            consumer.seek_to_beginning()
+            got: list[Record] = []
+            deadline = time.monotonic() + timeout
+            while len(got) < count and time.monotonic() < deadline:
+                for batch in consumer.poll(timeout_ms=500).values():
+                    got.extend((r.partition, r.offset, r.key, r.value, tuple(r.headers)) for r in batch)
+            return got
+        finally:
+            consumer.close()
+
+
+class Confluent:
+    name = "confluent-kafka"
+
+    def create_topic(self, bootstrap, topic, partitions):
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            future.result(timeout=30)
+
+    def produce(self, bootstrap, topic, messages: list[Message], **config):
+        from confluent_kafka import Producer
+
+        offsets: list[int | None] = [None] * len(messages)
+        errors = []
+
+        def delivered(index):
+            def callback(err, msg):
+                if err is not None:
+                    errors.append(err)
+                else:
+                    offsets[index] = msg.offset()
+            return callback
+
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **config})
+        for i, m in enumerate(messages):
+            while True:
+                try:
+                    producer.produce(topic, value=m.value, key=m.key, partition=m.partition,
+                                     headers=list(m.headers), on_delivery=delivered(i))
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        assert not errors, errors
+        return offsets
+
+    def consume(self, bootstrap, topic, partitions, count, timeout=60) -> list[Record]:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"assign-{topic}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        try:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+            got: list[Record] = []
+            deadline = time.monotonic() + timeout
+            while len(got) < count and time.monotonic() < deadline:
+                for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                    if msg.error():
+                        raise RuntimeError(msg.error())
+                    got.append((msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                tuple(msg.headers() or ())))
+            return got
+        finally:
+            consumer.close()
+
+
+class AioKafka:
+    name = "aiokafka"
+
+    def create_topic(self, bootstrap, topic, partitions):
+        async def run():
+            from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+            await admin.start()
+            try:
+                await admin.create_topics([NewTopic(topic, partitions, 1)])
+            finally:
+                await admin.close()
+        asyncio.run(run())
+
+    def produce(self, bootstrap, topic, messages: list[Message], **config):
+        async def run():
+            from aiokafka import AIOKafkaProducer
+
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, **config)
+            await producer.start()
+            try:
+                futures = [
+                    await producer.send(topic, value=m.value, key=m.key, partition=m.partition,
+                                        headers=list(m.headers))
+                    for m in messages
+                ]
+                return [(await f).offset for f in futures]
+            finally:
+                await producer.stop()
+        return asyncio.run(run())
+
+    def consume(self, bootstrap, topic, partitions, count, timeout=60) -> list[Record]:
+        async def run():
+            from aiokafka import AIOKafkaConsumer, TopicPartition
+
+            consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                        enable_auto_commit=False, auto_offset_reset="earliest")
+            await consumer.start()
+            try:
+                tps = [TopicPartition(topic, p) for p in range(partitions)]
+                consumer.assign(tps)
+                await consumer.seek_to_beginning(*tps)
+                got: list[Record] = []
+                deadline = time.monotonic() + timeout
+                while len(got) < count and time.monotonic() < deadline:
+                    batches = await consumer.getmany(timeout_ms=500)
+                    for batch in batches.values():
+                        got.extend((r.partition, r.offset, r.key, r.value, tuple(r.headers)) for r in batch)
+                return got
+            finally:
+                await consumer.stop()
+        return asyncio.run(run())
+
+
+ALL = [KafkaPython(), Confluent(), AioKafka()]
