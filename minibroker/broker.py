@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from minibroker.config import BrokerConfig
+from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
 from minibroker.purgatory import Purgatory
 from protocol.entities import build
@@ -36,7 +37,6 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
-from storage.config import LogConfig
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 
@@ -122,10 +122,13 @@ class Broker:
         self.data_dir = config.data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
-        self.log_config = LogConfig.from_broker(config.props)
+        self.log_config = config.log_config
+        for key in config.unknown_keys():
+            log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.fetch_purgatory = Purgatory("Fetch")
+        self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
         self.metrics = BrokerMetrics()
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listener is bound (port 0 picks a port).
@@ -155,6 +158,7 @@ class Broker:
         self.metrics.connections -= 1
 
     def close(self) -> None:
+        self.groups.close()
         self.logs.close(clean=True)
 
     async def run_background(self) -> None:

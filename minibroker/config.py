@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from storage.config import BROKER_LOG_KEYS, LogConfig
+from storage.config import ConfigError as StorageConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -95,6 +98,11 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
+        Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
+        Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
+        Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
+        Key("offsets.retention.minutes", _int, "10080", "Committed offsets of a group Empty this long (or of a simple group, this long after the commit) expire (KIP-211).", _at_least(1)),
+        Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
     ]
 }
 
@@ -134,6 +142,11 @@ class BrokerConfig:
             if key.check is not None and (reason := key.check(value)) is not None:
                 raise ConfigError(name, f"{raw!r} {reason}")
             self._values[name] = value
+        # The log.* keys belong to storage, which validates them; fail here, at load, with the key.
+        try:
+            self.log_config = LogConfig.from_broker(self.props)
+        except StorageConfigError as exc:
+            raise ConfigError(exc.key, exc.reason) from None
 
     @classmethod
     def load(
@@ -152,8 +165,8 @@ class BrokerConfig:
         """A raw property that another module (storage, quotas) parses and validates."""
         return self.props.get(name, default)
 
-    def unknown_keys(self, known_elsewhere: set[str]) -> list[str]:
-        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in known_elsewhere)
+    def unknown_keys(self) -> list[str]:
+        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS)
 
     def describe(self) -> list[tuple[str, str, bool]]:
         """(name, value, is_default) for DescribeConfigs on the broker resource."""
