@@ -172,3 +172,95 @@ def check_produce_records(buf: bytes | bytearray | memoryview) -> BatchHeader:
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
     """Assign the batch's offsets in place. baseOffset lies outside the CRC, so it stays valid."""
     struct.pack_into(">q", buf, position, base_offset)
+
+
+# ---- the broker's own records (internal topics) -------------------------------------------------
+# Clients' batches are never decoded on the hot path; these are for batches the broker writes itself
+# (committed offsets, the audit stream) and for tools that read them back. Uncompressed only.
+
+
+def _zigzag_varint(value: int, out: bytearray) -> None:
+    value = (value << 1) ^ (value >> 63)
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _read_zigzag_varint(buf, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptRecordError("truncated varint in record")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint too long in record")
+
+
+def encode_batch(
+    records: list[tuple[bytes | None, bytes | None]],
+    timestamp_ms: int,
+    *,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """One uncompressed v2 batch of (key, value) records, all stamped `timestamp_ms`, no headers."""
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    body = bytearray()
+    for delta, (key, value) in enumerate(records):
+        record = bytearray(b"\0")  # attributes
+        _zigzag_varint(0, record)  # timestamp delta
+        _zigzag_varint(delta, record)  # offset delta
+        for field in (key, value):
+            if field is None:
+                _zigzag_varint(-1, record)
+            else:
+                _zigzag_varint(len(field), record)
+                record += field
+        _zigzag_varint(0, record)  # header count
+        _zigzag_varint(len(record), body)
+        body += record
+    count = len(records)
+    header = bytearray(BATCH_HEADER.pack(
+        base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), -1, 2, 0, 0, count - 1,
+        timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence, count,
+    ))
+    crc = crc32c(bytes(header[CRC_START:]) + bytes(body))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header + body)
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of each record in one uncompressed v2 batch (headers skipped)."""
+    header = read_header(batch, 0)
+    if header.compression:
+        raise InvalidRecordError(f"compressed batch (codec {header.compression}) cannot be decoded here")
+    pos = HEADER_SIZE
+    end = header.size
+    for _ in range(header.records_count):
+        length, pos = _read_zigzag_varint(batch, pos)
+        record_end = pos + length
+        if record_end > end:
+            raise CorruptRecordError("record runs past the end of its batch")
+        pos += 1  # attributes
+        ts_delta, pos = _read_zigzag_varint(batch, pos)
+        offset_delta, pos = _read_zigzag_varint(batch, pos)
+        fields = []
+        for _f in range(2):
+            size, pos = _read_zigzag_varint(batch, pos)
+            if size < 0:
+                fields.append(None)
+            else:
+                fields.append(bytes(batch[pos : pos + size]))
+                pos += size
+        yield header.base_offset + offset_delta, header.base_timestamp + ts_delta, fields[0], fields[1]
+        pos = record_end

@@ -83,3 +83,24 @@ def test_iter_headers_stops_at_a_torn_tail():
     assert [h.records_count for h in whole] == [3, 2]
     torn = list(iter_headers(data[:-1]))
     assert [h.records_count for h in torn] == [3]
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from protocol.records import decode_records, encode_batch  # noqa: E402
+
+maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
+
+
+@given(st.lists(st.tuples(maybe_bytes, maybe_bytes), min_size=1, max_size=20), st.integers(0, 2**41))
+def test_encode_decode_round_trip_and_a_client_reads_it(records, ts):
+    data = encode_batch(records, ts, base_offset=100)
+    header = check_produce_records(data)
+    assert header.records_count == len(records)
+    decoded = list(decode_records(data))
+    assert [(k, v) for _, _, k, v in decoded] == records
+    assert [o for o, *_ in decoded] == list(range(100, 100 + len(records)))
+    from kafka.record.default_records import DefaultRecordBatch
+
+    client_view = [(r.key, r.value, r.timestamp) for r in DefaultRecordBatch(data)]
+    assert client_view == [(k, v, ts) for k, v in records]
