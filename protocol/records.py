@@ -242,6 +242,8 @@ def encode_batch(
 def decode_records(batch: bytes | bytearray | memoryview) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
     """(offset, timestamp, key, value) of each record in one uncompressed v2 batch (headers skipped)."""
     header = read_header(batch, 0)
+    if header.is_control:
+        return  # transaction markers: no data records
     if header.compression:
         raise InvalidRecordError(f"compressed batch (codec {header.compression}) cannot be decoded here")
     pos = HEADER_SIZE

@@ -1,0 +1,56 @@
+"""DescribeGroups (key 15), v0-v6: state, protocol and members of groups.
+
+Member metadata and the protocol name are given only while the group is Stable (Kafka's rule);
+assignments always. An unknown group is described as Dead with no error before v6 and answered
+GROUP_ID_NOT_FOUND from v6 (KIP-1043). v3+ may ask for the authorized operations: with no ACLs here,
+every group operation (READ, DELETE, DESCRIBE).
+"""
+
+from __future__ import annotations
+
+from minibroker.groups import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID
+from minibroker.handlers import handler
+from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
+
+GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
+
+
+def _dead(group_id: str, error: int = 0, message: str | None = None) -> dict:
+    return {"error_code": error, "error_message": message, "group_id": group_id, "group_state": "Dead",
+            "protocol_type": "", "protocol_data": "", "members": [],
+            "authorized_operations": NO_AUTHORIZED_OPERATIONS}
+
+
+@handler(15, 0, 6)
+async def describe_groups(ctx, request):
+    groups = ctx.broker.groups
+    operations = (GROUP_ALL_OPERATIONS if getattr(request, "include_authorized_operations", False)
+                  else NO_AUTHORIZED_OPERATIONS)
+    described = []
+    for group_id in request.groups:
+        if not group_id:
+            described.append(_dead(group_id, INVALID_GROUP_ID))
+            continue
+        description = groups.describe_group(group_id)
+        if description is None:
+            if ctx.version >= 6:
+                described.append(_dead(group_id, GROUP_ID_NOT_FOUND, f"Group {group_id} not found."))
+            else:
+                described.append(_dead(group_id))
+            continue
+        described.append({
+            "error_code": 0,
+            "error_message": None,
+            "group_id": group_id,
+            "group_state": description.state,
+            "protocol_type": description.protocol_type,
+            "protocol_data": description.protocol,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "client_id": m.client_id, "client_host": m.client_host,
+                 "member_metadata": m.metadata, "member_assignment": m.assignment}
+                for m in description.members
+            ],
+            "authorized_operations": operations,
+        })
+    return {"throttle_time": 0, "groups": described}

@@ -1,0 +1,24 @@
+"""Heartbeat (key 12), v0-v4: keeps a member's session alive.
+
+REBALANCE_IN_PROGRESS while the group prepares a rebalance tells the member to rejoin; a stale
+generation gets ILLEGAL_GENERATION, an unknown member UNKNOWN_MEMBER_ID, a fenced static member
+FENCED_INSTANCE_ID (v3+ carries group.instance.id).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from minibroker.handlers import handler
+
+
+@handler(12, 0, 4)
+async def heartbeat(ctx, request):
+    error = ctx.broker.groups.heartbeat(
+        trio.current_time(),
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+    )
+    return {"throttle_time": 0, "error_code": error}

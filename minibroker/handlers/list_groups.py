@@ -1,0 +1,24 @@
+"""ListGroups (key 16), v0-v5: every group this broker coordinates (all of them).
+
+v4+ filters by state (case-insensitive, as Kafka); v5+ by type: all groups here are "classic".
+"""
+
+from __future__ import annotations
+
+from minibroker.handlers import handler
+
+
+@handler(16, 0, 5)
+async def list_groups(ctx, request):
+    overviews = ctx.broker.groups.list_groups(
+        getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "groups": [
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+             "group_type": g.group_type}
+            for g in overviews
+        ],
+    }

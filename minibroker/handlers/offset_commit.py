@@ -1,0 +1,67 @@
+"""OffsetCommit (key 8), v2-v10: store a group's consumed positions in `__consumer_offsets`.
+
+Accepted from a member of the group's current generation, or with generation -1 and no member id
+while the group has no members (assign() consumers and admin tools; this creates a "simple" group).
+A stale generation gets ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v9 when the group does not
+exist), an unknown member UNKNOWN_MEMBER_ID, a commit while the group awaits its assignment
+REBALANCE_IN_PROGRESS. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION (v10 names topics
+by id: UNKNOWN_TOPIC_ID). v2-v4 retention_time sets the offsets' own expiry; v6+ carries the leader
+epoch; v7+ group.instance.id. Errors are per partition, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from protocol.entities import to_ms
+
+
+@handler(8, 2, 10)
+async def offset_commit(ctx, request):
+    logs = ctx.broker.logs
+    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    answers = []  # (topic entry, [(partition, name or None, error or None)])
+    for topic in request.topics:
+        name = getattr(topic, "name", None)
+        topic_id = getattr(topic, "topic_id", None)
+        info = logs.topic(name) if name is not None else logs.topic_by_id(topic_id)
+        missing = UNKNOWN_TOPIC_ID if name is None else UNKNOWN_TOPIC_OR_PARTITION
+        rows = []
+        for p in topic.partitions:
+            if info is None or not 0 <= p.partition_index < info.num_partitions:
+                rows.append((p.partition_index, missing))
+                continue
+            offsets[(info.name, p.partition_index)] = (
+                p.committed_offset,
+                getattr(p, "committed_leader_epoch", -1),
+                p.committed_metadata,
+            )
+            rows.append((p.partition_index, (info.name, p.partition_index)))
+        answers.append((name, topic_id, rows))
+    retention = getattr(request, "retention_time", None)
+    errors = ctx.broker.groups.commit_offsets(
+        trio.current_time(),
+        group_id=request.group_id,
+        generation_id=request.generation_id_or_member_epoch,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        offsets=offsets,
+        retention_ms=-1 if retention is None else to_ms(retention),
+        version=ctx.version,
+    )
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": name,
+                "topic_id": topic_id,
+                "partitions": [
+                    {"partition_index": index, "error_code": errors[row] if isinstance(row, tuple) else row}
+                    for index, row in rows
+                ],
+            }
+            for name, topic_id, rows in answers
+        ],
+    }

@@ -1,0 +1,73 @@
+"""OffsetFetch (key 9), v1-v10: a group's committed offsets.
+
+Partitions without a committed offset (unknown group, topic or partition) answer offset -1 with no
+error, as Kafka does. v2+ asks for every partition the group has offsets for with a null topic list
+and has a top-level error code; v5+ returns the committed leader epoch; v8+ batches groups; v10 names
+topics by id (offsets of a deleted topic are left out of an all-topics answer). require_stable (v7+)
+needs no waiting: there are no transactional offset commits here.
+"""
+
+from __future__ import annotations
+
+from minibroker.groups import INVALID_GROUP_ID
+from minibroker.handlers import handler
+
+NO_OFFSET = -1
+
+
+def _partition(index: int, om, error: int = 0) -> dict:
+    return {
+        "partition_index": index,
+        "committed_offset": om.offset if om is not None else NO_OFFSET,
+        "committed_leader_epoch": om.leader_epoch if om is not None else -1,
+        "metadata": om.metadata if om is not None else "",
+        "error_code": error,
+    }
+
+
+def fetch_group(broker, group_id: str, topics, by_id: bool) -> tuple[int, list[dict]]:
+    """(group error, topic entries) for one group; `topics` None means all."""
+    groups, logs = broker.groups, broker.logs
+    error = INVALID_GROUP_ID if not group_id else 0
+    if topics is None:
+        by_topic: dict[str, list] = {}
+        for (topic, partition), om in groups.fetch_offsets(group_id, None):
+            by_topic.setdefault(topic, []).append(_partition(partition, om))
+        entries = []
+        for topic, partitions in by_topic.items():
+            info = logs.topic(topic)
+            if by_id and info is None:
+                continue
+            entries.append({"name": topic, "topic_id": info.topic_id if info else None,
+                            "partitions": partitions})
+        return error, entries
+    entries = []
+    for topic in topics:
+        name = getattr(topic, "name", None)
+        topic_id = getattr(topic, "topic_id", None)
+        if name is None:
+            info = logs.topic_by_id(topic_id)
+            name = info.name if info is not None else None
+        wanted = [(name, p) for p in topic.partition_indexes]
+        found = groups.fetch_offsets(group_id, wanted) if name is not None and not error else [
+            ((name, p), None) for p in topic.partition_indexes]
+        entries.append({
+            "name": name or "",
+            "topic_id": topic_id,
+            "partitions": [_partition(p, om, error) for (_, p), om in found],
+        })
+    return error, entries
+
+
+@handler(9, 1, 10)
+async def offset_fetch(ctx, request):
+    batched = getattr(request, "groups", None)
+    if batched is None:
+        error, topics = fetch_group(ctx.broker, request.group_id, request.topics, by_id=False)
+        return {"throttle_time": 0, "error_code": error, "topics": topics}
+    by_id = ctx.version >= 10
+    answer = []
+    for group in batched:
+        error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id)
+        answer.append({"group_id": group.group_id, "error_code": error, "topics": topics})
+    return {"throttle_time": 0, "groups": answer}

@@ -1,0 +1,36 @@
+"""SyncGroup (key 14), v0-v5: the leader hands in the assignment, every member gets its share.
+
+A follower that arrives before the leader is parked (DelayedSync) until the assignment arrives or the
+group starts another rebalance (REBALANCE_IN_PROGRESS). v5+ requests carry the protocol type and
+name, checked against the group's (INCONSISTENT_GROUP_PROTOCOL), and responses echo them.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from minibroker.groups import DelayedSync
+from minibroker.handlers import handler
+
+
+@handler(14, 0, 5)
+async def sync_group(ctx, request):
+    groups = ctx.broker.groups
+    pending = groups.sync_group(
+        trio.current_time(),
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: a.assignment for a in request.assignments},
+    )
+    result = await groups.wait_for(pending, request.group_id, DelayedSync)
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }

@@ -1,0 +1,319 @@
+"""Durable committed offsets: the internal `__consumer_offsets` topic, written and read back.
+
+Kafka keeps consumer-group state in a compacted internal topic and rebuilds the coordinator's cache
+by replaying it when it takes over a partition (GroupMetadataManager / CoordinatorLoaderImpl). This
+does the same on one partition of the broker's own storage: every committed offset, every group
+generation and every deletion is a record appended to `__consumer_offsets-0`; at start-up the log is
+read from its start and the last record for each key wins (a tombstone, a null value, deletes).
+
+The records are this project's own compact format (not Kafka's schemas), inside ordinary
+uncompressed v2 record batches, so the log stays readable by any Kafka client:
+
+    key   = type u16, then by type
+            1 offset: group str, topic str, partition i32
+            2 group:  group str
+    value = (null: tombstone)
+            1 offset: version u16 (0), offset i64, leader_epoch i32 (-1 none), metadata str,
+                      commit_timestamp i64 (wall ms), expire_timestamp i64 (wall ms, -1 none)
+            2 group:  version u16 (0), protocol_type str ("" none), generation i32,
+                      protocol str ("" none), members i32, state_timestamp i64 (wall ms)
+    str   = u16 length + UTF-8 bytes; integers big-endian
+
+There is no log cleaner in this broker (cleanup.policy=compact is stored but acts as delete), so the
+store compacts itself: when the log holds many more records than live keys, it rolls a new segment,
+rewrites the live state there, and moves the log start past the old records (DeleteRecords), which
+deletes the old segments. A crash half-way leaves the old records in place, and replaying them
+before the new copy gives the same state. retention.ms=-1 on the topic keeps time retention away.
+
+This module does no I/O of its own beyond the PartitionLog it is given and never reads a clock:
+callers pass `now_ms` (wall-clock milliseconds, the timestamps Kafka stores).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from construct import ConstructError, Int16ub, Int32sb, Int64sb, PascalString, Struct, Switch, this
+from protocol.records import decode_records, encode_batch, iter_headers
+
+if TYPE_CHECKING:
+    from storage.log import PartitionLog
+    from storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+TOPIC = "__consumer_offsets"
+# Kafka's offsets topic settings (offsets.topic.segment.bytes is 100 MiB), plus no time retention:
+# without a cleaner, time retention would delete live commits.
+TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "segment.bytes": str(100 * 1024 * 1024),
+    "compression.type": "producer",
+}
+
+OFFSET_KEY = 1
+GROUP_KEY = 2
+
+_String = PascalString(Int16ub, "utf8")
+
+RECORD_KEY = Struct(
+    "type" / Int16ub,
+    "key" / Switch(
+        this.type,
+        {
+            OFFSET_KEY: Struct("group" / _String, "topic" / _String, "partition" / Int32sb),
+            GROUP_KEY: Struct("group" / _String),
+        },
+    ),
+)
+
+OFFSET_VALUE = Struct(
+    "version" / Int16ub,
+    "offset" / Int64sb,
+    "leader_epoch" / Int32sb,
+    "metadata" / _String,
+    "commit_timestamp" / Int64sb,
+    "expire_timestamp" / Int64sb,
+)
+
+GROUP_VALUE = Struct(
+    "version" / Int16ub,
+    "protocol_type" / _String,
+    "generation" / Int32sb,
+    "protocol" / _String,
+    "members" / Int32sb,
+    "state_timestamp" / Int64sb,
+)
+
+# Batches written here stay well under the default max.message.bytes.
+MAX_RECORDS_PER_BATCH = 2000
+# Compact when the log holds more than this many records beyond twice the live ones.
+COMPACT_SLACK = 10_000
+READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int  # -1: none
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int = -1  # -1: none (only OffsetCommit v2-v4 retention_time sets it)
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    """What survives a restart of a group: enough to list, describe and expire it."""
+
+    protocol_type: str  # "" for a group that only stores offsets
+    generation: int
+    protocol: str
+    members: int
+    state_timestamp_ms: int  # when it last changed state (when it became Empty if members == 0)
+
+
+TopicPartition = tuple[str, int]
+
+
+# --- keys and values ---------------------------------------------------------------------------
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return RECORD_KEY.build(
+        {"type": OFFSET_KEY, "key": {"group": group, "topic": topic, "partition": partition}}
+    )
+
+
+def group_key(group: str) -> bytes:
+    return RECORD_KEY.build({"type": GROUP_KEY, "key": {"group": group}})
+
+
+def offset_value(om: OffsetAndMetadata) -> bytes:
+    return OFFSET_VALUE.build(
+        {
+            "version": 0,
+            "offset": om.offset,
+            "leader_epoch": om.leader_epoch,
+            "metadata": om.metadata,
+            "commit_timestamp": om.commit_timestamp_ms,
+            "expire_timestamp": om.expire_timestamp_ms,
+        }
+    )
+
+
+def group_value(group: StoredGroup) -> bytes:
+    return GROUP_VALUE.build(
+        {
+            "version": 0,
+            "protocol_type": group.protocol_type,
+            "generation": group.generation,
+            "protocol": group.protocol,
+            "members": group.members,
+            "state_timestamp": group.state_timestamp_ms,
+        }
+    )
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+
+class OffsetsStore:
+    """Committed offsets and group records, in memory and (when given a log) on disk.
+
+    `offsets[group][(topic, partition)]` and `groups[group]` are the live state; every change goes
+    to the log first, then to memory, so what a client was told is committed is on disk.
+    """
+
+    def __init__(self, log: PartitionLog | None = None) -> None:
+        self.log = log
+        self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        self.groups: dict[str, StoredGroup] = {}
+        self.records_in_log = 0  # records replayed or appended since the log start
+        self.skipped_records = 0  # records that could not be decoded at load
+
+    @classmethod
+    def open(cls, logs: LogManager, now_ms: int) -> OffsetsStore:
+        """Open (creating if needed) the offsets topic in `logs` and replay it."""
+        if logs.topic(TOPIC) is None:
+            logs.create_topic(TOPIC, 1, TOPIC_CONFIGS, now_ms)
+        store = cls(logs.log(TOPIC, 0))
+        store.load()
+        store.maybe_compact(now_ms)
+        return store
+
+    # -- loading ----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.offsets.clear()
+        self.groups.clear()
+        self.records_in_log = 0
+        if self.log is None:
+            return
+        position = self.log.log_start_offset
+        while position < self.log.log_end_offset:
+            data = self.log.read(position, READ_CHUNK)
+            if not data:
+                break
+            advanced = False
+            for header in iter_headers(data):
+                if header.last_offset < position:
+                    continue
+                batch = memoryview(data)[header.position : header.position + header.size]
+                self._replay_batch(batch, header.base_offset)
+                position = header.last_offset + 1
+                advanced = True
+            if not advanced:
+                log.error("%s: cannot read past offset %d; stopping the replay", TOPIC, position)
+                break
+
+    def _replay_batch(self, batch: memoryview, base_offset: int) -> None:
+        try:
+            records = [(key, value) for _, _, key, value in decode_records(batch)]
+            if any(key is None for key, _ in records):
+                raise ValueError("record without a key")
+        except (ValueError, struct.error) as exc:
+            log.warning("%s: skipping unreadable batch at offset %d: %s", TOPIC, base_offset, exc)
+            self.skipped_records += 1
+            return
+        for key, value in records:
+            self.records_in_log += 1
+            try:
+                self._replay(key, value)
+            except (ConstructError, ValueError) as exc:
+                self.skipped_records += 1
+                log.warning("%s: skipping unreadable record near offset %d: %s", TOPIC, base_offset, exc)
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        parsed = RECORD_KEY.parse(key)
+        body = parsed.key
+        if parsed.type == OFFSET_KEY:
+            tp = (body.topic, body.partition)
+            if value is None:
+                group_offsets = self.offsets.get(body.group)
+                if group_offsets is not None:
+                    group_offsets.pop(tp, None)
+                    if not group_offsets:
+                        del self.offsets[body.group]
+                return
+            v = OFFSET_VALUE.parse(value)
+            self.offsets.setdefault(body.group, {})[tp] = OffsetAndMetadata(
+                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
+            )
+        elif parsed.type == GROUP_KEY:
+            if value is None:
+                self.groups.pop(body.group, None)
+                return
+            v = GROUP_VALUE.parse(value)
+            self.groups[body.group] = StoredGroup(
+                v.protocol_type, v.generation, v.protocol, v.members, v.state_timestamp
+            )
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def _append(self, records: list[tuple[bytes, bytes | None]], now_ms: int) -> None:
+        if self.log is None or not records:
+            return
+        for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
+            chunk = records[start : start + MAX_RECORDS_PER_BATCH]
+            self.log.append(encode_batch(chunk, now_ms), now_ms)
+            self.records_in_log += len(chunk)
+
+    def commit(self, group: str, entries: dict[TopicPartition, OffsetAndMetadata], now_ms: int) -> None:
+        """Store one OffsetCommit's offsets (one batch, as Kafka appends a commit atomically)."""
+        if not entries:
+            return
+        self._append(
+            [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms
+        )
+        self.offsets.setdefault(group, {}).update(entries)
+
+    def remove_offsets(self, group: str, partitions: Iterable[TopicPartition], now_ms: int) -> None:
+        partitions = list(partitions)
+        self._append([(offset_key(group, t, p), None) for t, p in partitions], now_ms)
+        group_offsets = self.offsets.get(group)
+        if group_offsets is not None:
+            for tp in partitions:
+                group_offsets.pop(tp, None)
+            if not group_offsets:
+                del self.offsets[group]
+
+    def store_group(self, group: str, stored: StoredGroup, now_ms: int) -> None:
+        self._append([(group_key(group), group_value(stored))], now_ms)
+        self.groups[group] = stored
+
+    def delete_group(self, group: str, now_ms: int) -> None:
+        """Tombstones for the group's offsets and its group record."""
+        records = [(offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
+        if group in self.groups:
+            records.append((group_key(group), None))
+        self._append(records, now_ms)
+        self.offsets.pop(group, None)
+        self.groups.pop(group, None)
+
+    # -- compaction -------------------------------------------------------------------------------
+
+    def live_records(self) -> int:
+        return sum(len(o) for o in self.offsets.values()) + len(self.groups)
+
+    def maybe_compact(self, now_ms: int, slack: int = COMPACT_SLACK) -> bool:
+        """Rewrite the live state and drop the old records when they are mostly dead."""
+        if self.log is None or self.records_in_log <= 2 * self.live_records() + slack:
+            return False
+        start = self.log.roll(now_ms)
+        records: list[tuple[bytes, bytes | None]] = []
+        for group, stored in self.groups.items():
+            records.append((group_key(group), group_value(stored)))
+        for group, group_offsets in self.offsets.items():
+            records.extend(
+                (offset_key(group, t, p), offset_value(om)) for (t, p), om in group_offsets.items()
+            )
+        self.records_in_log = 0
+        self._append(records, now_ms)
+        self.log.delete_records_before(start)
+        log.info("%s: compacted to %d live records", TOPIC, len(records))
+        return True

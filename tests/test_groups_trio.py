@@ -1,0 +1,155 @@
+"""The coordinator's trio side on trio's MockClock: parked joins and syncs in the purgatory
+(DelayedJoin / DelayedSync) and the timer task, with virtual time, so a 10-second rebalance timeout
+takes no real time and every deadline is exact.
+"""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from minibroker import groups as g
+from minibroker.groups import DelayedSync, GroupConfig, GroupCoordinator
+from minibroker.purgatory import Purgatory
+
+GROUP = "trio-group"
+SESSION_MS, REBALANCE_MS = 6000, 10_000
+
+
+def make(**config) -> GroupCoordinator:
+    return GroupCoordinator(GroupConfig(**config), wall_clock_ms=lambda: 0, purgatory=Purgatory("Group"))
+
+
+async def join(c: GroupCoordinator, member_id: str = "", name: str = "m") -> g.JoinResult:
+    """A v5 client's join: the KIP-394 round trip when it has no id yet, then the parked join."""
+    while True:
+        pending = c.join_group(
+            trio.current_time(), group_id=GROUP, member_id=member_id, group_instance_id=None,
+            client_id=name, client_host="/127.0.0.1", session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=REBALANCE_MS, protocol_type="consumer",
+            protocols=[("range", name.encode())], require_known_member_id=True)
+        result = await c.wait_for(pending, GROUP)
+        if result.error != g.MEMBER_ID_REQUIRED:
+            return result
+        member_id = result.member_id
+
+
+async def sync(c: GroupCoordinator, join_result: g.JoinResult, assignments=None) -> g.SyncResult:
+    pending = c.sync_group(
+        trio.current_time(), group_id=GROUP, generation_id=join_result.generation_id,
+        member_id=join_result.member_id, group_instance_id=None, protocol_type=None,
+        protocol_name=None, assignments=assignments or {})
+    return await c.wait_for(pending, GROUP, DelayedSync)
+
+
+def run(main) -> None:
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_initial_delay_gathers_members_into_one_generation():
+    """Two consumers a second apart join a new group in one generation, at the (extended) delay."""
+    coordinator = make(initial_rebalance_delay_ms=3000)
+    results = {}
+
+    async def member(name: str, start: float) -> None:
+        await trio.sleep(start)
+        results[name] = (await join(coordinator, name=name), trio.current_time())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(coordinator.run)
+            async with trio.open_nursery() as members:
+                members.start_soon(member, "a", 0)
+                members.start_soon(member, "b", 1)
+            nursery.cancel_scope.cancel()
+
+    run(main)
+    (a, at_a), (b, at_b) = results["a"], results["b"]
+    assert a.error == b.error == g.NONE and a.generation_id == b.generation_id == 1
+    assert at_a == at_b == 6.0  # delay 3 s, extended once by 3 s because b arrived
+    assert coordinator.rebalances == 1
+
+
+def test_delayed_join_expires_at_the_rebalance_timeout_without_the_timer_task():
+    """The purgatory's own deadline completes the join phase: a member that heartbeats but never
+    rejoins is dropped at the rebalance timeout."""
+    coordinator = make()
+    out = {}
+
+    async def scenario() -> None:
+        a = await join(coordinator, name="a")
+        assert (a.error, a.generation_id) == (g.NONE, 1)
+        await sync(coordinator, a, {a.member_id: b"all"})
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+
+            async def keep_a_alive() -> None:
+                while True:
+                    await trio.sleep(1)
+                    coordinator.heartbeat(trio.current_time(), group_id=GROUP,
+                                          generation_id=a.generation_id, member_id=a.member_id)
+
+            nursery.start_soon(keep_a_alive)
+            b = await join(coordinator, name="b")
+            nursery.cancel_scope.cancel()
+        out["b"], out["waited"] = b, trio.current_time() - started
+
+    run(scenario)
+    b = out["b"]
+    assert (b.error, b.generation_id, b.leader) == (g.NONE, 2, b.member_id)
+    assert out["waited"] == REBALANCE_MS / 1000
+    assert list(coordinator.groups[GROUP].members) == [b.member_id]
+    assert coordinator.purgatory.expired >= 1
+
+
+def test_follower_sync_waits_in_purgatory_for_the_leader():
+    coordinator = make(initial_rebalance_delay_ms=1000)
+    out = {}
+
+    async def follower(result: g.JoinResult) -> None:
+        out["follower"] = await sync(coordinator, result)
+        out["follower_at"] = trio.current_time()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(coordinator.run)
+            joined = {}
+
+            async def member(name: str) -> None:
+                joined[name] = await join(coordinator, name=name)
+
+            async with trio.open_nursery() as members:
+                members.start_soon(member, "a")
+                members.start_soon(member, "b")
+            leader, other = sorted(joined.values(), key=lambda r: r.member_id != r.leader)
+            nursery.start_soon(follower, other)
+            await trio.sleep(2)
+            assert coordinator.purgatory.watched(GROUP) == 1
+            await sync(coordinator, leader, {leader.member_id: b"L", other.member_id: b"F"})
+            await trio.sleep(0)
+            out["leader_at"] = trio.current_time()
+            nursery.cancel_scope.cancel()
+
+    run(main)
+    assert out["follower"].error == g.NONE and out["follower"].assignment == b"F"
+    assert out["follower_at"] == out["leader_at"]
+
+
+def test_timer_task_expires_a_silent_member():
+    coordinator = make()
+    out = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(coordinator.run)
+            a = await join(coordinator, name="a")
+            await sync(coordinator, a, {a.member_id: b"x"})
+            await trio.sleep(SESSION_MS / 1000 - 0.01)
+            out["before"] = coordinator.groups[GROUP].state
+            await trio.sleep(0.02)
+            out["after"] = coordinator.groups[GROUP].state
+            nursery.cancel_scope.cancel()
+
+    run(main)
+    assert (out["before"], out["after"]) == (g.STABLE, g.EMPTY)
+    assert coordinator.groups[GROUP].generation_id == 2
