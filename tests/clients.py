@@ -86,18 +86,29 @@ class Confluent:
                     offsets[index] = msg.offset()
             return callback
 
-        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **config})
-        for i, m in enumerate(messages):
-            while True:
-                try:
-                    producer.produce(topic, value=m.value, key=m.key, partition=m.partition,
-                                     headers=list(m.headers), on_delivery=delivered(i))
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
-        assert producer.flush(60) == 0
-        assert not errors, errors
+        def on_error(err):  # fatal idempotence errors arrive here; transport errors are retried
+            if err.fatal():
+                errors.append(err)
+
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                             "error_cb": on_error, **config})
+        try:
+            for i, m in enumerate(messages):
+                while True:
+                    try:
+                        producer.produce(topic, value=m.value, key=m.key, partition=m.partition,
+                                         headers=list(m.headers), on_delivery=delivered(i))
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                producer.poll(0)
+            remaining = producer.flush(60)
+        except Exception as exc:  # a fatal error surfaces from produce()/poll()
+            errors.append(exc)
+            remaining = None
+        if errors:
+            raise RuntimeError(f"confluent-kafka produce failed: {errors!r}")
+        assert remaining == 0, f"{remaining} message(s) undelivered after 60 s"
         return offsets
 
     def consume(self, bootstrap, topic, partitions, count, timeout=60) -> list[Record]:
