@@ -1,0 +1,253 @@
+"""The broker's client quotas: the managers, where their configuration lives, and the throttle rules.
+
+The quota arithmetic is in `quotas/` (pure, `now_ms` as an argument); this module gives it a home in
+the broker: the Produce, Fetch and Request managers sharing one callback (Kafka's default, or
+`client.quota.callback.class`), the producer-id quota (KIP-936), and the QuotaConfigStore persisted as
+`client-quotas.json` in the data dir, replayed into the managers at start and on every
+AlterClientQuotas. `Broker.handle_frame` asks it for throttle times; the connection loop in
+`server.py` mutes the connection (or, for old clients, delays the response) for them.
+
+Kafka facts followed (core/.../server/KafkaApis.scala, RequestHandlerHelper.scala,
+clients/.../requests/*Response.java `shouldClientThrottle`):
+
+- Produce: appended anyway; byte-rate throttle on the request's size and request-time throttle
+  (none for acks=0), the larger wins. acks=0 has no response but its connection is still muted.
+- Fetch: the response size is recorded; if either quota throttles, the recording is taken back and
+  the answer is an empty response carrying the throttle time. The fetch size is capped at
+  quota * (samples - 1) * window.
+- Request time: the handler's own running time (waits in the purgatory or on sockets excluded), for
+  every request except those of the SASL exchange before authentication (Kafka's authenticator
+  answers them outside KafkaApis). ApiVersions on an authenticated connection is throttled as in
+  Kafka (KafkaApis.handleApiVersionsRequest uses sendResponseMaybeThrottle).
+- KIP-219: from the versions in CLIENT_THROTTLES_FROM on, the response goes out at once and the
+  client waits by itself (the broker mutes the connection anyway); for older versions, and for APIs
+  whose clients never throttle themselves (Kafka's AbstractResponse default), the broker holds the
+  response back for the throttle time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from quotas.callback import DEFAULT, ClientQuotaEntity, DefaultQuotaCallback, QuotaType, load_callback
+from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
+from quotas.config import QuotaConfigStore
+from quotas.producer_id_quota import ProducerIdQuotaManager
+from quotas.rate import MetricConfig
+
+if TYPE_CHECKING:
+    from minibroker.config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+QUOTA_STORE_FILE = "client-quotas.json"
+
+PRODUCE_KEY = 0
+FETCH_KEY = 1
+
+# First response version whose client throttles itself (KIP-219); Kafka's shouldClientThrottle.
+CLIENT_THROTTLES_FROM: dict[int, int] = {
+    0: 6,  # Produce
+    1: 8,  # Fetch
+    2: 3,  # ListOffsets
+    3: 6,  # Metadata
+    8: 4,  # OffsetCommit
+    9: 4,  # OffsetFetch
+    10: 2,  # FindCoordinator
+    11: 3,  # JoinGroup
+    12: 2,  # Heartbeat
+    13: 2,  # LeaveGroup
+    14: 2,  # SyncGroup
+    15: 2,  # DescribeGroups
+    16: 2,  # ListGroups
+    18: 2,  # ApiVersions
+    19: 3,  # CreateTopics
+    20: 2,  # DeleteTopics
+    22: 1,  # InitProducerId
+    32: 2,  # DescribeConfigs
+    33: 1,  # AlterConfigs
+    37: 1,  # CreatePartitions
+    42: 1,  # DeleteGroups
+    44: 0,  # IncrementalAlterConfigs
+    47: 0,  # OffsetDelete
+}
+
+
+def client_throttles(api_key: int, version: int) -> bool:
+    """Whether a client honours `throttle_time` in this response itself (else the broker delays it).
+
+    DescribeCluster, DescribeClientQuotas and AlterClientQuotas keep Kafka's default (False)."""
+    first = CLIENT_THROTTLES_FROM.get(api_key)
+    return first is not None and version >= first
+
+
+def monotonic_ms() -> int:
+    """The one clock of the quotas: trio's (so tests may run on a MockClock), in ms."""
+    return int(trio.current_time() * 1000)
+
+
+class TaskClock(trio.abc.Instrument):
+    """How long each watched task has been suspended, so a request's running time excludes its waits.
+
+    Installed with `trio.lowlevel.add_instrument` once a request quota is in use; only tasks
+    passed to `watch` are timed (connection tasks), the others cost a dict probe per step.
+    """
+
+    def __init__(self) -> None:
+        self._suspended_ns: dict[Any, int] = {}
+        self._since: dict[Any, int] = {}
+
+    def watch(self, task: Any) -> None:
+        self._suspended_ns.setdefault(task, 0)
+
+    def __len__(self) -> int:
+        return len(self._suspended_ns)
+
+    def forget(self, task: Any) -> None:
+        self._suspended_ns.pop(task, None)
+        self._since.pop(task, None)
+
+    def suspended_ns(self, task: Any) -> int:
+        return self._suspended_ns.get(task, 0)
+
+    def after_task_step(self, task: Any) -> None:
+        if task in self._suspended_ns:
+            self._since[task] = time.perf_counter_ns()
+
+    def before_task_step(self, task: Any) -> None:
+        since = self._since.pop(task, None)
+        if since is not None:
+            self._suspended_ns[task] += time.perf_counter_ns() - since
+
+
+class BrokerQuotas:
+    """Quota managers, their callback and configuration store, for one broker."""
+
+    def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
+        metric_config = MetricConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
+        callback_class = config["client.quota.callback.class"]
+        if callback_class:
+            from minibroker.config import ConfigError
+
+            try:
+                self.callback = load_callback(callback_class)
+            except ValueError as exc:
+                raise ConfigError("client.quota.callback.class", str(exc)) from None
+            self.callback.configure(dict(config.props))
+        else:
+            self.callback = DefaultQuotaCallback()
+        self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.callback, metric_config)
+        self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config)
+        self.request = ClientRequestQuotaManager(self.callback, metric_config)
+        self.managers = (self.produce, self.fetch, self.request)
+        self.pid = ProducerIdQuotaManager(
+            window_num=config["producer.id.quota.window.num"],
+            window_size_seconds=config["producer.id.quota.window.size.seconds"],
+        )
+        self.task_clock = TaskClock()
+        self._clock_installed = False
+        self.path = data_dir / QUOTA_STORE_FILE
+        if self.path.exists():
+            try:
+                self.store = QuotaConfigStore.from_json(self.path.read_bytes())
+            except ValueError as exc:
+                raise ValueError(f"{self.path}: {exc}") from None
+            self.store.replay(self._apply)
+            log.info("loaded %d client quota entit%s from %s", len(self.store),
+                     "y" if len(self.store) == 1 else "ies", self.path)
+        else:
+            self.store = QuotaConfigStore()
+        self.store.on_change = self._apply
+
+    # ---- configuration ---------------------------------------------------------------------------
+
+    def _apply(self, entity: ClientQuotaEntity, key: str, value: float | None) -> None:
+        """Route one configured value to the manager of its type (on load and on each change)."""
+        if key == "producer_ids_rate":
+            user = entity.user
+            self.pid.update_quota(None if user is DEFAULT else user, value)  # type: ignore[arg-type]
+            return
+        if entity.ip is not None:
+            return  # connection_creation_rate: stored and described, not enforced here
+        for manager in self.managers:
+            if manager.apply_config_change(entity, key, value):
+                return
+
+    def alter(self, entries, validate_only: bool) -> list:
+        """AlterClientQuotas: validate and apply through the store, then persist if anything changed."""
+        before = self.store.to_json()
+        results = self.store.alter(entries, validate_only)
+        if not validate_only:
+            after = self.store.to_json()
+            if after != before:
+                self._persist(after)
+        return results
+
+    def _persist(self, text: str) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        try:
+            fd = os.open(self.path.parent, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ---- the request path --------------------------------------------------------------------------
+
+    @property
+    def any_enabled(self) -> bool:
+        """False until a client quota of some type exists (or a custom callback is configured): the
+        request path then skips the quota work entirely, as Kafka's managers record nothing."""
+        return self.produce.quotas_enabled or self.fetch.quotas_enabled or self.request.quotas_enabled
+
+    def watch_current_task(self) -> Any:
+        """Start timing the running task (installing the TaskClock on first use); returns it."""
+        if not self._clock_installed:
+            trio.lowlevel.add_instrument(self.task_clock)
+            self._clock_installed = True
+        task = trio.lowlevel.current_task()
+        self.task_clock.watch(task)
+        return task
+
+    def forget_current_task(self) -> None:
+        if len(self.task_clock):
+            self.task_clock.forget(trio.lowlevel.current_task())
+
+    def fetch_max_bytes(self, user: str, client_id: str) -> float:
+        """The most one Fetch may return: quota * (samples - 1) * window (inf when unlimited)."""
+        return self.fetch.max_value_in_quota_window(user, client_id)
+
+    # ---- housekeeping --------------------------------------------------------------------------------
+
+    def expire(self, now_ms: int) -> None:
+        for manager in self.managers:
+            manager.expire_sensors(now_ms)
+        self.pid.cleanup(now_ms)
+
+    async def run_housekeeping(self, every_s: float = 60.0) -> None:
+        """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""
+        while True:
+            await trio.sleep(every_s)
+            self.expire(monotonic_ms())
+
+    def close(self) -> None:
+        if self._clock_installed:
+            self._clock_installed = False
+            try:
+                trio.lowlevel.remove_instrument(self.task_clock)
+            except (KeyError, RuntimeError):  # outside trio, or the run is already over
+                pass
+        self.callback.close()

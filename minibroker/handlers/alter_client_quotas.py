@@ -1,0 +1,33 @@
+"""AlterClientQuotas (key 49), v0-v1: set or remove client quotas, live and persisted.
+
+Behaviour (Kafka's ClientQuotaControlManager, via quotas.config.QuotaConfigStore): one result per
+entity; an entity's changes apply all or none; INVALID_REQUEST with Kafka's message for an invalid
+entity, key or value. Applied changes reach the quota managers at once (the next request of an
+affected client sees the new limit) and are written to `client-quotas.json` in the data dir before
+the response goes out. validate_only checks without applying.
+"""
+
+from minibroker.handlers import handler
+
+
+@handler(49, 0, 1)
+async def alter_client_quotas(ctx, request):
+    entries = [
+        (
+            [(e.entity_type, e.entity_name) for e in entry.entity],
+            [(op.key, float(op.value), bool(op.remove)) for op in entry.ops],
+        )
+        for entry in request.entries
+    ]
+    results = ctx.broker.quotas.alter(entries, bool(request.validate_only))
+    return {
+        "throttle_time": 0,
+        "entries": [
+            {
+                "error_code": code,
+                "error_message": message,
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+            }
+            for entity, code, message in results
+        ],
+    }

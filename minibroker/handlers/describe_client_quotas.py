@@ -1,0 +1,26 @@
+"""DescribeClientQuotas (key 48), v0-v1: the configured client quotas matching a filter.
+
+Behaviour (Kafka's ClientQuotasImage.describe, via quotas.config.QuotaConfigStore): components
+{entity_type, match_type 0 exact / 1 default / 2 any, match}; `strict` leaves out entities with
+types the filter does not name. Errors are top-level (INVALID_REQUEST, or UNSUPPORTED_VERSION for an
+unknown entity type) with a null entry list. Entity names are null for a default entity.
+"""
+
+from minibroker.handlers import handler
+
+
+@handler(48, 0, 1)
+async def describe_client_quotas(ctx, request):
+    code, message, found = ctx.broker.quotas.store.describe(
+        [(c.entity_type, int(c.match_type), c.match) for c in request.components], bool(request.strict)
+    )
+    entries = None
+    if code == 0:
+        entries = [
+            {
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.entries],
+                "values": [{"key": k, "value": float(v)} for k, v in sorted(values.items())],
+            }
+            for entity, values in found
+        ]
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "entries": entries}

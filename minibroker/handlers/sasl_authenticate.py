@@ -1,0 +1,36 @@
+"""SaslAuthenticate (key 36), v0-v2: one SASL token from the client, the server's token back.
+
+Behaviour (Kafka's SaslServerAuthenticator): tokens go to the mechanism chosen by SaslHandshake
+(PLAIN, SCRAM-SHA-256/512; see minibroker.sasl). When the exchange completes the connection's
+principal becomes `User:<name>` and every API is served. A failure is answered
+SASL_AUTHENTICATION_FAILED (58) with Kafka's message, then the connection is closed. A
+SaslAuthenticate on a PLAINTEXT listener or after authentication is answered ILLEGAL_SASL_STATE (34);
+one before any handshake never reaches here (Broker.handle_frame closes the connection).
+session_lifetime is 0: no re-authentication (KIP-368 off, Kafka's default).
+"""
+
+from minibroker.handlers import handler
+from minibroker.sasl import SaslAuthenticationFailed
+
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+
+
+@handler(36, 0, 2)
+async def sasl_authenticate(ctx, request):
+    conn = ctx.connection
+    if conn.authenticated or conn.sasl is None:
+        return _answer(ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication")
+    try:
+        token = conn.sasl.evaluate(bytes(request.auth_bytes))
+    except SaslAuthenticationFailed as exc:
+        ctx.close_connection = True
+        return _answer(SASL_AUTHENTICATION_FAILED, str(exc))
+    if conn.sasl.complete:
+        conn.principal = f"User:{conn.sasl.user}"
+        conn.authenticated = True
+    return _answer(0, None, token)
+
+
+def _answer(code: int, message: str | None, token: bytes = b"") -> dict:
+    return {"error_code": code, "error_message": message, "auth_bytes": token, "session_lifetime": 0}

@@ -1,0 +1,31 @@
+"""SaslHandshake (key 17), v1 only: pick the SASL mechanism of a SASL_PLAINTEXT connection.
+
+Behaviour (Kafka's SaslServerAuthenticator): an enabled mechanism is answered NONE with the enabled
+list, and SaslAuthenticate requests follow; an unknown one UNSUPPORTED_SASL_MECHANISM (33) with the
+list, then the connection is closed. A handshake on a PLAINTEXT listener, or after authentication,
+is answered ILLEGAL_SASL_STATE (34), as by KafkaApis; a second handshake during authentication gets
+the same answer and the connection is closed. v0 (SASL tokens without Kafka framing, for pre-1.0
+clients) is not served: no client in the suite sends it (see minibroker.sasl).
+"""
+
+from minibroker.handlers import handler
+from minibroker.sasl import SaslSession
+
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+
+
+@handler(17, 1, 1)
+async def sasl_handshake(ctx, request):
+    conn = ctx.connection
+    enabled = ctx.broker.sasl_users.mechanisms
+    if conn.authenticated:
+        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": ()}
+    if conn.sasl is not None:
+        ctx.close_connection = True
+        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": enabled}
+    if request.mechanism not in enabled:
+        ctx.close_connection = True
+        return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}
+    conn.sasl = SaslSession(request.mechanism, ctx.broker.sasl_users.new_server(request.mechanism))
+    return {"error_code": 0, "mechanisms": enabled}

@@ -1,0 +1,173 @@
+"""GET /metrics: the broker's metrics in Prometheus text format (version 0.0.4), over plain HTTP/1.1.
+
+Served when `metrics.listen` (or `--metrics-listen HOST:PORT`) is set. One request per connection
+(`Connection: close`), which is all a scraper needs; no dependencies beyond trio.
+
+Series:
+
+- Client quotas, per live quota sensor, labelled by its metric tags (`user`, `client_id`; empty when
+  the quota level does not use one), Kafka's groups and names: `kafka_server_produce_byte_rate`,
+  `kafka_server_fetch_byte_rate`, `kafka_server_request_request_time` (percent of one thread) and
+  `kafka_server_{produce,fetch,request}_throttle_time` (average ms; NaN when nothing was throttled in
+  the last 60 s, as Kafka reports it). Sensors exist only once a quota of their type is configured.
+- Producer-id quota (KIP-936), per tracked user: `kafka_server_producer_ids_{rate,tokens,
+  throttle_time,estimated_fpp,memory_bytes}`.
+- The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
+  `minibroker_bytes_out_total`, `minibroker_connections`, `minibroker_connections_total`,
+  `minibroker_connections_closed_for_protocol_errors_total`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Iterable
+
+import trio
+
+if TYPE_CHECKING:
+    from minibroker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_MAX_REQUEST_HEAD = 16384
+
+_TAG_LABELS = {"user": "user", "client-id": "client_id"}
+_HELP = {
+    "byte_rate": "bytes per second over the quota window",
+    "request_time": "request handling time as a percentage of one thread",
+    "throttle_time": "average throttle time in ms over the last 60 s (NaN: none)",
+}
+
+
+def _metric_name(*parts: str) -> str:
+    return "_".join(p.lower().replace("-", "_").replace(".", "_") for p in parts)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+class _Families:
+    """Samples grouped by metric name, so each family is written once with its TYPE line."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, tuple[str, str, list[str]]] = {}
+
+    def add(self, name: str, kind: str, help_text: str, labels: dict[str, str], value: float) -> None:
+        family = self._families.setdefault(name, (kind, help_text, []))
+        family[2].append(f"{name}{_labels(labels)} {_number(value)}")
+
+    def lines(self) -> Iterable[str]:
+        for name, (kind, help_text, samples) in self._families.items():
+            yield f"# HELP {name} {help_text}"
+            yield f"# TYPE {name} {kind}"
+            yield from samples
+
+
+def render(broker: Broker, now_ms: int) -> str:
+    """The whole exposition text."""
+    out = _Families()
+    quotas = broker.quotas
+    for manager in quotas.managers:
+        for group, name, tags, value in manager.metrics_snapshot(now_ms):
+            metric = _metric_name("kafka_server", group, name)
+            labels = {_TAG_LABELS.get(k, _metric_name(k)): v for k, v in sorted(tags.items(), key=_tag_order)}
+            out.add(metric, "gauge", f"{group} {_HELP.get(_metric_name(name), name)}", labels, value)
+    for user, name, value in quotas.pid.metrics(now_ms):
+        out.add(_metric_name("kafka_server_producer_ids", name), "gauge", f"ProducerIds {name} (KIP-936)",
+                {"user": user}, value)
+    m = broker.metrics
+    for api, count in sorted(m.requests.items()):
+        out.add("minibroker_requests_total", "counter", "requests handled, by API", {"api": api}, count)
+    out.add("minibroker_bytes_in_total", "counter", "request bytes received", {}, m.bytes_in)
+    out.add("minibroker_bytes_out_total", "counter", "response bytes sent", {}, m.bytes_out)
+    out.add("minibroker_connections", "gauge", "open client connections", {}, m.connections)
+    out.add("minibroker_connections_total", "counter", "client connections accepted", {}, m.connections_total)
+    out.add("minibroker_connections_closed_for_protocol_errors_total", "counter",
+            "connections closed because the peer sent bad bytes", {}, m.closed_for_protocol_errors)
+    return "\n".join(out.lines()) + "\n"
+
+
+def _tag_order(item: tuple[str, str]) -> tuple[int, str]:
+    return (0 if item[0] == "user" else 1 if item[0] == "client-id" else 2, item[0])
+
+
+async def _read_head(stream: trio.abc.Stream) -> bytes | None:
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        if len(buffer) > _MAX_REQUEST_HEAD:
+            return None
+        data = await stream.receive_some(4096)
+        if not data:
+            return None
+        buffer += data
+    return buffer.split(b"\r\n\r\n", 1)[0]
+
+
+def _http_response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8",
+                   head_only: bool = False) -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    return head if head_only else head + body
+
+
+async def handle_http(broker: Broker, stream: trio.abc.Stream) -> None:
+    async with stream:
+        try:
+            with trio.move_on_after(10):
+                head = await _read_head(stream)
+                if head is None:
+                    return
+                request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+                parts = request_line.split()
+                if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+                    await stream.send_all(_http_response("400 Bad Request", b"bad request\n"))
+                    return
+                method, target, _ = parts
+                path = target.split("?", 1)[0]
+                if method not in ("GET", "HEAD"):
+                    await stream.send_all(_http_response("405 Method Not Allowed", b"GET only\n"))
+                elif path != "/metrics":
+                    await stream.send_all(_http_response("404 Not Found", b"try /metrics\n"))
+                else:
+                    body = render(broker, broker.now_ms()).encode()
+                    await stream.send_all(_http_response("200 OK", body, CONTENT_TYPE, method == "HEAD"))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        except Exception:
+            log.exception("bug while serving /metrics")
+
+
+async def serve_metrics(broker: Broker, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve GET /metrics until cancelled; reports the bound (host, port)."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound_host, bound_port = listeners[0].socket.getsockname()[:2]
+    if bound_host in ("0.0.0.0", "::"):
+        bound_host = "127.0.0.1"
+    log.info("metrics on http://%s:%d/metrics", bound_host, bound_port)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await handle_http(broker, stream)
+
+    task_status.started((bound_host, bound_port))
+    await trio.serve_listeners(handler, listeners)
