@@ -1,6 +1,8 @@
 """The broker: state shared by all connections, and request dispatch.
 
-`Broker.handle_frame` turns one request frame into one response frame (or None for acks=0). Errors
+`Broker.handle_frame` turns one request frame into a `Response`: the response frame (or None for
+acks=0), the quota throttle time the connection must wait before its next request (KIP-219), and
+whether to close the connection after it (failed SASL authentication). Errors
 are split the h11 way: a peer that sends bytes we cannot parse, an API we do not have, or a version we
 do not serve gets its connection closed (ProtocolError; Kafka does the same), except ApiVersions, which
 always gets an answer a v0 reader can parse. A fault in our own code is logged with its traceback and
@@ -19,11 +21,16 @@ from typing import Any
 
 import trio
 
+from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
+from minibroker.faults import FaultInjector
+from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
+from minibroker.sasl import UserStore, allowed_before_authentication
 from protocol.entities import build
+from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
     API_VERSIONS_KEY,
     ApiSchema,
@@ -37,6 +44,7 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
+from storage.log import write_atomically
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 
@@ -56,8 +64,15 @@ class Connection:
     peer: str
     listener: str = "PLAINTEXT"
     principal: str = "User:ANONYMOUS"
+    authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
+    sasl: Any = None  # the SASL exchange after SaslHandshake (minibroker.sasl.SaslSession)
     client_id: str = ""
     id: int = 0
+
+    @property
+    def quota_user(self) -> str:
+        """The quota entity `user`: the principal's name without `User:` (ANONYMOUS when none)."""
+        return self.principal.partition(":")[2] or self.principal
 
 
 @dataclass
@@ -67,6 +82,7 @@ class RequestContext:
     header: RequestHeader
     schema: ApiSchema
     received_at: float  # trio clock
+    close_connection: bool = False  # close after this response (a failed SASL exchange)
 
     @property
     def version(self) -> int:
@@ -87,6 +103,22 @@ class BrokerMetrics:
     closed_for_protocol_errors: int = 0
 
 
+@dataclass(slots=True)
+class Response:
+    """What one request produced, for the connection loop (server.py)."""
+
+    data: bytes | None  # the response frame; None when there is none (acks=0)
+    throttle_ms: int = 0  # quota throttle: read nothing more from the connection for this long
+    client_throttles: bool = True  # KIP-219 client: send at once; else hold the response back
+    close: bool = False  # close the connection once the response is sent
+
+
+def _own_throttle_ms(result: dict) -> int:
+    """The throttle time a handler put in its response itself (ms), 0 when none."""
+    own = result.get("throttle_time", 0)
+    return own if type(own) is int and own > 0 else 0
+
+
 def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
     """Keep the cluster id stable across restarts in meta.properties, as Kafka does."""
     meta = data_dir / "meta.properties"
@@ -103,9 +135,7 @@ def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
         )
     chosen = cluster_id or stored or _random_cluster_id()
     if stored != chosen or props.get("node.id") != str(node_id):
-        tmp = meta.with_suffix(".tmp")
-        tmp.write_text(f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n")
-        tmp.replace(meta)
+        write_atomically(meta, f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n".encode())
     return chosen
 
 
@@ -126,39 +156,57 @@ class Broker:
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
-        self.producer_ids = ProducerIdAllocator(self.data_dir)
+        self.producer_ids = ProducerIds(
+            ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
+        )
+        self.producer_states = ProducerStates(config)
+        self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
         self.metrics = BrokerMetrics()
+        self.quotas = BrokerQuotas(config, self.data_dir)
+        self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
+        self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         self.handlers: dict[int, Handler] = load_all()
-        # Set once the listener is bound (port 0 picks a port).
+        # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
+        self.listeners: dict[str, tuple[str, int]] = {}
+        self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self.advertised_host = "127.0.0.1"
         self.advertised_port = 0
         self._next_connection_id = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def set_listener(self, host: str, port: int) -> None:
-        advertised = self.config["advertised.listeners"]
-        if advertised:
-            from minibroker.config import _host_port
-
-            self.advertised_host, self.advertised_port = _host_port(advertised)
+    def set_listener(self, host: str, port: int, name: str = "PLAINTEXT") -> None:
+        """Record a bound listener and the address advertised for it (the first one is the default)."""
+        advertised = {entry.name: (entry.host, entry.port) for entry in self.config["advertised.listeners"]}
+        if name in advertised:
+            endpoint = advertised[name]
         else:
-            self.advertised_host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-            self.advertised_port = port
+            endpoint = (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", port)
+        self.listeners[name] = endpoint
+        if len(self.listeners) == 1:
+            self.advertised_host, self.advertised_port = endpoint
 
     def new_connection(self, peer: str, listener: str = "PLAINTEXT") -> Connection:
         self._next_connection_id += 1
         self.metrics.connections += 1
         self.metrics.connections_total += 1
-        return Connection(peer=peer, listener=listener, id=self._next_connection_id)
+        return Connection(
+            peer=peer,
+            listener=listener,
+            authenticated=listener != "SASL_PLAINTEXT",
+            id=self._next_connection_id,
+        )
 
     def connection_closed(self, conn: Connection) -> None:
         self.metrics.connections -= 1
+        self.quotas.forget_current_task()
 
     def close(self) -> None:
+        self.producer_states.snapshot_all()
         self.groups.close()
+        self.quotas.close()
         self.logs.close(clean=True)
 
     async def run_background(self) -> None:
@@ -166,6 +214,8 @@ class Broker:
         retention_every = self.config["log.retention.check.interval.ms"] / 1000
         flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
         next_retention = trio.current_time() + retention_every
+        expiry_every = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        next_expiry = trio.current_time() + expiry_every
         while True:
             await trio.sleep(flush_every)
             now_ms = wall_clock_ms()
@@ -175,19 +225,28 @@ class Broker:
                 deleted = self.logs.enforce_retention(now_ms)
                 if deleted:
                     log.info("retention deleted %d segment(s)", deleted)
+            if trio.current_time() >= next_expiry:
+                next_expiry = trio.current_time() + expiry_every
+                expired = self.producer_states.remove_expired(now_ms)
+                self.producer_ids.remove_expired(now_ms)
+                if expired:
+                    log.info("expired %d idle producer id(s)", expired)
 
     # ---- dispatch --------------------------------------------------------------------------
 
-    async def handle_frame(self, frame: bytes, conn: Connection) -> bytes | None:
-        """One request in, one response frame out (None: no response, as for acks=0)."""
+    async def handle_frame(self, frame: bytes, conn: Connection) -> Response:
+        """One request in, its Response out (the frame, None for acks=0, plus any quota throttle)."""
         self.metrics.bytes_in += len(frame) + 4
         api_key, version, correlation_id = peek_api(frame)
         handler = self.handlers.get(api_key)
         if handler is None:
             raise UnknownApiKeyError(f"unknown api key {api_key}")
+        if not conn.authenticated and api_key not in allowed_before_authentication(conn.sasl):
+            # Kafka's IllegalSaslStateException: the connection is closed.
+            raise ProtocolError(f"unexpected {handler.name} request during SASL authentication")
         if not handler.min_version <= version <= handler.max_version:
             if api_key == API_VERSIONS_KEY:
-                return self._api_versions_fallback(correlation_id)
+                return Response(self._api_versions_fallback(correlation_id))
             raise UnsupportedVersionError(
                 f"{handler.name} v{version} is not supported "
                 f"(v{handler.min_version}-v{handler.max_version})"
@@ -199,12 +258,66 @@ class Broker:
             conn.client_id = header.client_id
         ctx = RequestContext(self, conn, header, schema, trio.current_time())
         self.metrics.requests[handler.name] += 1
+        # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
+        if self.quotas.any_enabled and conn.authenticated:
+            return await self._handle_with_quotas(ctx, handler.handle, request, len(frame))
         result = await handler.handle(ctx, request)
         if result is None:
-            return None
-        response = encode_response(schema, correlation_id, build(schema.response, result))
-        self.metrics.bytes_out += len(response)
-        return response
+            return Response(None, close=ctx.close_connection)
+        return self._response(ctx, self._encode(ctx, result), _own_throttle_ms(result))
+
+    async def _handle_with_quotas(self, ctx: RequestContext, handle, request, request_size: int) -> Response:
+        """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas)."""
+        quotas = self.quotas
+        clock = quotas.task_clock
+        timed = quotas.request.quotas_enabled  # only the request quota needs the running time
+        if timed:
+            task = quotas.watch_current_task()
+            suspended_ns = clock.suspended_ns(task)
+            started_ns = time.perf_counter_ns()
+        result = await handle(ctx, request)
+        api_key = ctx.schema.api_key
+        data = self._encode(ctx, result) if api_key == FETCH_KEY and result is not None else None
+        now_ms = monotonic_ms()
+        user, client_id = ctx.connection.quota_user, ctx.client_id
+        request_ms = 0
+        if timed and not (api_key == PRODUCE_KEY and request.acks == 0):
+            # Running time only: what the task spent suspended (purgatory, sockets) is taken out.
+            thread_ns = time.perf_counter_ns() - started_ns - (clock.suspended_ns(task) - suspended_ns)
+            request_ms = quotas.request.record_request_time_and_get_throttle_time_ms(user, client_id, thread_ns, now_ms)
+        bandwidth, bandwidth_ms = None, 0
+        if api_key == PRODUCE_KEY:
+            bandwidth = quotas.produce
+            bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(user, client_id, request_size, now_ms)
+        elif data is not None:
+            bandwidth = quotas.fetch
+            bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(user, client_id, len(data), now_ms)
+            if bandwidth_ms or request_ms:
+                # Nothing is returned, so nothing may count: an empty response with the throttle time.
+                bandwidth.unrecord_quota_sensor(user, client_id, len(data), now_ms)
+                result = {**result, "error_code": 0, "responses": ()}
+                data = None
+        throttle_ms, bandwidth_charged = combine_throttle_time_ms(bandwidth_ms, request_ms)
+        if throttle_ms:
+            charged = bandwidth if bandwidth_charged and bandwidth is not None else quotas.request
+            charged.record_throttle_time(user, client_id, throttle_ms, now_ms)
+        if result is None:  # acks=0: no response, but the connection still waits out its byte rate
+            return Response(None, bandwidth_ms, True, ctx.close_connection)
+        # A throttle the handler set itself (a quota it enforces, e.g. producer ids) counts too.
+        throttle_ms = max(throttle_ms, _own_throttle_ms(result))
+        if data is None or throttle_ms:
+            data = self._encode(ctx, {**result, "throttle_time": throttle_ms})
+        return self._response(ctx, data, throttle_ms)
+
+    def _encode(self, ctx: RequestContext, result: dict) -> bytes:
+        return encode_response(ctx.schema, ctx.header.correlation_id, build(ctx.schema.response, result))
+
+    def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
+        self.metrics.bytes_out += len(data)
+        schema = ctx.schema
+        if ctx.close_connection:  # a failed SASL exchange: answer late, then close (Kafka)
+            return Response(data, self.config["connection.failed.authentication.delay.ms"], False, True)
+        return Response(data, throttle_ms, client_throttles(schema.api_key, schema.version))
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """KIP-511: UNSUPPORTED_VERSION plus our ranges, in ApiVersions v0 (header v0) form."""
@@ -221,19 +334,46 @@ class Broker:
     # ---- helpers shared by handlers ----------------------------------------------------------
 
     def append_checked(self, topic: str, partition: int, log, header, records, now_ms: int):
-        """Append one checked batch and wake the fetches waiting on its partition."""
+        """Append one checked batch and wake the fetches waiting on its partition.
+
+        A batch with a producer id is first validated against the partition's producer state; a
+        duplicate or out-of-sequence batch is answered without being appended (a dict with the
+        error code and, for a duplicate, the original offsets).
+        """
+        psm = None
+        if header.has_producer_id:
+            psm = self.producer_states.manager(topic, partition, log, now_ms)
+            verdict = psm.check(header)
+            if not verdict.should_append:
+                base_offset = verdict.duplicate_of[0] if verdict.duplicate_of else -1
+                return {
+                    "error_code": verdict.error_code,
+                    "error_message": verdict.message or None,
+                    "base_offset": base_offset,
+                    "log_append_time": -1,
+                    "log_start_offset": log.log_start_offset,
+                    "record_errors": (),
+                }
         result = log.append(records, now_ms)
+        if psm is not None:
+            self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
         return result
 
-    def broker_endpoint(self) -> dict[str, Any]:
+    def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
+        """This broker as clients of `listener` must reach it (the first listener by default)."""
+        host, port = self.listeners.get(listener or "", (self.advertised_host, self.advertised_port))
         return {
             "node_id": self.node_id,
             "broker_id": self.node_id,
-            "host": self.advertised_host,
-            "port": self.advertised_port,
+            "host": host,
+            "port": port,
             "rack": None,
         }
 
+    def now_ms(self) -> int:
+        """The quotas' clock (monotonic, trio's, so tests may mock it), in milliseconds."""
+        return monotonic_ms()
 
-__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "wall_clock_ms"]
+
+__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "wall_clock_ms"]

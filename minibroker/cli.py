@@ -9,7 +9,7 @@ from pathlib import Path
 
 import trio
 
-from minibroker.config import BrokerConfig, ConfigError, help_table
+from minibroker.config import BrokerConfig, ConfigError, help_table, parse_properties
 
 DESCRIPTION = """\
 minibroker: a Kafka broker in pure Python, for integration tests and for studying
@@ -27,6 +27,7 @@ examples:
   minibroker serve
   minibroker serve --listen 127.0.0.1:19092 --data-dir /tmp/mb
   minibroker serve --override num.partitions=3 --override log.retention.ms=60000
+  minibroker serve --sasl-listen 127.0.0.1:9093 --sasl-user alice:alice-secret --metrics-listen 127.0.0.1:9100
 """
 
 
@@ -53,7 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", metavar="DIR", help="where logs and state live (default ./data)")
     serve.add_argument("--config", metavar="FILE", type=Path, help="a Kafka-style server.properties file")
     serve.add_argument("--override", metavar="KEY=VALUE", type=_parse_override, action="append", default=[], help="set one config key (repeatable)")
+    serve.add_argument("--sasl-listen", metavar="HOST:PORT", help="also listen for SASL_PLAINTEXT clients here (PLAIN, SCRAM-SHA-256/512)")
+    serve.add_argument("--sasl-user", metavar="NAME:PASSWORD", action="append", default=[], help="a user of the SASL listener (repeatable; adds to sasl.users)")
+    serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve GET /metrics (Prometheus text format) over HTTP here")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity (default INFO)")
+    from minibroker import configs_cli
+
+    configs = sub.add_parser(
+        "configs",
+        help="describe or alter client quotas on a running broker (like kafka-configs.sh)",
+        description="Describe or alter client quotas on a running broker, as kafka-configs.sh does.",
+        epilog=configs_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    configs_cli.add_arguments(configs)
     return parser
 
 
@@ -64,10 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=getattr(args, "log_level", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     if args.command == "serve":
         return _serve(args)
+    if args.command == "configs":
+        from minibroker import configs_cli
+
+        return configs_cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
@@ -76,22 +96,40 @@ def _serve(args: argparse.Namespace) -> int:
     from minibroker.server import serve_until_signalled
 
     overrides = dict(args.override)
-    if args.listen:
-        overrides["listeners"] = args.listen
     if args.data_dir:
         overrides["log.dirs"] = args.data_dir
     try:
         if args.config is not None and not args.config.is_file():
             raise ConfigError("--config", f"{args.config} is not a readable file")
+        file_props = parse_properties(args.config.read_text(), str(args.config)) if args.config else {}
+        if args.listen or args.sasl_listen:
+            listeners = args.listen or overrides.get("listeners") or file_props.get("listeners", "127.0.0.1:9092")
+            if args.sasl_listen:
+                listeners += f",SASL_PLAINTEXT://{args.sasl_listen}"
+            overrides["listeners"] = listeners
+        if args.sasl_user:
+            existing = overrides.get("sasl.users") or file_props.get("sasl.users", "")
+            overrides["sasl.users"] = ",".join([u for u in [existing, *args.sasl_user] if u])
+        if args.metrics_listen:
+            overrides["metrics.listen"] = args.metrics_listen
         config = BrokerConfig.load(args.config, overrides)
-        trio.run(serve_until_signalled, config)
+        try:
+            trio.run(serve_until_signalled, config)
+        except BaseExceptionGroup as group:  # a start-up failure inside trio's nurseries
+            raise _sole_exception(group) from None
     except ConfigError as exc:
         print(f"minibroker: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a port in use, unreadable state in the data dir, ...
         print(f"minibroker: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _sole_exception(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 if __name__ == "__main__":

@@ -65,6 +65,70 @@ def _host_port(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", port_number
 
 
+def _fault_rules(value: str):
+    from minibroker.faults import parse_rules
+
+    return parse_rules(value)
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One listener: its name (which is also its security protocol here) and address."""
+
+    name: str
+    host: str
+    port: int
+
+
+def _listeners(value: str) -> tuple[Listener, ...]:
+    """Kafka's `NAME://HOST:PORT,...` list; a bare HOST:PORT is a PLAINTEXT listener."""
+    out: list[Listener] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, address = item.partition("://")
+        name = name.strip().upper() if sep else "PLAINTEXT"
+        if name not in SECURITY_PROTOCOLS:
+            raise ValueError(f"listener {name!r} must be one of {', '.join(SECURITY_PROTOCOLS)}")
+        if any(existing.name == name for existing in out):
+            raise ValueError(f"listener {name} is given twice")
+        out.append(Listener(name, *_host_port(address if sep else item)))
+    return tuple(out)
+
+
+def _non_empty(v: Any) -> str | None:
+    return None if v else "must name at least one listener"
+
+
+def _mechanisms(value: str) -> tuple[str, ...]:
+    names = tuple(m.strip().upper() for m in value.split(",") if m.strip())
+    unknown = [m for m in names if m not in SASL_MECHANISMS]
+    if unknown:
+        raise ValueError(f"unsupported SASL mechanism(s) {', '.join(unknown)}; supported: {', '.join(SASL_MECHANISMS)}")
+    return names
+
+
+def _users(value: str) -> dict[str, str]:
+    """`alice:alice-secret,bob:bob-secret` (a password may contain ':' but not ',')."""
+    users: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, password = item.partition(":")
+        if not sep or not name.strip() or not password:
+            raise ValueError(f"expected NAME:PASSWORD, got {item.split(':')[0]!r}:...")
+        users[name.strip()] = password
+    return users
+
+
+def _optional_host_port(value: str) -> tuple[str, int] | None:
+    return _host_port(value) if value.strip() else None
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -72,6 +136,7 @@ class Key:
     default: str
     doc: str
     check: Callable[[Any], str | None] | None = None  # returns a reason when the value is bad
+    sensitive: bool = False  # DescribeConfigs shows no value (passwords)
 
 
 def _at_least(minimum: float) -> Callable[[Any], str | None]:
@@ -85,8 +150,8 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 BROKER_CONFIGS: dict[str, Key] = {
     k.name: k
     for k in [
-        Key("listeners", _host_port, "127.0.0.1:9092", "Where the broker listens (HOST:PORT; port 0 picks one)."),
-        Key("advertised.listeners", _str, "", "HOST:PORT given to clients in Metadata; defaults to the bound address."),
+        Key("listeners", _listeners, "127.0.0.1:9092", "Where the broker listens: NAME://HOST:PORT,... with NAME PLAINTEXT or SASL_PLAINTEXT (a bare HOST:PORT is PLAINTEXT; port 0 picks one).", _non_empty),
+        Key("advertised.listeners", _listeners, "", "NAME://HOST:PORT,... given to clients in Metadata, per listener (a bare HOST:PORT is PLAINTEXT); defaults to the bound addresses."),
         Key("log.dirs", _str, "./data", "The data directory: partition logs, producer ids, metadata."),
         Key("node.id", _int, "1", "This broker's id, also reported as the controller.", _at_least(0)),
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
@@ -98,11 +163,25 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
+        Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
+        Key("max.in.flight.sequence.number.per.connection", _int, str(1 << 20), "lean mode: how far below the latest sequence a resent batch counts as a duplicate (sequence numbers).", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
+        Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
+        Key("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producer ids are expired.", _at_least(1)),
+        Key("fault.injection", _fault_rules, "", "Test faults: API:drop|close|delay[:every=N][:limit=N][:delay_ms=N][:client_id=ID], ';'-separated."),
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
         Key("offsets.retention.minutes", _int, "10080", "Committed offsets of a group Empty this long (or of a simple group, this long after the commit) expire (KIP-211).", _at_least(1)),
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
+        Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
+        Key("quota.window.size.seconds", _int, "1", "Length of one client quota sample.", _at_least(1)),
+        Key("client.quota.callback.class", _str, "", "A ClientQuotaCallback (package.module:Class) instead of the default <user, client-id> quotas (KIP-257)."),
+        Key("producer.id.quota.window.num", _int, "11", "Samples (Bloom layers) of the producer-id quota window (KIP-936).", _at_least(1)),
+        Key("producer.id.quota.window.size.seconds", _int, "3600", "Length of one producer-id quota sample.", _at_least(1)),
+        Key("sasl.enabled.mechanisms", _mechanisms, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms offered on a SASL_PLAINTEXT listener."),
+        Key("sasl.users", _users, "", "Users of the SASL_PLAINTEXT listener, NAME:PASSWORD,... (SCRAM credentials are derived at start: random salt, 4096 iterations).", sensitive=True),
+        Key("connection.failed.authentication.delay.ms", _int, "100", "How long a failed SASL authentication waits before its answer and the close (Kafka's default), to slow down clients retrying a wrong password.", _at_least(0)),
+        Key("metrics.listen", _optional_host_port, "", "HOST:PORT of an HTTP server answering GET /metrics in Prometheus text format; off when empty."),
     ]
 }
 
@@ -168,10 +247,11 @@ class BrokerConfig:
     def unknown_keys(self) -> list[str]:
         return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS)
 
-    def describe(self) -> list[tuple[str, str, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource."""
+    def describe(self) -> list[tuple[str, str | None, bool]]:
+        """(name, value, is_default) for DescribeConfigs on the broker resource; value None for a
+        sensitive key (as Kafka, which never returns passwords)."""
         return [
-            (name, self.props.get(name, key.default), name not in self.props)
+            (name, None if key.sensitive else self.props.get(name, key.default), name not in self.props)
             for name, key in sorted(BROKER_CONFIGS.items())
         ]
 

@@ -3,6 +3,11 @@
 Each connection reads one request, handles it (perhaps waiting in purgatory), writes its response,
 then reads the next, as Kafka does by muting a channel until its response is sent; responses stay in
 request order for free. Clients pipeline their requests in the socket buffer meanwhile.
+
+A quota throttle (minibroker.client_quotas) extends that mute: the response goes out at once and
+the loop sleeps for the throttle time before reading on (KIP-219); for request versions whose
+clients do not throttle themselves, the response itself is held back that long. There is one
+listener per entry of `listeners` (PLAINTEXT, SASL_PLAINTEXT), and optionally the /metrics server.
 """
 
 from __future__ import annotations
@@ -37,8 +42,26 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                 decoder.receive_data(data)
                 frame = decoder.next_frame()
             response = await broker.handle_frame(frame, conn)
-            if response is not None:
-                await stream.send_all(response)
+            if broker.faults.rules and (fault := _fault_for(broker, frame, conn)) is not None:
+                if fault.action == "close":
+                    return
+                if fault.action == "drop":
+                    await _hang_until_peer_closes(stream)
+                    return
+                await trio.sleep(fault.delay_ms / 1000)
+            delay_s = response.throttle_ms / 1000
+            if response.data is not None:
+                if delay_s and not response.client_throttles:
+                    # A client of this version would not wait by itself: hold its response back.
+                    await trio.sleep(delay_s)
+                    delay_s = 0
+                await stream.send_all(response.data)
+            if response.close:
+                return
+            if delay_s:
+                # KIP-219: the response is out; read nothing more from this client until the
+                # quota throttle is over (Kafka mutes the channel).
+                await trio.sleep(delay_s)
     except (FrameError, ProtocolError) as exc:
         broker.metrics.closed_for_protocol_errors += 1
         log.warning("closing connection from %s: %s", conn.peer, exc)
@@ -48,13 +71,25 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
         log.exception("bug while serving %s; closing its connection", conn.peer)
 
 
-async def _connection_task(broker: Broker, stream: trio.SocketStream) -> None:
+async def _hang_until_peer_closes(stream: trio.SocketStream) -> None:
+    """A connection that went silent after the append: read and discard until the client gives up."""
+    with trio.move_on_after(600):
+        while await stream.receive_some(65536):
+            pass
+
+
+def _fault_for(broker: Broker, frame: bytes, conn: Connection):
+    handler = broker.handlers.get(int.from_bytes(frame[:2], "big", signed=True))
+    return broker.faults.after_request(handler.name, conn.client_id) if handler else None
+
+
+async def _connection_task(broker: Broker, stream: trio.SocketStream, listener: str = "PLAINTEXT") -> None:
     try:
         host, port = stream.socket.getpeername()[:2]
         peer = f"{host}:{port}"
     except OSError:
         peer = "?"
-    conn = broker.new_connection(peer)
+    conn = broker.new_connection(peer, listener)
     try:
         async with stream:
             await serve_connection(broker, stream, conn)
@@ -63,17 +98,27 @@ async def _connection_task(broker: Broker, stream: trio.SocketStream) -> None:
 
 
 async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Run a broker until cancelled. Reports (host, port) through task_status once listening."""
+    """Run a broker until cancelled. Reports (host, port, broker) of the first listener through
+    task_status once listening; `broker.listeners` has every listener by name."""
     started = time.perf_counter()
     broker = Broker(config)
-    host, port = config["listeners"]
     try:
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        bound_host, bound_port = listeners[0].socket.getsockname()[:2]
-        broker.set_listener(bound_host, bound_port)
+        bound = []
+        for entry in config["listeners"]:
+            sockets = await trio.open_tcp_listeners(entry.port, host=entry.host)
+            bound_host, bound_port = sockets[0].socket.getsockname()[:2]
+            broker.set_listener(bound_host, bound_port, entry.name)
+            bound.append((entry.name, sockets))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.run_background)
-            nursery.start_soon(trio.serve_listeners, _connection_task_for(broker), listeners)
+            nursery.start_soon(broker.groups.run)
+            for name, sockets in bound:
+                nursery.start_soon(trio.serve_listeners, _connection_task_for(broker, name), sockets)
+            nursery.start_soon(broker.quotas.run_housekeeping)
+            if config["metrics.listen"] is not None:
+                from minibroker.metrics_http import serve_metrics
+
+                broker.metrics_address = await nursery.start(serve_metrics, broker, *config["metrics.listen"])
             log.info(
                 "minibroker ready on %s:%d (data in %s, cluster %s) in %.0f ms",
                 broker.advertised_host,
@@ -87,9 +132,9 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
         broker.close()
 
 
-def _connection_task_for(broker: Broker):
+def _connection_task_for(broker: Broker, listener: str = "PLAINTEXT"):
     async def handler(stream: trio.SocketStream) -> None:
-        await _connection_task(broker, stream)
+        await _connection_task(broker, stream, listener)
 
     return handler
 
@@ -100,8 +145,11 @@ async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True) -
         async with trio.open_nursery() as nursery:
             host, port, broker = await nursery.start(serve, config)
             if ready_line:
+                extra = "".join(f" {name}={h}:{p}" for name, (h, p) in list(broker.listeners.items())[1:])
+                if broker.metrics_address is not None:
+                    extra += " metrics=http://%s:%d/metrics" % broker.metrics_address
                 print(
-                    f"minibroker ready: bootstrap.servers={host}:{port} data={broker.data_dir}",
+                    f"minibroker ready: bootstrap.servers={host}:{port} data={broker.data_dir}{extra}",
                     flush=True,
                 )
             async for signum in signals:

@@ -29,17 +29,31 @@ class RunningBroker:
     port: int
     data_dir: Path
     broker: Broker
+    sasl_bootstrap: str | None = None  # the SASL_PLAINTEXT listener, when started with sasl_users
+    metrics_url: str | None = None  # http://HOST:PORT/metrics, when started with metrics_listen
+    trio_token: object = None
+
+    def in_broker(self, fn, *args):
+        """Run `fn(*args)` on the broker's trio thread and return its result (to read its state)."""
+        return trio.from_thread.run_sync(fn, *args, trio_token=self.trio_token)
 
 
 @contextlib.contextmanager
 def running_broker(
-    data_dir: Path | str | None = None, **overrides: str
+    data_dir: Path | str | None = None, *, sasl_users: dict[str, str] | None = None, **overrides: str
 ) -> Iterator[RunningBroker]:
-    """Start a broker on 127.0.0.1:0 (overrides use Kafka's names with '_' for '.')."""
+    """Start a broker on 127.0.0.1:0 (overrides use Kafka's names with '_' for '.').
+
+    `sasl_users={"alice": "pw"}` adds a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256/512) with
+    those users, as `.sasl_bootstrap`; `metrics_listen="127.0.0.1:0"` serves `.metrics_url`.
+    """
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="minibroker-"))
         props = {"listeners": "127.0.0.1:0", "log.dirs": str(data_dir)}
+        if sasl_users is not None:
+            props["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+            props["sasl.users"] = ",".join(f"{name}:{password}" for name, password in sasl_users.items())
         props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
         config = BrokerConfig(props)
         started: queue.Queue = queue.Queue()
@@ -64,8 +78,15 @@ def running_broker(
         if isinstance(result, BaseException):
             raise result
         host, port, broker = result
+        sasl = broker.listeners.get("SASL_PLAINTEXT")
+        metrics = broker.metrics_address
         try:
-            yield RunningBroker(f"{host}:{port}", host, port, Path(data_dir), broker)
+            yield RunningBroker(
+                f"{host}:{port}", host, port, Path(data_dir), broker,
+                sasl_bootstrap=f"{sasl[0]}:{sasl[1]}" if sasl else None,
+                metrics_url=f"http://{metrics[0]}:{metrics[1]}/metrics" if metrics else None,
+                trio_token=stop["token"],
+            )
         finally:
             trio.from_thread.run_sync(stop["scope"].cancel, trio_token=stop["token"])
             thread.join(timeout=30)

@@ -43,6 +43,19 @@ MODULES = (
     "describe_cluster",
     "init_producer_id",
     "find_coordinator",
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_client_quotas",
+    "alter_client_quotas",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "list_groups",
+    "describe_groups",
+    "delete_groups",
 )
 
 

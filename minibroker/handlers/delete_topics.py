@@ -24,6 +24,7 @@ async def delete_topics(ctx, request):
             results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": None})
             continue
         broker.logs.delete_topic(info.name)
+        broker.producer_states.forget(info.name)
         for partition in range(info.num_partitions):
             broker.fetch_purgatory.check_and_complete((info.name, partition))
         log.info("deleted topic %s", info.name)

@@ -17,7 +17,7 @@ async def describe_cluster(ctx, request):
         "endpoint_type": getattr(request, "endpoint_type", 1),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
-        "brokers": [{**broker.broker_endpoint(), "is_fenced": False}],
+        "brokers": [{**broker.broker_endpoint(ctx.connection.listener), "is_fenced": False}],
         "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
         if request.include_cluster_authorized_operations
         else NO_AUTHORIZED_OPERATIONS,

@@ -53,7 +53,7 @@ def broker_config_entries(broker) -> list[dict]:
             "read_only": True,
             "is_default": is_default,
             "config_source": SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
-            "is_sensitive": False,
+            "is_sensitive": value is None,
             "synonyms": (),
             "config_type": CONFIG_TYPE_STRING,
             "documentation": None,

@@ -110,6 +110,8 @@ async def fetch(ctx, request):
     broker = ctx.broker
     plan = _FetchPlan(broker, request)
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
+    # A consumer_byte_rate quota caps one response at quota * (samples - 1) * window, as in Kafka.
+    max_bytes = int(min(max_bytes, broker.quotas.fetch_max_bytes(ctx.connection.quota_user, ctx.client_id)))
     max_wait_ms = to_ms(request.max_wait, 0)
     min_bytes = request.min_bytes
     if max_wait_ms > 0 and min_bytes > 0 and plan.entries:

@@ -8,7 +8,7 @@ from minibroker.handlers import handler
 
 @handler(10, 0, 6)
 async def find_coordinator(ctx, request):
-    endpoint = ctx.broker.broker_endpoint()
+    endpoint = ctx.broker.broker_endpoint(ctx.connection.listener)
     found = {"error_code": 0, "error_message": None, "node_id": endpoint["node_id"],
              "host": endpoint["host"], "port": endpoint["port"]}
     keys = getattr(request, "coordinator_keys", None)

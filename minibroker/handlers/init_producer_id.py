@@ -1,10 +1,12 @@
-"""InitProducerId (key 22), v0-v6: producer ids for idempotent producers.
+"""InitProducerId (key 22), v0-v6: producer ids and epochs for idempotent producers.
 
-Every call without a transactional id gets a fresh PID at epoch 0, as Kafka does for idempotent
-producers; PIDs come from the ProducerIdAllocator, which never hands out an id twice, even across a
-crash. Transactions are not supported: a transactional id is answered INVALID_REQUEST.
+A request without a PID gets a fresh one at epoch 0 (PIDs are never handed out twice, even across a
+crash); one that names its current PID and epoch (v3+, KIP-360) gets the epoch bumped; an older
+epoch is fenced (see minibroker.producers.ProducerIds). Transactions are not supported: a
+transactional id is answered INVALID_REQUEST.
 """
 
+from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import INVALID_REQUEST
 
@@ -13,7 +15,11 @@ from minibroker.handlers.common import INVALID_REQUEST
 async def init_producer_id(ctx, request):
     if request.transactional_id is not None:
         return _result(INVALID_REQUEST, -1, -1)
-    return _result(0, ctx.broker.producer_ids.next_id(), 0)
+    code, pid, epoch = ctx.broker.producer_ids.init(
+        getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1),
+        wall_clock_ms(), ctx.version,
+    )
+    return _result(code, pid, epoch)
 
 
 def _result(code: int, pid: int, epoch: int) -> dict:

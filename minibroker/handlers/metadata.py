@@ -75,7 +75,7 @@ async def metadata(ctx, request):
             topics.append(topic_metadata(broker, info, include_ops))
     return {
         "throttle_time": 0,
-        "brokers": [broker.broker_endpoint()],
+        "brokers": [broker.broker_endpoint(ctx.connection.listener)],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,

@@ -73,12 +73,15 @@ async def produce(ctx, request):
     broker = ctx.broker
     now_ms = wall_clock_ms()
     acks = request.acks
+    injected = broker.faults.before_request("Produce", ctx.client_id) if broker.faults.rules else None
     responses = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
         topic = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
-        if acks not in (0, 1, -1):
+        if injected is not None:
+            partitions = [_partition_result(p.index, injected.error_code, "injected fault") for p in topic_data.partition_data]
+        elif acks not in (0, 1, -1):
             partitions = [_partition_result(p.index, INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
         elif topic is None and name is None:
             partitions = [_partition_result(p.index, UNKNOWN_TOPIC_ID) for p in topic_data.partition_data]
