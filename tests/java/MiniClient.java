@@ -1,0 +1,374 @@
+// A small command-line driver for the real Java Kafka client (kafka-clients 4.3.0), used by
+// tests/test_interop_java.py against minibroker. It uses only the public KafkaProducer,
+// KafkaConsumer and Admin APIs, with the settings an application would use.
+//
+// Usage: java -cp 'LIBS/*:CLASSES' MiniClient COMMAND ARGS... [-- COMMAND ARGS...]...
+// Several commands may run in one JVM, separated by "--" (JVM start-up is the slow part).
+//
+//   create-topic BOOTSTRAP TOPIC PARTITIONS
+//   produce BOOTSTRAP TOPIC COUNT [COMPRESSION]   idempotent, acks=all, record i -> partition i % n
+//   consume BOOTSTRAP TOPIC PARTITIONS COUNT      assign() + seekToBeginning()
+//   group-consume BOOTSTRAP TOPIC GROUP COUNT [MEMBERS]   subscribe() in a group, commitSync()
+//   alter-quota BOOTSTRAP ENTITY_TYPE NAME KEY VALUE      VALUE "remove" removes the key;
+//                                                  NAME "<default>" is the default entity;
+//                                                  TYPE/NAME may be comma lists (user,client-id)
+//   describe-quotas BOOTSTRAP
+//
+// Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
+// Record i of `produce` is deterministic (tests/test_interop_java.py computes the same bytes):
+//   key "key-<i>", value of length (i * 7919) % 301 with byte j = (i * 131 + j * 29 + (j >> 3)) & 0xff,
+//   headers ("trace", "<i>"), ("origin", the 4 big-endian bytes of (i * 2654435761) mod 2^32).
+
+import java.io.BufferedOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class MiniClient {
+    static final PrintStream OUT = new PrintStream(new BufferedOutputStream(System.out, 1 << 16), false,
+            StandardCharsets.UTF_8);
+    static final Duration TIMEOUT = Duration.ofSeconds(60);
+
+    public static void main(String[] args) throws Exception {
+        int exit = 0;
+        try {
+            List<String> command = new ArrayList<>();
+            for (String arg : args) {
+                if (arg.equals("--")) {
+                    run(command);
+                    command.clear();
+                } else {
+                    command.add(arg);
+                }
+            }
+            if (!command.isEmpty()) run(command);
+        } catch (Throwable t) {
+            OUT.println("{\"type\":\"error\",\"error\":" + str(t.toString()) + "}");
+            OUT.flush();
+            t.printStackTrace();
+            exit = 1;
+        }
+        OUT.flush();
+        System.exit(exit);  // the clients' threads are closed, but do not wait on any straggler
+    }
+
+    static void run(List<String> c) throws Exception {
+        long started = System.nanoTime();
+        String[] a = c.toArray(new String[0]);
+        switch (a[0]) {
+            case "create-topic" -> createTopic(a[1], a[2], Integer.parseInt(a[3]));
+            case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "none");
+            case "consume" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
+            case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
+                    a.length > 5 ? Integer.parseInt(a[5]) : 1);
+            case "alter-quota" -> alterQuota(a[1], a[2], a[3], a[4], a[5]);
+            case "describe-quotas" -> describeQuotas(a[1]);
+            default -> throw new IllegalArgumentException("unknown command " + a[0]);
+        }
+        OUT.println("{\"type\":\"done\",\"command\":" + str(a[0]) + ",\"ms\":"
+                + (System.nanoTime() - started) / 1_000_000 + "}");
+        OUT.flush();
+    }
+
+    // --- Admin -------------------------------------------------------------------------------
+
+    static Admin admin(String bootstrap) {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(AdminClientConfig.CLIENT_ID_CONFIG, "mb-java-admin");
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
+        return Admin.create(p);
+    }
+
+    static void createTopic(String bootstrap, String topic, int partitions) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+            TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            OUT.println("{\"type\":\"created\",\"topic\":" + str(d.name()) + ",\"partitions\":"
+                    + d.partitions().size() + ",\"topic_id\":" + str(d.topicId().toString()) + "}");
+        }
+    }
+
+    static void alterQuota(String bootstrap, String types, String names, String key, String value)
+            throws Exception {
+        ClientQuotaEntity entity = entity(types, names);
+        Double v = value.equals("remove") ? null : Double.valueOf(value);
+        try (Admin admin = admin(bootstrap)) {
+            admin.alterClientQuotas(List.of(new ClientQuotaAlteration(entity,
+                    List.of(new ClientQuotaAlteration.Op(key, v))))).all().get();
+        }
+        OUT.println("{\"type\":\"altered\",\"entity\":" + entityJson(entity) + ",\"key\":" + str(key)
+                + ",\"value\":" + (v == null ? "null" : v.toString()) + "}");
+    }
+
+    static void describeQuotas(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            Map<ClientQuotaEntity, Map<String, Double>> all =
+                    admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get();
+            for (var e : all.entrySet()) {
+                StringBuilder values = new StringBuilder("{");
+                for (var kv : new java.util.TreeMap<>(e.getValue()).entrySet()) {
+                    if (values.length() > 1) values.append(',');
+                    values.append(str(kv.getKey())).append(':').append(kv.getValue());
+                }
+                OUT.println("{\"type\":\"quota\",\"entity\":" + entityJson(e.getKey()) + ",\"values\":"
+                        + values.append('}') + "}");
+            }
+        }
+    }
+
+    static ClientQuotaEntity entity(String types, String names) {
+        String[] t = types.split(","), n = names.split(",", -1);
+        Map<String, String> m = new HashMap<>();
+        for (int i = 0; i < t.length; i++) m.put(t[i], n[i].equals("<default>") ? null : n[i]);
+        return new ClientQuotaEntity(m);
+    }
+
+    static String entityJson(ClientQuotaEntity entity) {
+        StringBuilder b = new StringBuilder("{");
+        for (var e : new java.util.TreeMap<>(entity.entries()).entrySet()) {
+            if (b.length() > 1) b.append(',');
+            b.append(str(e.getKey())).append(':').append(e.getValue() == null ? "null" : str(e.getValue()));
+        }
+        return b.append('}').toString();
+    }
+
+    // --- Producer ----------------------------------------------------------------------------
+
+    static byte[] value(int i) {
+        int n = (int) ((i * 7919L) % 301);
+        byte[] v = new byte[n];
+        for (int j = 0; j < n; j++) v[j] = (byte) (i * 131 + j * 29 + (j >> 3));
+        return v;
+    }
+
+    static void produce(String bootstrap, String topic, int count, String compression) throws Exception {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-producer");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, compression);
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        List<Future<RecordMetadata>> sent = new ArrayList<>(count);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            int partitions = producer.partitionsFor(topic).size();
+            for (int i = 0; i < count; i++) {
+                long origin = (i * 2654435761L) & 0xffffffffL;
+                List<Header> headers = List.of(
+                        new RecordHeader("trace", Integer.toString(i).getBytes(StandardCharsets.UTF_8)),
+                        new RecordHeader("origin", new byte[] {(byte) (origin >>> 24), (byte) (origin >>> 16),
+                                (byte) (origin >>> 8), (byte) origin}));
+                sent.add(producer.send(new ProducerRecord<>(topic, i % partitions, null,
+                        ("key-" + i).getBytes(StandardCharsets.UTF_8), value(i), headers)));
+            }
+            producer.flush();
+            for (int i = 0; i < count; i++) {
+                RecordMetadata m = sent.get(i).get();
+                OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"partition\":" + m.partition()
+                        + ",\"offset\":" + m.offset() + "}");
+            }
+        }
+    }
+
+    // --- Consumers ---------------------------------------------------------------------------
+
+    static Properties consumerProps(String bootstrap, String clientId) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId);
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        return p;
+    }
+
+    static void printRecord(ConsumerRecord<byte[], byte[]> r, String member) {
+        StringBuilder b = new StringBuilder(256);
+        b.append("{\"type\":\"record\"");
+        if (member != null) b.append(",\"member\":").append(str(member));
+        b.append(",\"topic\":").append(str(r.topic()))
+                .append(",\"partition\":").append(r.partition()).append(",\"offset\":").append(r.offset())
+                .append(",\"key\":").append(hex(r.key())).append(",\"value\":").append(hex(r.value()))
+                .append(",\"headers\":[");
+        boolean first = true;
+        for (Header h : r.headers()) {
+            if (!first) b.append(',');
+            first = false;
+            b.append('[').append(str(h.key())).append(',').append(hex(h.value())).append(']');
+        }
+        b.append("]}");
+        synchronized (OUT) {
+            OUT.println(b);
+        }
+    }
+
+    static void consume(String bootstrap, String topic, int partitions, int count) {
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) tps.add(new TopicPartition(topic, p));
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                     new KafkaConsumer<>(consumerProps(bootstrap, "mb-java-consumer"))) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            int got = 0;
+            long deadline = System.nanoTime() + TIMEOUT.toNanos();
+            while (got < count && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                    printRecord(r, null);
+                    got++;
+                }
+            }
+        }
+    }
+
+    /** MEMBERS consumers in one group (threads of this JVM) read COUNT records between them. Member
+     * m subscribes once member m-1 holds partitions, so each later join rebalances a stable group;
+     * all keep polling until the group has read every record and every member holds partitions.
+     * Positions are committed on revocation and at the end, so no record is read twice. */
+    static void groupConsume(String bootstrap, String topic, String group, int count, int members)
+            throws Exception {
+        AtomicInteger got = new AtomicInteger();
+        AtomicBoolean done = new AtomicBoolean();
+        Map<String, Set<Integer>> assigned = new ConcurrentHashMap<>();
+        List<Thread> threads = new ArrayList<>();
+        List<Throwable> failures = new ArrayList<>();
+        long deadline = System.nanoTime() + TIMEOUT.toNanos();
+        for (int m = 0; m < members; m++) {
+            String member = "member-" + m, previous = "member-" + (m - 1);
+            boolean waits = m > 0;
+            Thread t = new Thread(() -> {
+                // Join one after another: each later join must rebalance a stable group.
+                while (waits && !assigned.containsKey(previous) && System.nanoTime() < deadline) {
+                    try {
+                        Thread.sleep(20);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+                Properties p = consumerProps(bootstrap, "mb-java-" + member);
+                p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+                p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
+                p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+                p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "20000");  // the rebalance timeout
+                try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+                    consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                        public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                            consumer.commitSync();
+                            assigned.remove(member);
+                            event("revoked", member, partitions);
+                        }
+
+                        public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                            Set<Integer> ps = new TreeSet<>();
+                            for (TopicPartition tp : partitions) ps.add(tp.partition());
+                            assigned.put(member, ps);
+                            event("assigned", member, partitions);
+                        }
+                    });
+                    while (!done.get() && System.nanoTime() < deadline) {
+                        for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                            printRecord(r, member);
+                            got.incrementAndGet();
+                        }
+                        if (got.get() >= count && assigned.size() == members
+                                && assigned.values().stream().noneMatch(Set::isEmpty)) {
+                            done.set(true);  // the first to see it stops them all, before anyone leaves
+                        }
+                    }
+                    consumer.commitSync();
+                    Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(consumer.assignment());
+                    for (var e : committed.entrySet()) {
+                        synchronized (OUT) {
+                            OUT.println("{\"type\":\"committed\",\"member\":" + str(member) + ",\"partition\":"
+                                    + e.getKey().partition() + ",\"offset\":"
+                                    + (e.getValue() == null ? "null" : e.getValue().offset()) + "}");
+                        }
+                    }
+                    event("final", member, consumer.assignment());
+                } catch (Throwable e) {
+                    synchronized (failures) {
+                        failures.add(e);
+                    }
+                }
+            }, member);
+            t.start();
+            threads.add(t);
+        }
+        for (Thread t : threads) t.join();
+        if (!failures.isEmpty()) {
+            for (Throwable f : failures.subList(1, failures.size())) failures.get(0).addSuppressed(f);
+            throw new RuntimeException("group consumer failed", failures.get(0));
+        }
+        if (got.get() < count) {
+            throw new RuntimeException("group read " + got.get() + " of " + count + " records in " + TIMEOUT
+                    + "; assignment " + assigned);
+        }
+    }
+
+    static void event(String type, String member, Collection<TopicPartition> partitions) {
+        Set<Integer> ps = new TreeSet<>();
+        for (TopicPartition tp : partitions) ps.add(tp.partition());
+        synchronized (OUT) {
+            OUT.println("{\"type\":" + str(type) + ",\"member\":" + str(member) + ",\"partitions\":"
+                    + Arrays.toString(ps.toArray()) + "}");
+        }
+    }
+
+    // --- JSON --------------------------------------------------------------------------------
+
+    static String hex(byte[] b) {
+        if (b == null) return "null";
+        StringBuilder s = new StringBuilder(b.length * 2 + 2).append('"');
+        for (byte x : b) s.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+        return s.append('"').toString();
+    }
+
+    static String str(String s) {
+        StringBuilder b = new StringBuilder(s.length() + 2).append('"');
+        for (char ch : s.toCharArray()) {
+            if (ch == '"' || ch == '\\') b.append('\\').append(ch);
+            else if (ch < 0x20) b.append(String.format("\\u%04x", (int) ch));
+            else b.append(ch);
+        }
+        return b.append('"').toString();
+    }
+}

@@ -1,0 +1,261 @@
+"""The real Java client (kafka-clients 4.3.0, the reference implementation) against minibroker.
+
+Java sends the newest versions of everything (Produce v13 with topic ids, Fetch v17/18, Metadata
+v13, ApiVersions v4, JoinGroup v9, OffsetCommit/OffsetFetch v10 ...), so these tests prove the
+broker's newest versions against the client that defines them:
+
+- the interop story of test_interop_clients: a 3-partition topic created by Java's Admin, 5,000 keyed
+  records with headers from Java's idempotent producer (acks=all), read back by assign() from the
+  earliest offset byte for byte, by Java and by the Python clients, and again after a restart; and
+  Java reads what kafka-python wrote;
+- Java's compressed batches (gzip, snappy, lz4, zstd) are stored as sent and read by Java and
+  librdkafka;
+- a consumer group of two Java consumers (classic protocol): the second member's join rebalances
+  the first, every record is read exactly once, and the committed offsets are the log end;
+- Admin.alterClientQuotas / describeClientQuotas round trip.
+
+tests/java/MiniClient.java is the Java side, compiled once per session; each test runs its steps in
+as few JVMs as it can (start-up dominates on 2 cores). The JDK and the jars come from
+scripts/fetch_java_clients, which scripts/test runs: without them these tests fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from protocol.messages import peek_api
+from tests.clients import ALL, KafkaPython, Message
+from tests.test_interop_clients import expected_records, make_messages, normalise
+
+pytestmark = pytest.mark.interop
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "tests" / "java" / "MiniClient.java"
+LIBS = Path(os.environ.get("MINIBROKER_JAVA_CLIENTS", ROOT / ".cache" / "java-clients")) / "libs"
+JARS = ("kafka-clients-4.3.0.jar", "slf4j-api-2.0.18.jar", "lz4-java-1.10.2.jar", "snappy-java-1.1.1.7.jar",
+        "zstd-jni-1.5.6-10.jar")
+HOW_TO_GET = "run scripts/fetch_java_clients (scripts/test runs it) to install a JDK >= 17 and the jars"
+# Short-lived JVMs: one GC thread and no C2 compile queue start faster on 2 cores.
+JVM_OPTS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+
+PARTITIONS = 3
+COUNT = 5000
+
+
+class JavaClient:
+    def __init__(self, classes: Path):
+        self.classpath = f"{classes}{os.pathsep}{LIBS}{os.sep}*"
+
+    def run(self, *commands: list, timeout: float = 120) -> list[dict]:
+        """Run MiniClient commands in one JVM; returns its output lines as dicts."""
+        args: list[str] = []
+        for command in commands:
+            args += (["--"] if args else []) + [str(a) for a in command]
+        proc = subprocess.run(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *args],
+                              capture_output=True, text=True, timeout=timeout)
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0:
+            stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("SLF4J"))
+            done = [line["command"] for line in lines if line["type"] == "done"]
+            pytest.fail(f"MiniClient {' '.join(args)} exited {proc.returncode} after {done}:\n{stderr[-4000:]}")
+        return lines
+
+
+@pytest.fixture(scope="session")
+def java(tmp_path_factory) -> JavaClient:
+    missing = [jar for jar in JARS if not (LIBS / jar).is_file()]
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.fail(f"no JDK (javac) on PATH: {HOW_TO_GET}")
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)} in {LIBS}: {HOW_TO_GET}")
+    classes = tmp_path_factory.mktemp("java-classes")
+    proc = subprocess.run(["javac", "-d", str(classes), "-cp", f"{LIBS}{os.sep}*", str(SOURCE)],
+                          capture_output=True, text=True, timeout=180)
+    if proc.returncode != 0:
+        pytest.fail(f"javac failed (a JDK >= 17 is needed; {HOW_TO_GET}):\n{proc.stderr}")
+    return JavaClient(classes)
+
+
+class ApiVersionLog:
+    """Which (API, version) pairs Java's clients sent: the broker's handle_frame, wrapped."""
+
+    def __init__(self):
+        self.seen: dict[str, set[int]] = defaultdict(set)
+
+    def watch(self, running):
+        broker = running.broker
+        original = broker.handle_frame
+
+        async def handle_frame(frame, conn):
+            api_key, version, _ = peek_api(frame)
+            # Every request header has the client id as an INT16-length string at byte 8.
+            length = int.from_bytes(frame[8:10], "big", signed=True)
+            if length > 0 and frame[10:10 + length].startswith(b"mb-java"):
+                handler = broker.handlers.get(api_key)
+                self.seen[handler.name if handler else f"api{api_key}"].add(version)
+            return await original(frame, conn)
+
+        broker.handle_frame = handle_frame
+        return running
+
+    def __str__(self):
+        return ", ".join(f"{name} v{'/'.join(map(str, sorted(v)))}" for name, v in sorted(self.seen.items()))
+
+
+@pytest.fixture
+def versions():
+    log = ApiVersionLog()
+    yield log
+    print(f"\nJava sent: {log}")
+
+
+def java_messages(count: int) -> list[Message]:
+    """The records MiniClient's `produce` sends (the formula in its header comment)."""
+    return [
+        Message(
+            partition=i % PARTITIONS,
+            key=b"key-%d" % i,
+            value=bytes((i * 131 + j * 29 + (j >> 3)) & 0xFF for j in range(i * 7919 % 301)),
+            headers=(("trace", b"%d" % i), ("origin", (i * 2654435761 & 0xFFFFFFFF).to_bytes(4, "big"))),
+        )
+        for i in range(count)
+    ]
+
+
+def records(lines, topic=None):
+    """MiniClient's record lines as the Record tuples of tests.clients."""
+    return [
+        (r["partition"], r["offset"],
+         None if r["key"] is None else bytes.fromhex(r["key"]),
+         None if r["value"] is None else bytes.fromhex(r["value"]),
+         tuple((k, bytes.fromhex(v)) for k, v in r["headers"]))
+        for r in lines
+        if r["type"] == "record" and (topic is None or r["topic"] == topic)
+    ]
+
+
+def of_type(lines, kind):
+    return [line for line in lines if line["type"] == kind]
+
+
+def test_java_produce_consume_restart_and_cross_read(java, versions, start_broker, unique):
+    """Java's Admin, idempotent producer and assign() consumer; Python clients read Java's records
+    and Java reads kafka-python's, before and after a broker restart."""
+    topic, python_topic = unique("java"), unique("java-from-python")
+    expected = expected_records(java_messages(COUNT))
+    python_messages = make_messages(seed=11)[:600]
+    with start_broker() as broker:
+        versions.watch(broker)
+        KafkaPython().create_topic(broker.bootstrap, python_topic, PARTITIONS)
+        KafkaPython().produce(broker.bootstrap, python_topic, python_messages)
+        out = java.run(["create-topic", broker.bootstrap, topic, PARTITIONS],
+                       ["produce", broker.bootstrap, topic, COUNT],
+                       ["consume", broker.bootstrap, topic, PARTITIONS, COUNT],
+                       ["consume", broker.bootstrap, python_topic, PARTITIONS, len(python_messages)])
+        assert [(c["topic"], c["partitions"]) for c in of_type(out, "created")] == [(topic, PARTITIONS)]
+        produced = of_type(out, "produced")
+        assert [(p["partition"], p["offset"]) for p in produced] == [
+            (i % PARTITIONS, i // PARTITIONS) for i in range(COUNT)]
+        assert normalise(records(out, topic)) == expected
+        assert normalise(records(out, python_topic)) == expected_records(python_messages)
+        for client in ALL:
+            assert normalise(client.consume(broker.bootstrap, topic, PARTITIONS, COUNT)) == expected, client.name
+    with start_broker() as broker:
+        versions.watch(broker)
+        out = java.run(["consume", broker.bootstrap, topic, PARTITIONS, COUNT])
+        assert normalise(records(out, topic)) == expected
+    # The newest versions, topic ids included, are what Java sent (it would fall back silently).
+    assert max(versions.seen["produce"]) == 13
+    assert max(versions.seen["fetch"]) >= 17
+    assert max(versions.seen["metadata"]) == 13
+    assert versions.seen["api_versions"] == {4}
+
+
+def test_java_compressed_batches(java, versions, broker, unique):
+    """Java's gzip/snappy/lz4/zstd batches are kept as sent: Java and librdkafka read them back."""
+    versions.watch(broker)
+    count = 1500
+    codecs = ["gzip", "snappy", "lz4", "zstd"]
+    topics = {codec: unique(f"java-{codec}") for codec in codecs}
+    steps = [["create-topic", broker.bootstrap, topics[c], PARTITIONS] for c in codecs]
+    steps += [["produce", broker.bootstrap, topics[c], count, c] for c in codecs]
+    steps += [["consume", broker.bootstrap, topics[c], PARTITIONS, count] for c in codecs]
+    out = java.run(*steps)
+    expected = expected_records(java_messages(count))
+    confluent = next(c for c in ALL if c.name == "confluent-kafka")
+    for codec, topic in topics.items():
+        assert normalise(records(out, topic)) == expected, codec
+        assert normalise(confluent.consume(broker.bootstrap, topic, PARTITIONS, count)) == expected, codec
+
+
+def test_java_consumer_group(java, versions, broker, unique):
+    """Two Java consumers in one group (classic protocol, short session): the second's join
+    rebalances the first, the final assignment splits the partitions between them, every record is
+    read exactly once, and the offsets they commit are the log end (kafka-python reads them back)."""
+    versions.watch(broker)
+    topic, group = unique("java-group"), unique("java-group")
+    count = 3000
+    out = java.run(["create-topic", broker.bootstrap, topic, PARTITIONS],
+                   ["produce", broker.bootstrap, topic, count],
+                   ["group-consume", broker.bootstrap, topic, group, count, 2])
+    got = records(out, topic)
+    assert len({(p, o) for p, o, *_ in got}) == len(got), "a record was read twice"
+    assert normalise(got) == expected_records(java_messages(count))
+    final = {line["member"]: set(line["partitions"]) for line in of_type(out, "final")}
+    assert set(final) == {"member-0", "member-1"} and all(final.values()), final
+    assert sorted(p for parts in final.values() for p in parts) == list(range(PARTITIONS)), final
+    assert len(of_type(out, "assigned")) >= 3, "the second member's join did not rebalance the first"
+    committed = {line["partition"]: line["offset"] for line in of_type(out, "committed")}
+    assert committed == {p: count // PARTITIONS for p in range(PARTITIONS)}
+
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="mb-test-admin")
+    try:
+        offsets = admin.list_group_offsets({group: None})[group]
+    finally:
+        admin.close()
+    assert {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic} == committed
+    assert max(versions.seen["join_group"]) == 9
+    assert max(versions.seen["offset_commit"]) >= 9
+
+
+def test_java_admin_client_quotas(java, versions, broker, unique):
+    """Admin.alterClientQuotas then describeClientQuotas: set, default entity, a user+client-id pair,
+    removal of one key (which drops an entity with no keys left)."""
+    versions.watch(broker)
+    alice, app = unique("alice"), unique("app")
+    b = broker.bootstrap
+    out = java.run(["alter-quota", b, "user", alice, "producer_byte_rate", 1048576],
+                   ["alter-quota", b, "user", alice, "consumer_byte_rate", 2000],
+                   ["alter-quota", b, "user,client-id", f"{alice},{app}", "request_percentage", 12.5],
+                   ["alter-quota", b, "client-id", "<default>", "consumer_byte_rate", 5000],
+                   ["describe-quotas", b],
+                   ["alter-quota", b, "user", alice, "producer_byte_rate", "remove"],
+                   ["alter-quota", b, "user", alice, "consumer_byte_rate", "remove"],
+                   ["describe-quotas", b])
+    done = [line["command"] for line in out if line["type"] == "done"]
+    split = [i for i, line in enumerate(out) if line["type"] == "done" and line["command"] == "describe-quotas"]
+    first, second = out[:split[0]], out[split[0] + 1:split[1]]
+
+    def quotas(lines):
+        return {json.dumps(q["entity"], sort_keys=True): q["values"] for q in of_type(lines, "quota")}
+
+    assert done.count("alter-quota") == 6
+    assert quotas(first) == {
+        json.dumps({"user": alice}): {"consumer_byte_rate": 2000.0, "producer_byte_rate": 1048576.0},
+        json.dumps({"client-id": app, "user": alice}, sort_keys=True): {"request_percentage": 12.5},
+        json.dumps({"client-id": None}): {"consumer_byte_rate": 5000.0},
+    }
+    assert quotas(second) == {
+        json.dumps({"client-id": app, "user": alice}, sort_keys=True): {"request_percentage": 12.5},
+        json.dumps({"client-id": None}): {"consumer_byte_rate": 5000.0},
+    }
+    assert versions.seen["alter_client_quotas"] == {1} and versions.seen["describe_client_quotas"] == {1}
