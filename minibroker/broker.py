@@ -166,6 +166,7 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
+        self.audit = None  # the audit stream, when audit.enable
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).

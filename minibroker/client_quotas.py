@@ -28,7 +28,6 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
 from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.rate import MetricConfig
+from storage.log import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
@@ -190,20 +190,7 @@ class BrokerQuotas:
         return results
 
     def _persist(self, text: str) -> None:
-        tmp = self.path.with_suffix(".json.tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        try:
-            fd = os.open(self.path.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_atomically(self.path, text.encode())
 
     # ---- the request path --------------------------------------------------------------------------
 
@@ -232,16 +219,17 @@ class BrokerQuotas:
 
     # ---- housekeeping --------------------------------------------------------------------------------
 
-    def expire(self, now_ms: int) -> None:
+    def expire(self, now_ms: int, wall_ms: int) -> None:
         for manager in self.managers:
             manager.expire_sensors(now_ms)
-        self.pid.cleanup(now_ms)
+        # The producer-id quota runs on the wall clock, like the audit stream that replays it.
+        self.pid.cleanup(wall_ms)
 
     async def run_housekeeping(self, every_s: float = 60.0) -> None:
         """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""
         while True:
             await trio.sleep(every_s)
-            self.expire(monotonic_ms())
+            self.expire(monotonic_ms(), time.time_ns() // 1_000_000)
 
     def close(self) -> None:
         if self._clock_installed:

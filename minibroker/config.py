@@ -167,6 +167,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("max.in.flight.sequence.number.per.connection", _int, str(1 << 20), "lean mode: how far below the latest sequence a resent batch counts as a duplicate (sequence numbers).", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
         Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
         Key("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producer ids are expired.", _at_least(1)),
+        Key("producer.id.quota.error.code", _int, "89", "Error answered to a batch whose new producer id is over the user's producer_ids_rate (89 THROTTLING_QUOTA_EXCEEDED).", _at_least(1)),
         Key("fault.injection", _fault_rules, "", "Test faults: API:drop|close|delay[:every=N][:limit=N][:delay_ms=N][:client_id=ID], ';'-separated."),
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),

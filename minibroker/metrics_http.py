@@ -20,6 +20,7 @@ Series:
 from __future__ import annotations
 
 import logging
+import time
 import math
 from typing import TYPE_CHECKING, Iterable
 
@@ -91,9 +92,11 @@ def render(broker: Broker, now_ms: int) -> str:
             metric = _metric_name("kafka_server", group, name)
             labels = {_TAG_LABELS.get(k, _metric_name(k)): v for k, v in sorted(tags.items(), key=_tag_order)}
             out.add(metric, "gauge", f"{group} {_HELP.get(_metric_name(name), name)}", labels, value)
-    for user, name, value in quotas.pid.metrics(now_ms):
+    for user, name, value in quotas.pid.metrics(time.time_ns() // 1_000_000):  # wall clock, see BrokerQuotas
         out.add(_metric_name("kafka_server_producer_ids", name), "gauge", f"ProducerIds {name} (KIP-936)",
                 {"user": user}, value)
+    out.add("minibroker_producer_state_entries", "gauge",
+            "producer ids held in the producer state of loaded partitions", {}, broker.producer_states.entry_count)
     m = broker.metrics
     for api, count in sorted(m.requests.items()):
         out.add("minibroker_requests_total", "counter", "requests handled, by API", {"api": api}, count)

@@ -5,9 +5,17 @@ batch (Kafka's rule from v3); framing and CRC faults answer CORRUPT_MESSAGE, oth
 INVALID_RECORD, a batch over the topic's max.message.bytes MESSAGE_TOO_LARGE. acks=0 gets no
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
 v13 names topics by id. Producing never creates a topic (Metadata does).
+
+Producer-id quota (KIP-936): before anything is appended, a batch whose producer id is new for the
+connection's user while that user is over its `producer_ids_rate` is rejected for its partition (not
+appended, so no producer state is created) with `producer.id.quota.error.code`
+(THROTTLING_QUOTA_EXCEEDED by default) and the response's throttle_time set; the connection is then
+muted for that long (KIP-219). Producer ids the quota already knows are never throttled by it.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
@@ -19,7 +27,7 @@ from minibroker.handlers.common import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from protocol.records import InvalidRecordError, check_produce_records
+from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
 
 
 def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
@@ -35,37 +43,54 @@ def _partition_result(index: int, code: int, message: str | None = None, base_of
     }
 
 
-def append_partition(broker, topic, partition_index: int, records, now_ms: int) -> dict:
-    """Check and append one partition's records; the per-partition produce response."""
+class PartitionOutcome(NamedTuple):
+    response: dict
+    throttle_ms: int = 0  # producer-id quota throttle for this partition's batch
+    header: BatchHeader | None = None
+    pid_new: bool | None = None  # what the producer-id quota made of the batch's PID (None: not asked)
+
+
+def append_partition(broker, topic, partition_index: int, records, now_ms: int, user: str) -> PartitionOutcome:
+    """Check and append one partition's records."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if log is None:
-        return _partition_result(partition_index, UNKNOWN_TOPIC_OR_PARTITION)
+        return PartitionOutcome(_partition_result(partition_index, UNKNOWN_TOPIC_OR_PARTITION))
     if not records:
-        return _partition_result(partition_index, INVALID_RECORD, "no records")
+        return PartitionOutcome(_partition_result(partition_index, INVALID_RECORD, "no records"))
     if len(records) > log.config.max_message_bytes:
-        return _partition_result(
+        return PartitionOutcome(_partition_result(
             partition_index,
             MESSAGE_TOO_LARGE,
             f"batch of {len(records)} bytes exceeds max.message.bytes {log.config.max_message_bytes}",
-        )
+        ))
     try:
         header = check_produce_records(records)
     except InvalidRecordError as exc:
-        return _partition_result(partition_index, exc.error_code, str(exc))
+        return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
     if header.is_transactional:
-        return _partition_result(
+        return PartitionOutcome(_partition_result(
             partition_index, INVALID_TXN_STATE, "transactions are not supported by minibroker"
-        )
+        ), header=header)
+    pid_new = None
+    if header.has_producer_id:
+        verdict = broker.pid_quota.track(user, header.producer_id, now_ms)
+        pid_new = None if not verdict.tracked else not verdict.known
+        if verdict.throttle_time_ms > 0:
+            message = f"producer id quota exceeded for user {user!r}: new producer id {header.producer_id} throttled"
+            return PartitionOutcome(
+                _partition_result(partition_index, broker.config["producer.id.quota.error.code"], message),
+                verdict.throttle_time_ms, header, pid_new,
+            )
     result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
     if isinstance(result, dict):
-        return {"index": partition_index, **result}
-    return _partition_result(
+        return PartitionOutcome({"index": partition_index, **result}, 0, header, pid_new)
+    return PartitionOutcome(_partition_result(
         partition_index,
         0,
         base_offset=result.base_offset,
         log_append_time=result.log_append_time_ms,
         log_start_offset=result.log_start_offset,
-    )
+    ), 0, header, pid_new)
 
 
 @handler(0, 3, 13)
@@ -73,7 +98,9 @@ async def produce(ctx, request):
     broker = ctx.broker
     now_ms = wall_clock_ms()
     acks = request.acks
+    user = ctx.connection.quota_user
     injected = broker.faults.before_request("Produce", ctx.client_id) if broker.faults.rules else None
+    throttle_ms = 0
     responses = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
@@ -86,11 +113,14 @@ async def produce(ctx, request):
         elif topic is None and name is None:
             partitions = [_partition_result(p.index, UNKNOWN_TOPIC_ID) for p in topic_data.partition_data]
         else:
-            partitions = [
-                append_partition(broker, topic, p.index, p.records, now_ms)
-                for p in topic_data.partition_data
-            ]
+            partitions = []
+            for p in topic_data.partition_data:
+                outcome = append_partition(broker, topic, p.index, p.records, now_ms, user)
+                partitions.append(outcome.response)
+                throttle_ms = max(throttle_ms, outcome.throttle_ms)
+                if broker.audit is not None:
+                    broker.audit.record_produce(ctx, topic.name if topic else name, p.index, p.records, outcome, now_ms)
         responses.append({"name": name, "topic_id": topic_id, "partition_responses": partitions})
     if acks == 0:
         return None
-    return {"responses": responses, "throttle_time": 0}
+    return {"responses": responses, "throttle_time": throttle_ms}
