@@ -21,7 +21,7 @@ Settings use Kafka's names, in a properties file (--config) or one at a time
 (--override key=value, repeatable; later ones win). Broker settings:
 {help_table()}
   log.segment.bytes, log.retention.ms, log.roll.ms, log.flush.interval.messages, ...
-                                   Kafka's log settings, with Kafka's defaults.
+      Kafka's log settings (and the topic configs they default), with Kafka's defaults.
 
 examples:
   minibroker serve

@@ -168,7 +168,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
         Key("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producer ids are expired.", _at_least(1)),
         Key("producer.id.quota.error.code", _int, "89", "Error answered to a batch whose new producer id is over the user's producer_ids_rate (89 THROTTLING_QUOTA_EXCEEDED).", _at_least(1)),
-        Key("fault.injection", _fault_rules, "", "Test faults: API:drop|close|delay[:every=N][:limit=N][:delay_ms=N][:client_id=ID], ';'-separated."),
+        Key("fault.injection", _fault_rules, "", "Test faults, ';'-separated: API:drop|close|delay|error[:every=N][:limit=N][:delay_ms=N][:error_code=N][:client_id=ID] (see the README)."),
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
@@ -262,8 +262,11 @@ class BrokerConfig:
 
 
 def help_table() -> str:
-    width = max(len(n) for n in BROKER_CONFIGS)
-    return "\n".join(
-        f"  {name:<{width}}  {key.doc} (default: {key.default or 'none'})"
-        for name, key in BROKER_CONFIGS.items()
-    )
+    """The broker settings for `serve --help`: name, then its documentation wrapped beneath."""
+    import textwrap
+
+    lines = []
+    for name, key in BROKER_CONFIGS.items():
+        lines.append(f"  {name} (default: {key.default or 'none'})")
+        lines.extend(textwrap.wrap(key.doc, width=88, initial_indent="      ", subsequent_indent="      "))
+    return "\n".join(lines)
