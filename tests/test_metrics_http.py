@@ -12,6 +12,8 @@ import urllib.request
 
 import pytest
 
+from minibroker.broker import wall_clock_ms
+
 from protocol.entities import build
 from tests.batches import make_batch
 from tests.wire import WireClient, schema
@@ -86,7 +88,7 @@ def test_producer_id_quota_series(metered):
 
     def track():
         broker.pid_quota.update_quota("dave", 10)
-        broker.pid_quota.track("dave", 42, broker.now_ms())
+        broker.pid_quota.track("dave", 42, wall_clock_ms())  # the PID quota runs on the wall clock
 
     metered.in_broker(track)
     samples = scrape(metered.metrics_url)
