@@ -25,4 +25,9 @@ ensure_venv() {
         "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT${extras:+[$extras]}"
         echo "$want" > "$stamp"
     fi
+    # Java client interop tests: a JDK >= 17 (so install_java.sh below finds Java) plus the jars.
+    case ",$extras," in *,test,*) PY="$PY" bash "$ROOT/scripts/fetch_java_clients" || echo "fetch_java_clients failed: the Java interop tests will fail" >&2 ;; esac
+    case ",$extras," in
+        *,test,* | *,pipeline,*) bash "$ROOT/scripts/install_java.sh" ;;  # PySpark needs Java >= 17
+    esac
 }

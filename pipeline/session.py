@@ -1,0 +1,48 @@
+"""The SparkSession the pipeline runs on: embedded `local[*]` by default, any master unchanged.
+
+Python workers must run the project's interpreter (pyspark, pandas, pyarrow and this repository's
+packages are installed there), so `PYSPARK_PYTHON` defaults to `sys.executable`; the driver binds to
+127.0.0.1 unless `SPARK_LOCAL_IP` says otherwise (a machine whose host name does not resolve, or
+that has no network but loopback, still works).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "minibroker-pipeline",
+    *,
+    shuffle_partitions: int | None = None,
+    conf: dict[str, str] | None = None,
+) -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Executors started by this driver import `pipeline`, `quotas`, `storage`, `protocol` from here.
+    path = os.environ.get("PYTHONPATH", "")
+    if str(ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "4g"))
+    )
+    if shuffle_partitions is not None:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,344 @@
+"""The PySpark pipeline on small inputs with answers worked out by hand: reading (broker data dir and
+traces), the summary, the what-if replay through the project's own quota classes, the producer-state
+model, recommendations, and the whole report. One SparkSession (local[2]) for the module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from minibroker.audit import AuditLog
+from pipeline import jobs
+from pipeline.gen import generate, write_trace
+from pipeline.model import KAFKA_BYTES_BY_BATCHES, StateMemoryModel
+from pipeline.read import read_data_dir, read_trace
+from pipeline.replay import QuotaSettings, replay
+from pipeline.report import build_report
+from pipeline.schema import EVENTS_SCHEMA
+from pipeline.whatif import state_table, totals_table, whatif, windows_table
+from storage.audit_format import AUDIT_FIELD_NAMES, AUDIT_TOPIC, audit_event
+from storage.config import LogConfig
+from storage.manager import LogManager
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a whole number of seconds and minutes
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pipeline.session import spark_session
+
+    session = spark_session("local[2]", "minibroker-tests", shuffle_partitions=4,
+                            conf={"spark.driver.memory": "1g"})
+    yield session
+    session.stop()
+
+
+def ev(ts, principal, pid=-1, *, api="Produce", client="c1", topic="t", partition=0, nbytes=100, records=1,
+       error=0, throttle=0, quota="", pid_new=None, seq=None):
+    api_key = {"Produce": 0, "Fetch": 1, "InitProducerId": 22}[api]
+    event = audit_event(
+        ts=T0 + ts, principal=principal, client_id=client, listener="PLAINTEXT", api=api, api_key=api_key,
+        api_version=9, topic=None if api == "InitProducerId" else topic, partition=partition, bytes=nbytes,
+        records=records, producer_id=pid, producer_epoch=0 if pid >= 0 else -1, error_code=error,
+        throttle_time_ms=throttle, throttle_quota=quota, pid_new=pid_new,
+    )
+    event["seq"] = seq
+    return event
+
+
+def frame(spark, events):
+    rows = [{**e, "seq": i if e["seq"] is None else e["seq"]} for i, e in enumerate(events)]
+    return spark.createDataFrame([tuple(r[f.name] for f in EVENTS_SCHEMA.fields) for r in rows], EVENTS_SCHEMA)
+
+
+# alice: PIDs 1-4 at t=0 (one request of 4 batches), 1 again at 100, 4 retried at 500, 4 and 5 at 1000.
+# bob: PID 7 at 0, 300, 1200; fetches at 100 and 1100 (the second throttled 250 ms by the broker).
+HAND = [
+    ev(0, "User:alice", 1, api="InitProducerId", nbytes=0, records=0),
+    ev(0, "User:alice", 1, partition=0), ev(0, "User:alice", 2, partition=1),
+    ev(0, "User:alice", 3, partition=2), ev(0, "User:alice", 4, partition=3),
+    ev(100, "User:alice", 1), ev(500, "User:alice", 4), ev(1000, "User:alice", 4), ev(1000, "User:alice", 5),
+    ev(0, "User:bob", 7, client="b1", nbytes=1000), ev(300, "User:bob", 7, client="b1", nbytes=1000),
+    ev(1200, "User:bob", 7, client="b1", nbytes=1000),
+    ev(100, "User:bob", api="Fetch", client="b2", nbytes=500, records=5),
+    ev(1100, "User:bob", api="Fetch", client="b2", nbytes=0, records=0, throttle=250,
+       quota="consumer_byte_rate"),
+]
+PID_WINDOW = dict(pid_window_num=2, pid_window_size_seconds=1.0)  # burst = 2 s x rate
+ALICE_1 = QuotaSettings("alice=1/s", user_producer_ids_rates=(("alice", 1.0),), **PID_WINDOW)
+
+
+def types(schema):
+    return [(f.name, f.dataType) for f in schema.fields]
+
+
+def rows_by(df, *key):
+    """{key value (a tuple for several columns): row dict}"""
+    if len(key) == 1:
+        return {r[key[0]]: r.asDict() for r in df.collect()}
+    return {tuple(r[k] for k in key): r.asDict() for r in df.collect()}
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def test_data_dir_reader_returns_exactly_what_the_audit_log_wrote(spark, tmp_path):
+    """AuditLog -> segment files (tiny segments, so several Spark partitions) -> DataFrame: the same
+    events, in order, `seq` = the record offset; a non-event record in the topic is skipped."""
+    logs = LogManager.open(tmp_path, LogConfig.from_broker({}), T0)
+    audit = AuditLog(logs, topic_configs={"internal.segment.bytes": "4000"})
+    written = []
+    for i, event in enumerate(HAND * 5):
+        event = {k: v for k, v in event.items() if k != "seq"}
+        event["ts"] += i
+        audit.record(event)
+        written.append(event)
+        if i % 7 == 6:
+            audit.flush(T0 + i)
+    audit.close(T0 + 1000)
+    logs.close()
+    assert len(list((tmp_path / f"{AUDIT_TOPIC}-0").glob("*.log"))) > 2
+
+    df = read_data_dir(spark, tmp_path)
+    assert df.schema == EVENTS_SCHEMA
+    rows = sorted((r.asDict() for r in df.collect()), key=lambda r: r["seq"])
+    assert [r["seq"] for r in rows] == list(range(len(written)))
+    assert [{k: r[k] for k in AUDIT_FIELD_NAMES} for r in rows] == written
+
+
+def test_data_dir_without_audit_is_empty(spark, tmp_path):
+    assert read_data_dir(spark, tmp_path).count() == 0
+
+
+def test_trace_readers_parquet_and_json_lines_agree_with_the_generator(spark, tmp_path):
+    table = generate(3000, seed=3)
+    expected = table.to_pylist()
+    for name in ("trace.parquet", "trace.jsonl"):
+        path = write_trace(table, tmp_path / name)
+        df = read_trace(spark, path)
+        assert types(df.schema) == types(EVENTS_SCHEMA)
+        rows = sorted((r.asDict() for r in df.collect()), key=lambda r: r["seq"])
+        assert rows == expected, name
+
+
+def test_trace_without_seq_keeps_file_order(spark, tmp_path):
+    path = tmp_path / "plain.jsonl"
+    events = [{k: v for k, v in e.items() if k != "seq"} for e in HAND]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    rows = sorted(read_trace(spark, path).collect(), key=lambda r: r["seq"])
+    assert [{k: r[k] for k in AUDIT_FIELD_NAMES} for r in rows] == events
+
+
+# -- summary --------------------------------------------------------------------------------------
+
+
+def test_summary_by_hand(spark):
+    out = rows_by(jobs.summary(frame(spark, HAND), 1000), "window_start_ms", "principal", "client_id")
+    alice0 = out[(T0, "User:alice", "c1")]
+    # InitProducerId + 4 batches at 0, one at 100, one at 500: 7 events, 3 requests (distinct api, ts:
+    # InitProducerId@0, Produce@0, @100, @500 -> 4), PIDs 1-4.
+    assert (alice0["events"], alice0["requests"], alice0["distinct_pids"], alice0["distinct_pids_approx"]) == (7, 4, 4, 4)
+    assert alice0["produce_bytes"] == 600 and alice0["produce_records"] == 6
+    alice1 = out[(T0 + 1000, "User:alice", "c1")]
+    assert (alice1["events"], alice1["requests"], alice1["distinct_pids"]) == (2, 1, 2)
+    bob_p0 = out[(T0, "User:bob", "b1")]
+    assert (bob_p0["events"], bob_p0["distinct_pids"], bob_p0["produce_bytes"]) == (2, 1, 2000)
+    bob_f1 = out[(T0 + 1000, "User:bob", "b2")]
+    assert (bob_f1["fetch_bytes"], bob_f1["distinct_pids"], bob_f1["throttled_events"]) == (0, 0, 1)
+    assert (bob_f1["throttle_p50_ms"], bob_f1["throttle_p99_ms"], bob_f1["throttle_max_ms"]) == (250, 250, 250)
+    assert out[(T0, "User:bob", "b2")]["fetch_bytes"] == 500
+    assert len(out) == 6
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+# Under producer_ids_rate=1/s for alice with 2 windows of 1 s: burst B = 2 tokens, bucket full at t=0.
+# t=0 PIDs 1,2,3 admitted (2 -> 1 -> 0 -> -1: admitted while >= 0); PID 4 rejected, wait 1 s (1000 ms).
+# t=100 PID 1 known. t=500 PID 4: -1 + 0.5 = -0.5 -> rejected, 500 ms. t=1000 PID 4: 0 -> admitted
+# (-> -1); PID 5: -1 -> rejected, 1000 ms.
+ALICE_EXPECTED = [  # (ts, pid, pid_new, pid_throttle_ms)
+    (0, 1, True, 0), (0, 2, True, 0), (0, 3, True, 0), (0, 4, True, 1000),
+    (100, 1, False, 0), (500, 4, True, 500), (1000, 4, True, 0), (1000, 5, True, 1000),
+]
+
+
+def test_replay_reproduces_hand_computed_pid_quota_decisions(spark):
+    decisions = replay(frame(spark, HAND), [ALICE_1])
+    alice = sorted((r for r in decisions.collect() if r.principal == "User:alice"), key=lambda r: r.seq)
+    assert [(r.ts - T0, r.producer_id, r.pid_new, r.pid_throttle_ms) for r in alice] == ALICE_EXPECTED
+    assert [r.appended for r in alice] == [t == 0 for *_, t in ALICE_EXPECTED]
+    bob = [r for r in decisions.collect() if r.principal == "User:bob"]
+    assert len(bob) == 3 and all(r.pid_new is None and r.pid_throttle_ms == 0 for r in bob)  # no quota
+
+
+def test_replay_totals_and_windows_by_hand(spark):
+    default_1 = QuotaSettings("all=1/s", producer_ids_rate=1.0, **PID_WINDOW)
+    aggregates = whatif(frame(spark, HAND), [ALICE_1, default_1], 1000, StateMemoryModel()).cache()
+    totals = rows_by(totals_table(aggregates), "setting", "principal")
+    alice = totals[("alice=1/s", "User:alice")]
+    assert alice == {
+        "setting": "alice=1/s", "principal": "User:alice",
+        "produce_events": 8, "produce_requests": 4,  # (client, ts): 0, 100, 500, 1000
+        "new_pid_events": 7, "new_pids": 5, "pid_throttled_pids": 2,  # PIDs 4 and 5
+        "pid_rejected_batches": 3, "byte_throttled_events": 0,
+        "throttled_requests": 3, "max_throttle_ms": 1000, "sum_throttle_ms": 2500,
+    }
+    bob = totals[("all=1/s", "User:bob")]  # PID 7: new at 0 (bucket 2 -> 1), then known
+    assert (bob["new_pid_events"], bob["new_pids"], bob["pid_rejected_batches"]) == (1, 1, 0)
+    assert totals[("alice=1/s", "User:bob")]["new_pid_events"] == 0
+
+    windows = rows_by(windows_table(aggregates), "setting", "principal", "window_start_ms")
+    w0, w1 = windows[("alice=1/s", "User:alice", T0)], windows[("alice=1/s", "User:alice", T0 + 1000)]
+    assert (w0["pid_rejected_batches"], w0["throttled_requests"], w0["sum_throttle_ms"]) == (2, 2, 1500)
+    assert (w1["pid_rejected_batches"], w1["throttled_requests"], w1["sum_throttle_ms"]) == (1, 1, 1000)
+
+
+def test_replay_byte_rate_quota_by_hand(spark):
+    """producer_byte_rate=50 B/s, 11 samples of 1 s (Kafka's defaults). Kafka's Rate pads its window
+    to 10 whole samples plus the current one's elapsed part; throttle = (rate - quota) / quota x window.
+    100 B at 0 and 100 B at 0: 20 B/s, no throttle. 600 B at 500: 800 B / 10.5 s = 76.2 B/s ->
+    (800 / 10.5 - 50) / 50 x 10500 = 5500 ms. 100 B at 5000: 900 B / 10 s (5 s elapsed + 5 padded)
+    = 90 B/s -> (90 - 50) / 50 x 10000 = 8000 ms."""
+    events = [ev(0, "User:carol", -1), ev(0, "User:carol", -1, partition=1),
+              ev(500, "User:carol", -1, nbytes=600), ev(5000, "User:carol", -1)]
+    decisions = replay(frame(spark, events), [QuotaSettings("bytes", producer_byte_rate=50.0)])
+    assert [r.byte_throttle_ms for r in sorted(decisions.collect(), key=lambda r: r.seq)] == [0, 0, 5500, 8000]
+
+
+def test_state_over_time_by_hand(spark):
+    """Expiration 1 s, 1 s windows. Window 0: PID 1 on p0 (batches at 0 and 500), PID 2 on p0 and on
+    p1: 3 entries, 4 retained batches. They expire at 1500 and 1000: window 1 holds none. PID 3 at
+    2500: 1 entry in window 2 (its expiry at 3500 is past the trace)."""
+    events = [ev(0, "User:a", 1), ev(500, "User:a", 1), ev(0, "User:a", 2), ev(0, "User:a", 2, partition=1),
+              ev(1500, "User:a", -1), ev(2500, "User:a", 3)]
+    model = StateMemoryModel()
+    aggregates = whatif(frame(spark, events), [QuotaSettings("none")], 1000, model, expiration_ms=1000)
+    state = rows_by(state_table(aggregates, model), "window_start_ms")
+    k = KAFKA_BYTES_BY_BATCHES
+    assert [(state[T0 + w]["entries"], state[T0 + w]["kafka_batches"]) for w in (0, 1000, 2000)] == [
+        (3, 4), (0, 0), (1, 1)
+    ]
+    assert state[T0]["lean_bytes"] == pytest.approx(3 * model.lean)
+    assert state[T0]["kafka_bytes"] == pytest.approx(k[2] + 2 * k[1])
+    assert state[T0 + 1000]["kafka_bytes"] == pytest.approx(0)
+    assert state[T0 + 2000]["kafka_bytes"] == pytest.approx(k[1])
+
+
+def test_rejected_pids_hold_no_state(spark):
+    model = StateMemoryModel()
+    aggregates = whatif(frame(spark, HAND), [QuotaSettings("none", **PID_WINDOW), ALICE_1], 1000, model,
+                        expiration_ms=60_000)
+    state = state_table(aggregates, model)
+    entries = {(r.setting, r.window_start_ms): r.entries for r in state.collect()}
+    # Entries are (PID, partition). No quota: alice's (1,p0) (2,p1) (3,p2) (4,p3), then (4,p0) at 500
+    # and (5,p0) at 1000, and bob's (7,p0): 7 by window 1. alice=1/s: (4,p3) and (4,p0)@500 and
+    # (5,p0) are rejected, so window 0 holds (1,p0) (2,p1) (3,p2) (7,p0), window 1 adds (4,p0)@1000.
+    assert entries[("none", T0 + 1000)] == 7
+    assert entries[("alice=1/s", T0)] == 4  # PIDs 1-3 and bob's 7; PID 4 rejected at 0 and 500
+    assert entries[("alice=1/s", T0 + 1000)] == 5
+
+
+def test_recommendations_by_hand(spark):
+    """alice's new PIDs: 1-4 at 0 and 5 at 1000 (PID 4's retries are not new: it was seen 500 ms
+    before, within the quota's memory of (2 - 1) x 1 s). With W = 2 s the rate that admits them all is
+    max over pairs of (j - i) / (W + dt): 3 / 2 = 1.5 (4 PIDs at once need B >= 3). Candidate 1/s
+    rejects some of her batches, 2/s none: recommended 2, headroom 2 / 1.5."""
+    candidates = [QuotaSettings("1/s", producer_ids_rate=1.0, **PID_WINDOW),
+                  QuotaSettings("2/s", producer_ids_rate=2.0, **PID_WINDOW)]
+    events = frame(spark, HAND)
+    new_pids = jobs.new_pid_events(events, memory_ms=1000)
+    totals = totals_table(whatif(events, candidates, 1000, StateMemoryModel())).toPandas()
+    recs = jobs.recommendations(new_pids, totals, candidates, window_ms=1000).set_index("principal")
+    alice = recs.loc["User:alice"]
+    assert alice.new_pids == 5 and alice.peak_new_pids_per_window == 4
+    assert alice.needed_rate == pytest.approx(1.5, rel=1e-5)
+    assert alice.recommended_rate == 2.0 and alice.headroom == pytest.approx(2 / 1.5, rel=1e-5)
+    bob = recs.loc["User:bob"]  # one new PID: a full bucket admits tokens + 1, so any rate does
+    assert bob.new_pids == 1 and bob.needed_rate == 0
+    assert bob.recommended_rate == 1.0
+
+
+# -- the whole report -----------------------------------------------------------------------------
+
+
+def test_report_end_to_end(spark, tmp_path):
+    """A small synthetic trace with quota windows short enough for the burst to run out: the
+    new-producer-per-batch user is throttled under every candidate and flagged, the long-lived
+    producers never are, and the page, plots and tables are all written."""
+    trace = write_trace(generate(8000, seed=11), tmp_path / "trace.parquet")
+    settings = [QuotaSettings("no quota", pid_window_num=3, pid_window_size_seconds=1.0)] + [
+        QuotaSettings(f"producer_ids_rate={r}/s", producer_ids_rate=r, pid_window_num=3,
+                      pid_window_size_seconds=1.0) for r in (2, 20)
+    ]
+    out = tmp_path / "report"
+    result = build_report(read_trace(spark, trace), out=out, settings=settings, window_ms=2000,
+                          source=str(trace))
+    assert result.events == 8000
+    page = (out / "index.html").read_text()
+    for text in ("Recommendation per user", "producer_ids_rate=2/s", "producer_ids_rate=20/s",
+                 "pids_per_window.png", "throttle_over_time.png", "state_size.png"):
+        assert text in page
+    for png in ("pids_per_window.png", "throttle_over_time.png", "state_size.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    for table in ("summary", "new_pids_per_window", "replay_windows", "replay_totals.parquet", "state_over_time"):
+        assert pq.read_table(out / table).num_rows > 0, table
+
+    recs = result.recommendations.set_index("principal")
+    assert recs.index[0] == "User:lambda-ingest"  # the highest needed rate first
+    assert recs.loc["User:lambda-ingest", "note"] and recs.loc["User:lambda-ingest", "recommended_rate"] != 2.0
+    svc = recs[recs.index.str.startswith("User:svc-")]
+    assert len(svc) == 10 and (svc.recommended_rate == 2.0).all()
+    totals = result.totals
+    assert totals[totals.principal.str.startswith("User:svc-")].pid_rejected_batches.sum() == 0
+    lam = totals[(totals.principal == "User:lambda-ingest")].set_index("setting")
+    assert lam.loc["producer_ids_rate=2/s", "pid_rejected_batches"] > 0
+    assert lam.loc["no quota", "pid_rejected_batches"] == 0
+    state = pq.read_table(out / "state_over_time").to_pandas()
+    last = state.sort_values("window_start_ms").groupby("setting").last()
+    assert last.loc["no quota", "entries"] > last.loc["producer_ids_rate=2/s", "entries"]
+    assert (last.kafka_bytes > last.lean_bytes).all()
+
+
+def test_report_of_an_empty_audit(spark, tmp_path):
+    result = build_report(read_data_dir(spark, tmp_path), out=tmp_path / "r",
+                          settings=[QuotaSettings("no quota")], source=str(tmp_path))
+    assert result.events == 0
+    assert "No audit events" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_settings_from_the_brokers_quota_store(tmp_path):
+    """scripts/pipeline on a data dir also replays the broker's own user-level quotas."""
+    from pipeline.cli import QUOTA_STORE_FILE, parser, settings_from
+    from quotas.config import QuotaConfigStore
+
+    store = QuotaConfigStore()
+    results = store.alter([
+        ([("user", "alice")], [("producer_ids_rate", 2.0, False)]),
+        ([("user", None)], [("producer_ids_rate", 1.0, False)]),
+        ([("user", "bob")], [("producer_byte_rate", 1e6, False)]),
+        ([("user", "bob"), ("client-id", "x")], [("producer_byte_rate", 5.0, False)]),  # per client: skipped
+    ])
+    assert [code for _, code, _ in results] == [0, 0, 0, 0]
+    (tmp_path / QUOTA_STORE_FILE).write_text(store.to_json())
+    settings = settings_from(parser().parse_args(["--data-dir", str(tmp_path), "--rates", "10"]))
+    assert [s.name for s in settings] == ["no quota", "broker's quotas", "producer_ids_rate=10/s"]
+    own = settings[1]
+    assert own.producer_ids_rate == 1.0 and own.user_producer_ids_rates == (("alice", 2.0),)
+    assert own.producer_byte_rate is None and own.user_producer_byte_rates == (("bob", 1e6),)
+    assert own.pid_rate_for("alice") == 2.0 and own.pid_rate_for("carol") == 1.0
+
+
+def test_cli_settings():
+    from pipeline.cli import parser, settings_from
+
+    args = parser().parse_args(["--rates", "50,10", "--pid-window-seconds", "60", "--producer-byte-rate", "1e6"])
+    settings = settings_from(args)
+    assert [s.name for s in settings] == ["no quota", "producer_ids_rate=10/s", "producer_ids_rate=50/s"]
+    assert settings[0].producer_ids_rate is None and settings[0].producer_byte_rate is None
+    assert settings[1].producer_ids_rate == 10 and settings[1].producer_byte_rate == 1e6
+    assert all(s.pid_window_size_seconds == 60 and s.pid_window_num == 11 for s in settings)
+    assert Path(args.data_dir) == Path("data") and args.out == "report" and args.master == "local[*]"
