@@ -25,6 +25,7 @@ from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, clien
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
+from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
@@ -166,7 +167,14 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
-        self.audit = None  # the audit stream, when audit.enable
+        self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
+        if config["audit.enable"]:
+            self.audit = AuditLog(
+                self.logs,
+                flush_interval_ms=config["audit.flush.interval.ms"],
+                topic_configs={"retention.ms": str(config["audit.retention.ms"])},
+                on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
+            )
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
@@ -205,6 +213,8 @@ class Broker:
         self.quotas.forget_current_task()
 
     def close(self) -> None:
+        if self.audit is not None:
+            self.audit.close(wall_clock_ms())
         self.producer_states.snapshot_all()
         self.groups.close()
         self.quotas.close()
@@ -220,6 +230,8 @@ class Broker:
         while True:
             await trio.sleep(flush_every)
             now_ms = wall_clock_ms()
+            if self.audit is not None:
+                self.audit.maybe_flush(now_ms)
             self.logs.maybe_flush(now_ms)
             if trio.current_time() >= next_retention:
                 next_retention = trio.current_time() + retention_every
@@ -261,13 +273,15 @@ class Broker:
         self.metrics.requests[handler.name] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated:
-            return await self._handle_with_quotas(ctx, handler.handle, request, len(frame))
+            mark = self.audit.mark() if self.audit is not None else -1
+            return await self._handle_with_quotas(ctx, handler.handle, request, len(frame), mark)
         result = await handler.handle(ctx, request)
         if result is None:
             return Response(None, close=ctx.close_connection)
         return self._response(ctx, self._encode(ctx, result), _own_throttle_ms(result))
 
-    async def _handle_with_quotas(self, ctx: RequestContext, handle, request, request_size: int) -> Response:
+    async def _handle_with_quotas(self, ctx: RequestContext, handle, request, request_size: int,
+                                  audit_mark: int = -1) -> Response:
         """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas)."""
         quotas = self.quotas
         clock = quotas.task_clock
@@ -302,6 +316,10 @@ class Broker:
         if throttle_ms:
             charged = bandwidth if bandwidth_charged and bandwidth is not None else quotas.request
             charged.record_throttle_time(user, client_id, throttle_ms, now_ms)
+            if audit_mark >= 0:
+                quota = "request_percentage" if charged is quotas.request else (
+                    "producer_byte_rate" if api_key == PRODUCE_KEY else "consumer_byte_rate")
+                self.audit.amend(audit_mark, throttle_ms, quota, emptied=api_key == FETCH_KEY)
         if result is None:  # acks=0: no response, but the connection still waits out its byte rate
             return Response(None, bandwidth_ms, True, ctx.close_connection)
         # A throttle the handler set itself (a quota it enforces, e.g. producer ids) counts too.

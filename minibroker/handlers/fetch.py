@@ -13,10 +13,12 @@ on one broker is everything appended (high watermark = log end).
 from __future__ import annotations
 
 
+from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
 from minibroker.purgatory import DelayedOperation
 from protocol.entities import to_ms
+from protocol.records import iter_headers
 from storage.log import OffsetOutOfRangeError
 
 
@@ -117,12 +119,28 @@ async def fetch(ctx, request):
     if max_wait_ms > 0 and min_bytes > 0 and plan.entries:
         op = DelayedFetch(ctx.received_at + max_wait_ms / 1000, plan, min_bytes)
         await broker.fetch_purgatory.wait(op, plan.keys())
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
-        "session_id": 0,
-        "responses": plan.read(max_bytes),
-    }
+    responses = plan.read(max_bytes)
+    if broker.audit is not None:
+        _audit(ctx, plan, responses)
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+def _audit(ctx, plan: _FetchPlan, responses: list[dict]) -> None:
+    """One audit event per fetched partition (batch headers only: the records are not decoded).
+    Fetches of the audit topic itself are left out, so its readers do not feed it."""
+    now_ms = wall_clock_ms()
+    audit = ctx.broker.audit
+    infos = {(name, topic_id): info for name, topic_id, info, *_ in plan.entries}
+    for topic in responses:
+        info = infos[(topic["topic"], topic["topic_id"])]
+        name = info.name if info is not None else topic["topic"]
+        if name == audit.topic:
+            continue
+        for partition in topic["partitions"]:
+            data = partition["records"]
+            records = sum(h.records_count for h in iter_headers(data)) if data else 0
+            audit.record_fetch(ctx, name, partition["partition_index"], len(data), records,
+                               partition["error_code"], 0, "", now_ms)
 
 
 __all__ = ["fetch"]

@@ -15,10 +15,12 @@ from minibroker.handlers.common import INVALID_REQUEST
 async def init_producer_id(ctx, request):
     if request.transactional_id is not None:
         return _result(INVALID_REQUEST, -1, -1)
+    now_ms = wall_clock_ms()
     code, pid, epoch = ctx.broker.producer_ids.init(
-        getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1),
-        wall_clock_ms(), ctx.version,
+        getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), now_ms, ctx.version,
     )
+    if ctx.broker.audit is not None:
+        ctx.broker.audit.record_init_producer_id(ctx, pid, epoch, code, 0, "", now_ms)
     return _result(code, pid, epoch)
 
 
