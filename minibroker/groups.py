@@ -1092,6 +1092,16 @@ class GroupCoordinator:
             return sorted(group_offsets.items())
         return [(tp, group_offsets.get(tp)) for tp in partitions]
 
+    def forget_topic(self, topic: str, now_ms: int) -> int:
+        """A deleted topic's committed offsets go with it (Kafka's onPartitionsDeleted)."""
+        removed = 0
+        for group_id, offsets in list(self.store.offsets.items()):
+            gone = [tp for tp in offsets if tp[0] == topic]
+            if gone:
+                self.store.remove_offsets(group_id, gone, now_ms)
+                removed += len(gone)
+        return removed
+
     def expire_offsets(self, now_ms: int) -> int:
         """KIP-211 retention; drops groups left Empty without offsets. Returns offsets expired."""
         retention = self.config.offsets_retention_ms

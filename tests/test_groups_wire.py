@@ -249,3 +249,22 @@ def test_list_describe_and_delete_groups(start_broker, unique):
         listed = {g.group_id for g in client.request(req(LIST, 3)).groups}
         assert simple not in listed, "the deletion survives a restart"
         assert fetch_committed(client, 8, simple, topic, None, [0]) == {0: (-1, "")}
+
+
+def test_deleting_a_topic_removes_its_committed_offsets(broker, unique):
+    """Kafka drops a deleted topic's committed offsets; a topic recreated under the name starts clean."""
+    from minibroker.admin_client import AdminClient
+
+    topic, group = unique("gone"), unique("g")
+    with AdminClient(broker.bootstrap) as c:
+        c.call(19, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                                "assignments": (), "configs": ()}], "timeout": 5000, "validate_only": False})
+        commit = c.call(8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                            "group_instance_id": None, "retention_time_ms": -1,
+                            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                                       "committed_leader_epoch": -1,
+                                                                       "committed_metadata": ""}]}]}, version=8)
+        assert commit.topics[0].partitions[0].error_code == 0
+        assert dict(broker.broker.groups.store.offsets[group])[(topic, 0)].offset == 7
+        c.call(20, {"topic_names": [topic], "timeout": 5000}, version=5)
+    assert (topic, 0) not in broker.broker.groups.store.offsets.get(group, {})

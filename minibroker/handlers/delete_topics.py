@@ -1,9 +1,11 @@
 """DeleteTopics (key 20), v1-v6: by name, or by id from v6.
 
 The partition logs are closed and their directories removed at once; waiting fetches on them are
-woken (they answer UNKNOWN_TOPIC_OR_PARTITION on their next read).
+woken (they answer UNKNOWN_TOPIC_OR_PARTITION on their next read); the topic's producer state and
+committed offsets go with it.
 """
 
+from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, log
 
@@ -25,6 +27,7 @@ async def delete_topics(ctx, request):
             continue
         broker.logs.delete_topic(info.name)
         broker.producer_states.forget(info.name)
+        broker.groups.forget_topic(info.name, wall_clock_ms())
         for partition in range(info.num_partitions):
             broker.fetch_purgatory.check_and_complete((info.name, partition))
         log.info("deleted topic %s", info.name)
