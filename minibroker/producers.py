@@ -10,8 +10,9 @@ log rolls a segment and at clean shutdown. Idle producer ids expire every
 Here, as KIP-360 describes for producers that can recover by bumping their epoch, a request that
 names its current PID and epoch gets the same PID with the epoch bumped (a fresh PID once the epoch
 would pass 32767); an older epoch is fenced (PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before).
-A PID this broker does not remember (expired, or from before a restart) is bumped as asked: its
-partitions' state decides what its batches may do.
+A PID this broker does not remember (expired, or from before a restart), or an epoch above the one it
+handed out (a client that bumped locally), is bumped as asked: its partitions' state decides what its
+batches may do.
 """
 
 from __future__ import annotations
@@ -106,9 +107,6 @@ class ProducerIds:
         known = self._epochs.get(producer_id)
         if known is not None and producer_epoch < known[0]:
             return (PRODUCER_FENCED if version >= 4 else INVALID_PRODUCER_EPOCH), -1, -1
-        if known is not None and producer_epoch > known[0]:
-            # An epoch this broker never handed out for this PID.
-            return INVALID_PRODUCER_EPOCH, -1, -1
         if producer_epoch + 1 > MAX_EPOCH:
             self._epochs.pop(producer_id, None)
             return self._fresh(now_ms)

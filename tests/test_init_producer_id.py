@@ -1,0 +1,54 @@
+"""InitProducerId and epochs over the wire: fresh PIDs are never reused (even across a restart),
+re-initialising with the current PID and epoch bumps the epoch (KIP-360), an older epoch is fenced,
+and the partitions then hold the producer to its new epoch."""
+
+from minibroker.admin_client import AdminClient
+from protocol.records import encode_batch
+
+
+def init(c, pid=-1, epoch=-1, version=None, transactional_id=None):
+    r = c.call(22, {"transactional_id": transactional_id, "transaction_timeout": 60000,
+                    "producer_id": pid, "producer_epoch": epoch}, version=version)
+    return int(r.error_code), r.producer_id, r.producer_epoch
+
+
+def produce(c, topic, pid, epoch, sequence):
+    batch = encode_batch([(b"k", b"v")], 1_700_000_000_000, producer_id=pid, producer_epoch=epoch,
+                         base_sequence=sequence)
+    r = c.call(0, {"transactional_id": None, "acks": -1, "timeout": 5000,
+                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}, version=9)
+    return int(r.responses[0].partition_responses[0].error_code)
+
+
+def test_epoch_bump_fencing_and_the_new_epoch_in_the_partition(broker, unique):
+    topic = unique("epochs")
+    with AdminClient(broker.bootstrap) as c:
+        c.call(19, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                                "assignments": (), "configs": ()}], "timeout": 5000, "validate_only": False})
+        code, pid, epoch = init(c)
+        assert (code, epoch) == (0, 0)
+        assert produce(c, topic, pid, 0, 0) == 0
+        assert init(c, pid, 0, version=4) == (0, pid, 1)  # bumped, same PID
+        assert init(c, pid, 0, version=4)[0] == 90  # the old epoch is fenced: PRODUCER_FENCED
+        assert init(c, pid, 0, version=3)[0] == 47  # before v4: INVALID_PRODUCER_EPOCH
+        assert produce(c, topic, pid, 1, 5) == 45  # a new epoch must start at sequence 0
+        assert produce(c, topic, pid, 1, 0) == 0
+        assert produce(c, topic, pid, 0, 1) == 47  # the partition fences the old epoch too
+        assert init(c, transactional_id="txn")[0] == 42  # transactions are not supported
+
+
+def test_epoch_exhaustion_gives_a_fresh_pid(broker):
+    with AdminClient(broker.bootstrap) as c:
+        _, pid, _ = init(c)
+        code, new_pid, epoch = init(c, pid, 32767, version=4)
+        assert code == 0 and new_pid != pid and epoch == 0
+
+
+def test_pids_are_never_reused_across_restarts(start_broker):
+    """(A crash between block reservations is covered by tests/test_storage_producer_ids.py.)"""
+    seen = set()
+    for _ in range(3):
+        with start_broker() as broker, AdminClient(broker.bootstrap) as c:
+            pids = {init(c)[1] for _ in range(5)}
+        assert len(pids) == 5 and not seen & pids
+        seen |= pids
