@@ -106,6 +106,11 @@ class Confluent:
         except Exception as exc:  # a fatal error surfaces from produce()/poll()
             errors.append(exc)
             remaining = None
+        finally:
+            # Destroy the handle now (not at some later GC), so it stops reconnecting to a broker that
+            # the test is about to stop.
+            producer.purge()
+            del producer
         if errors:
             raise RuntimeError(f"confluent-kafka produce failed: {errors!r}")
         assert remaining == 0, f"{remaining} message(s) undelivered after 60 s"
