@@ -259,3 +259,71 @@ def test_java_admin_client_quotas(java, versions, broker, unique):
         json.dumps({"client-id": None}): {"consumer_byte_rate": 5000.0},
     }
     assert versions.seen["alter_client_quotas"] == {1} and versions.seen["describe_client_quotas"] == {1}
+
+
+# What the Java producer does with each answer to its produce (the README's tables): the answer is
+# injected (fault action `error`, nothing appended), or comes from the producer-id quota.
+JAVA_REACTION = {
+    46: "produced",  # DUPLICATE_SEQUENCE_NUMBER: taken as already written (offset -1)
+    45: "bumped",  # OUT_OF_ORDER_SEQUENCE_NUMBER: bumps its epoch itself and sends again
+    47: "InvalidProducerEpochException",
+}
+
+
+@pytest.mark.parametrize("code", sorted(JAVA_REACTION), ids=lambda c: str(c))
+def test_java_reaction_to_producer_state_errors(java, broker, unique, code):
+    from minibroker.faults import FaultRule
+
+    topic = unique(f"java-err{code}")
+    java.run(["create-topic", broker.bootstrap, topic, 1])
+    rule = broker.broker.faults.add(FaultRule("Produce", "error", error_code=code, limit=1))
+    lines = [line for line in java.run(["produce-outcome", broker.bootstrap, topic, 3, 10000])
+             if line["type"] in ("produced", "failed")]
+    assert rule.fired == 1
+    first = lines[0]
+    inits = broker.broker.metrics.requests["init_producer_id"]
+    if JAVA_REACTION[code] == "produced":
+        assert first["type"] == "produced" and first["offset"] == -1 and inits == 1
+    elif JAVA_REACTION[code] == "bumped":
+        # Delivered after all, from offset 0, by a batch of the next epoch at sequence 0.
+        from protocol.records import iter_headers
+
+        assert [line["offset"] for line in lines] == [0, 1, 2], lines
+        stored = list(iter_headers(broker.broker.logs.log(topic, 0).read(0, 1 << 20)))
+        assert stored[0].producer_epoch == 1 and stored[0].base_sequence == 0
+    else:
+        assert first["type"] == "failed" and JAVA_REACTION[code] in first["error"], first
+
+
+def test_java_reaction_to_the_producer_id_quota(java, start_broker, unique):
+    """ThrottlingQuotaExceededException is retriable in the Java client: the send is retried after
+    the throttle and delivered once the user's rate admits the new producer id."""
+    from minibroker.admin_client import AdminClient
+
+    topic = unique("java-pidq")
+    with start_broker(producer_id_quota_window_num="2", producer_id_quota_window_size_seconds="1") as broker:
+        java.run(["create-topic", broker.bootstrap, topic, 1])
+        with AdminClient(broker.bootstrap) as admin:  # PLAINTEXT clients are User:ANONYMOUS
+            admin.call(49, {"entries": [{"entity": [{"entity_type": "user", "entity_name": "ANONYMOUS"}],
+                                         "ops": [{"key": "producer_ids_rate", "value": 1.0, "remove": False}]}],
+                            "validate_only": False})
+            # Spend the bucket (2 x 1 s x 1 PID/s) with fresh producer ids of our own.
+            for _ in range(5):
+                admin.call(22, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                                "producer_epoch": -1})
+        from protocol.records import encode_batch
+
+        rejected = 0
+        with AdminClient(broker.bootstrap) as c:
+            for _ in range(5):
+                pid = c.call(22, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                                  "producer_epoch": -1}).producer_id
+                r = c.call(0, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+                    {"name": topic, "partition_data": [{"index": 0, "records": encode_batch(
+                        [(b"k", b"v")], 1_700_000_000_000, producer_id=pid, producer_epoch=0, base_sequence=0)}]}]},
+                    version=9)
+                rejected += r.responses[0].partition_responses[0].error_code == 89
+        assert rejected, "the quota never throttled: the test proves nothing"
+        lines = [line for line in java.run(["produce-outcome", broker.bootstrap, topic, 1, 30000])
+                 if line["type"] in ("produced", "failed")]
+        assert lines[0]["type"] == "produced", lines

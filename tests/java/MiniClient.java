@@ -97,6 +97,7 @@ public final class MiniClient {
             case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
                     a.length > 5 ? Integer.parseInt(a[5]) : 1);
             case "alter-quota" -> alterQuota(a[1], a[2], a[3], a[4], a[5]);
+            case "produce-outcome" -> produceOutcome(a[1], a[2], Integer.parseInt(a[3]), a[4]);
             case "describe-quotas" -> describeQuotas(a[1]);
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
         }
@@ -205,6 +206,36 @@ public final class MiniClient {
                 RecordMetadata m = sent.get(i).get();
                 OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"partition\":" + m.partition()
                         + ",\"offset\":" + m.offset() + "}");
+            }
+        }
+    }
+
+    /** Produce COUNT records to partition 0 and report each send's outcome, failures included
+     *  (what the Java client does with a broker error is what the caller studies). */
+    static void produceOutcome(String bootstrap, String topic, int count, String deliveryTimeoutMs) throws Exception {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-outcome");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, Integer.toString(Integer.parseInt(deliveryTimeoutMs) / 2));
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, deliveryTimeoutMs);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        List<Future<RecordMetadata>> sent = new ArrayList<>(count);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            for (int i = 0; i < count; i++) {
+                sent.add(producer.send(new ProducerRecord<>(topic, 0, null, value(i))));
+            }
+            producer.flush();
+            for (int i = 0; i < count; i++) {
+                try {
+                    RecordMetadata m = sent.get(i).get();
+                    OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"offset\":" + m.offset() + "}");
+                } catch (java.util.concurrent.ExecutionException e) {
+                    OUT.println("{\"type\":\"failed\",\"index\":" + i + ",\"error\":" + str(e.getCause().toString()) + "}");
+                }
             }
         }
     }
