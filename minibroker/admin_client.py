@@ -8,20 +8,15 @@ message fit for a user.
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.index import load_request_schema
 
 from minibroker.sasl import ScramClient, SaslAuthenticationFailed
 from protocol.entities import build
-from protocol.messages import kio_versions
+from protocol.messages import ProtocolError, decode_response, encode_request, kio_versions
 
 __all__ = ["AdminClient", "AdminClientError"]
 
@@ -87,30 +82,18 @@ class AdminClient:
 
     def _roundtrip(self, request: Any) -> Any:
         self._correlation_id += 1
-        flexible = bool(request.__flexible__)
-        header_cls = RequestHeaderV2 if flexible else RequestHeaderV1
-        header = header_cls(
-            request_api_key=i16(request.__api_key__),
-            request_api_version=i16(request.__version__),
-            correlation_id=i32(self._correlation_id),
-            client_id=self.client_id,
-        )
-        buf = io.BytesIO()
-        entity_writer(header_cls)(buf, header)
-        entity_writer(type(request))(buf, request)
-        body = buf.getvalue()
         try:
-            self.sock.sendall(_SIZE.pack(len(body)) + body)
+            self.sock.sendall(encode_request(request, self._correlation_id, self.client_id))
             (size,) = _SIZE.unpack(self._recv(4))
             frame = self._recv(size)
         except (OSError, ConnectionError) as exc:
             raise AdminClientError(f"lost the connection to {self.bootstrap}: {exc}") from None
-        (correlation_id,) = _SIZE.unpack_from(frame, 0)
+        try:
+            correlation_id, response = decode_response(request.__api_key__, request.__version__, frame)
+        except ProtocolError as exc:
+            raise AdminClientError(str(exc)) from None
         if correlation_id != self._correlation_id:
             raise AdminClientError("response out of order")
-        response_cls = load_response_schema(request.__api_key__, request.__version__)
-        offset = 4 + (1 if response_cls.__flexible__ and request.__api_key__ != 18 else 0)
-        response, _ = entity_reader(response_cls)(frame, offset)
         return response
 
     def _recv(self, n: int) -> bytes:

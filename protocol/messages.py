@@ -18,7 +18,10 @@ from typing import Any
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
 
 API_VERSIONS_KEY = 18
 _HEADER_FIXED = struct.Struct(">hhih")
@@ -154,6 +157,37 @@ def decode_request(schema: ApiSchema, frame: bytes, offset: int) -> Any:
             f"api {schema.api_key} v{schema.version}: {len(frame) - offset - size} trailing bytes"
         )
     return request
+
+
+def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """A whole request frame for a kio request object: size, request header (v2 when the request is
+    flexible, else v1), body. The client side of the protocol, for tools and tests."""
+    header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
+    header = header_cls(
+        request_api_key=i16(request.__api_key__),
+        request_api_version=i16(request.__version__),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    entity_writer(header_cls)(buffer, header)
+    entity_writer(type(request))(buffer, request)
+    data = buffer.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    del data
+    return buffer.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation_id, kio response) from a response frame without its size prefix."""
+    response_cls = load_response_schema(api_key, version)
+    (correlation_id,) = struct.unpack_from(">i", frame, 0)
+    offset = 4 + (1 if response_cls.__flexible__ and api_key != API_VERSIONS_KEY else 0)
+    response, size = entity_reader(response_cls)(frame, offset)
+    if offset + size != len(frame):
+        raise ProtocolError(f"response to api {api_key} v{version} has trailing bytes")
+    return correlation_id, response
 
 
 def encode_response(schema: ApiSchema, correlation_id: int, response: Any) -> bytes:

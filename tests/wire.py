@@ -6,30 +6,17 @@ go through a client library.
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 
-from kio.index import load_request_schema, load_response_schema
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.index import load_request_schema
+
+from protocol.messages import decode_response
+from protocol.messages import encode_request as protocol_encode_request
 
 
 def encode_request(request, correlation_id: int = 1, client_id: str = "wire-test") -> bytes:
-    header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
-    header = header_cls(
-        request_api_key=i16(request.__api_key__),
-        request_api_version=i16(request.__version__),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header)
-    entity_writer(type(request))(buf, request)
-    body = buf.getvalue()
-    return struct.pack(">i", len(body)) + body
+    return protocol_encode_request(request, correlation_id, client_id)
 
 
 class WireClient:
@@ -71,20 +58,12 @@ class WireClient:
         except (ConnectionResetError, BrokenPipeError):
             return True
 
-    def request(self, request, flexible_response_header: bool | None = None):
-        """Send a kio request, return the decoded kio response."""
+    def request(self, request):
+        """Send a kio request, return the decoded kio response (trailing bytes are an error)."""
         self.correlation_id += 1
         self.send_raw(encode_request(request, self.correlation_id))
-        frame = self.recv_frame()
-        (correlation_id,) = struct.unpack_from(">i", frame, 0)
+        correlation_id, response = decode_response(request.__api_key__, request.__version__, self.recv_frame())
         assert correlation_id == self.correlation_id
-        response_cls = load_response_schema(request.__api_key__, request.__version__)
-        offset = 4
-        flexible = response_cls.__flexible__ if flexible_response_header is None else flexible_response_header
-        if flexible and request.__api_key__ != 18:
-            offset += 1  # empty tagged fields of response header v1
-        response, size = entity_reader(response_cls)(frame, offset)
-        assert offset + size == len(frame), "response has trailing bytes"
         return response
 
 
