@@ -23,6 +23,8 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from protocol.records import read_uvarint
+
 API_VERSIONS_KEY = 18
 _HEADER_FIXED = struct.Struct(">hhih")
 _RESPONSE_HEADER = struct.Struct(">ii")  # frame size, correlation id
@@ -54,19 +56,7 @@ class RequestHeader:
 
 
 def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise MalformedRequestError("truncated varint in request header")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise MalformedRequestError("varint too long in request header")
+    return read_uvarint(buf, pos, max_bits=35, what="request header", error=MalformedRequestError)
 
 
 def peek_api(frame: bytes) -> tuple[int, int, int]:

@@ -187,20 +187,27 @@ def _zigzag_varint(value: int, out: bytearray) -> None:
     out.append(value)
 
 
-def _read_zigzag_varint(buf, pos: int) -> tuple[int, int]:
+def read_uvarint(buf, pos: int, *, max_bits: int = 64, what: str = "record",
+                 error: type[Exception] = CorruptRecordError) -> tuple[int, int]:
+    """(value, next position) of the unsigned varint at `pos`; `error` for truncated or overlong."""
     result = 0
     shift = 0
     while True:
         if pos >= len(buf):
-            raise CorruptRecordError("truncated varint in record")
+            raise error(f"truncated varint in {what}")
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
+            return result, pos
         shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint too long in record")
+        if shift >= max_bits:
+            raise error(f"varint too long in {what}")
+
+
+def _read_zigzag_varint(buf, pos: int) -> tuple[int, int]:
+    raw, pos = read_uvarint(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def encode_batch(
