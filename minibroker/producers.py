@@ -24,7 +24,7 @@ from minibroker.config import BrokerConfig
 from protocol.records import BatchHeader
 from storage.log import AppendResult, PartitionLog
 from storage.producer_ids import ProducerIdAllocator
-from storage.producer_state import CheckResult, ProducerStateManager
+from storage.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,6 @@ class ProducerStates:
         plog.on_roll = snapshot_at_roll
         self._managers[(topic, partition)] = (plog, psm)
         return psm
-
-    def check(self, psm: ProducerStateManager, header: BatchHeader) -> CheckResult:
-        return psm.check(header)
 
     @staticmethod
     def update(psm: ProducerStateManager, header: BatchHeader, result: AppendResult, now_ms: int) -> None:

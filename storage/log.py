@@ -577,12 +577,15 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that a crash leaves either the old or the new content."""
+def write_atomically(path: Path, *chunks: bytes | bytearray | memoryview) -> None:
+    """Write the chunks to `path` so that a crash leaves either the old or the new content."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        for chunk in chunks:
+            view = memoryview(chunk)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -89,6 +89,8 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 from construct import Const, Int16sb, Int32sb, Int32ub, Int64sb, PrefixedArray, Struct, Terminated
 from crc32c import crc32c
 
+from storage.log import write_atomically
+
 if TYPE_CHECKING:
     from protocol.records import BatchHeader
 
@@ -150,7 +152,7 @@ _SNAPSHOT_ENTRY = struct.Struct(
 assert _SNAPSHOT_ENTRY.size == PRODUCER_SNAPSHOT_ENTRY.sizeof() == 46
 
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
-_TMP_SUFFIX = ".tmp"
+_TMP_SUFFIX = ".tmp"  # what storage.log.write_atomically leaves behind if a write is interrupted
 
 # --- In-memory lean record ------------------------------------------------------------------------
 # epoch i16, last_sequence i32, last_offset i64, offset_delta i32, last_append_ms i64: 26 bytes.
@@ -574,15 +576,8 @@ class ProducerStateManager:
             {"version": SNAPSHOT_VERSION, "crc": crc, "count": count}
         )
         path = snapshot_path(directory, offset)
-        tmp = path.with_name(path.name + _TMP_SUFFIX)
         directory.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as file:
-            file.write(head)
-            file.write(entries)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-        _fsync_directory(directory)
+        write_atomically(path, head, entries)
         return path
 
     def load_snapshot(self, directory: Path, log_end_offset: int) -> int:
@@ -706,13 +701,3 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename durable. Some platforms cannot open a directory; nothing to do there.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
