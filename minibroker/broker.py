@@ -69,6 +69,7 @@ class Connection:
     sasl: Any = None  # the SASL exchange after SaslHandshake (minibroker.sasl.SaslSession)
     client_id: str = ""
     id: int = 0
+    logged_trailing_bytes: bool = False
 
     @property
     def quota_user(self) -> str:
@@ -102,6 +103,7 @@ class BrokerMetrics:
     connections: int = 0
     connections_total: int = 0
     closed_for_protocol_errors: int = 0
+    requests_with_trailing_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -266,9 +268,11 @@ class Broker:
             )
         schema = api_schema(api_key, version)
         header = parse_header(frame, schema.flexible)
-        request = decode_request(schema, frame, header.size)
+        request, trailing = decode_request(schema, frame, header.size)
         if header.client_id:
             conn.client_id = header.client_id
+        if trailing:
+            self._note_trailing_bytes(conn, handler.name, version, trailing)
         ctx = RequestContext(self, conn, header, schema, trio.current_time())
         self.metrics.requests[handler.name] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
@@ -279,6 +283,15 @@ class Broker:
         if result is None:
             return Response(None, close=ctx.close_connection)
         return self._response(ctx, self._encode(ctx, result), _own_throttle_ms(result))
+
+    def _note_trailing_bytes(self, conn: Connection, api: str, version: int, count: int) -> None:
+        """Bytes after a well-formed body are ignored, as Kafka ignores them: counted, and logged once
+        per connection at debug (a client that sends them sends them on every such request)."""
+        self.metrics.requests_with_trailing_bytes += 1
+        if not conn.logged_trailing_bytes:
+            conn.logged_trailing_bytes = True
+            log.debug("%s (client id %r) sent %s v%d with %d byte(s) after the body; ignored",
+                      conn.peer, conn.client_id, api, version, count)
 
     async def _handle_with_quotas(self, ctx: RequestContext, handle, request, request_size: int,
                                   audit_mark: int = -1) -> Response:

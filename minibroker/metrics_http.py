@@ -14,7 +14,9 @@ Series:
   throttle_time,estimated_fpp,memory_bytes}`.
 - The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
   `minibroker_bytes_out_total`, `minibroker_connections`, `minibroker_connections_total`,
-  `minibroker_connections_closed_for_protocol_errors_total`.
+  `minibroker_connections_closed_for_protocol_errors_total`,
+  `minibroker_requests_with_trailing_bytes_total` (bytes after a well-formed body, ignored as Kafka
+  ignores them).
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ def render(broker: Broker, now_ms: int) -> str:
     out.add("minibroker_connections_total", "counter", "client connections accepted", {}, m.connections_total)
     out.add("minibroker_connections_closed_for_protocol_errors_total", "counter",
             "connections closed because the peer sent bad bytes", {}, m.closed_for_protocol_errors)
+    out.add("minibroker_requests_with_trailing_bytes_total", "counter",
+            "requests with bytes after the fields of their body (ignored, as Kafka does)", {},
+            m.requests_with_trailing_bytes)
     return "\n".join(out.lines()) + "\n"
 
 

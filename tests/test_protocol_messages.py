@@ -39,7 +39,8 @@ def test_flexible_request_round_trip(names, client_id):
     header = parse_header(frame, flexible=True)
     assert (header.api_key, header.api_version, header.correlation_id) == (3, 12, 7)
     assert header.client_id == client_id
-    request = decode_request(api_schema(3, 12), frame, header.size)
+    request, trailing = decode_request(api_schema(3, 12), frame, header.size)
+    assert trailing == 0
     assert [t.name for t in request.topics] == names
 
 
@@ -54,11 +55,13 @@ def test_every_strict_prefix_of_a_request_is_rejected(names):
             decode_request(schema, prefix, header.size)
 
 
-def test_trailing_bytes_are_rejected():
-    frame = _metadata_frame(["t"]) + b"\0"
+def test_trailing_bytes_are_counted_not_refused():
+    """Kafka reads the fields a schema defines and ignores what follows (librdkafka sends some)."""
+    frame = _metadata_frame(["t"]) + b"\0\1\2"
     header = parse_header(frame, flexible=True)
-    with pytest.raises(MalformedRequestError, match="trailing"):
-        decode_request(api_schema(3, 12), frame, header.size)
+    request, trailing = decode_request(api_schema(3, 12), frame, header.size)
+    assert trailing == 3
+    assert [t.name for t in request.topics] == ["t"]
 
 
 def test_unknown_schema_version():
