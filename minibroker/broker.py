@@ -159,10 +159,8 @@ class Broker:
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
-        self.producer_ids = ProducerIds(
-            ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
-        )
-        self.producer_states = ProducerStates(config)
+        self.producer_states = ProducerStates(config, self.logs)
+        self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)

@@ -115,6 +115,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
             for name, sockets in bound:
                 nursery.start_soon(trio.serve_listeners, _connection_task_for(broker, name), sockets)
             nursery.start_soon(broker.quotas.run_housekeeping)
+            nursery.start_soon(broker.quotas.run_pid_cache_cleanup)
             if config["metrics.listen"] is not None:
                 from minibroker.metrics_http import serve_metrics
 

@@ -6,11 +6,12 @@ INVALID_RECORD, a batch over the topic's max.message.bytes MESSAGE_TOO_LARGE. ac
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
 v13 names topics by id. Producing never creates a topic (Metadata does).
 
-Producer-id quota (KIP-936): before anything is appended, a batch whose producer id is new for the
-connection's user while that user is over its `producer_ids_rate` is rejected for its partition (not
-appended, so no producer state is created) with `producer.id.quota.error.code`
-(THROTTLING_QUOTA_EXCEEDED by default) and the response's throttle_time set; the connection is then
-muted for that long (KIP-219). Producer ids the quota already knows are never throttled by it.
+Producer-id quota (KIP-936, quotas.producer_id_quota): before anything is appended, a batch whose
+producer id is new for the connection's user while that user's window is full is rejected for its
+partition (not appended, so no producer state is created) with `producer.id.quota.error.code` and
+the response's throttle_time set; the connection is then muted for that long (KIP-219). A producer
+id with producer state on this broker (this partition's, else any partition's) is known and never
+throttled; the quota asks producer state only for users it tracks.
 """
 
 from __future__ import annotations
@@ -73,7 +74,13 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
         ), header=header)
     pid_new = None
     if header.has_producer_id:
-        verdict = broker.pid_quota.track(user, header.producer_id, now_ms)
+        producer_id = header.producer_id
+        states = broker.producer_states
+
+        def has_state() -> bool:
+            return states.holds(producer_id, now_ms, states.manager(topic.name, partition_index, log, now_ms))
+
+        verdict = broker.pid_quota.track(user, producer_id, now_ms, has_state)
         pid_new = None if not verdict.tracked else not verdict.known
         if verdict.throttle_time_ms > 0:
             message = f"producer id quota exceeded for user {user!r}: new producer id {header.producer_id} throttled"
