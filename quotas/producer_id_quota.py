@@ -106,7 +106,8 @@ MAX_THROTTLE_TIME_MS = 2**31 - 1  # throttle_time_ms is an int32 on the wire
 
 def lookback_ms(rate: float, window_ms: int) -> int:
     """T: the span over which admissions count against `rate` (W, or W / rate below 1)."""
-    return window_ms if rate >= 1.0 else math.ceil(window_ms / rate)
+    # The slack keeps W / (W / T) from rounding up to T + 1 (pipeline.model.needed_rate relies on it).
+    return window_ms if rate >= 1.0 else math.ceil(window_ms / rate - 1e-9)
 
 
 def allowance(rate: float) -> int:
