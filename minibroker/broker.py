@@ -70,6 +70,9 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
+    # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
+    held_batches: dict | None = None
 
     @property
     def quota_user(self) -> str:

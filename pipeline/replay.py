@@ -5,7 +5,8 @@ by `ts`, then `seq`), through a fresh `quotas.producer_id_quota.ProducerIdQuotaM
 byte-rate `quotas.client_quota.ClientQuotaManager` (Produce), exactly as the broker calls them:
 
 * `track(user, producer_id, ts, has_state)` for each event with `producer_id >= 0` (user = principal
-  without "User:"), except those the broker refused before asking the quota (transactional batches).
+  without "User:"), except those the broker refused before asking the quota (transactional batches,
+  and batches held back behind a throttled earlier batch of their producer id).
   Known -> `pid_new` false; new and admitted -> true; new and rejected -> true with
   `pid_throttle_ms` > 0, and the PID is not recorded (the manager's own rule), so its retry is new
   again. Untracked (no quota for the user) -> null. `has_state` models the broker's producer state
@@ -51,7 +52,7 @@ from quotas.producer_id_quota import (
     ProducerIdQuotaManager,
 )
 from quotas.rate import MetricConfig
-from storage.audit_format import API_PRODUCE, REFUSED_BEFORE_PID_QUOTA, user_of
+from storage.audit_format import API_PRODUCE, HELD_BY_PID_QUOTA, REFUSED_BEFORE_PID_QUOTA, user_of
 
 __all__ = ["INPUT_COLUMNS", "QuotaSettings", "REPLAY_COLUMNS", "REPLAY_SCHEMA", "replay", "replay_principal"]
 
@@ -155,7 +156,7 @@ def replay_principal(pdf: pd.DataFrame, settings: Sequence[QuotaSettings]) -> pd
     ts_list = pdf["ts"].astype("int64").tolist()
     # -1 where the broker does not ask the producer-id quota.
     pid_list = pdf["producer_id"].astype("int64").where(
-        ~pdf["error_code"].isin(REFUSED_BEFORE_PID_QUOTA), -1
+        ~pdf["error_code"].isin(REFUSED_BEFORE_PID_QUOTA) & (pdf["throttle_quota"] != HELD_BY_PID_QUOTA), -1
     ).tolist()
     bytes_list = pdf["bytes"].astype("int64").tolist()
     client_list = pdf["client_id"].fillna("").astype(str).tolist()
