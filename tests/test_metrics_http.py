@@ -4,7 +4,6 @@ while a client is being throttled, the producer-id quota series, and the broker'
 from __future__ import annotations
 
 import datetime
-import math
 import re
 import socket
 import urllib.error
