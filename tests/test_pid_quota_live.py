@@ -194,6 +194,27 @@ def test_a_throttled_batch_holds_back_the_later_batches_of_its_producer(unique, 
             (0, 0, b"v"), (0, 1, b"first"), (0, 2, b"second"), (1, 0, b"other partition")]
 
 
+def test_throttled_clients_that_go_away_are_not_kept_for_their_throttle(unique, tmp_path):
+    """A crash-looping producer is throttled for up to a window (10 min here) and goes away. Its
+    muted connection must not live on for the throttle: the broker notices the close without reading
+    (KIP-219's mute stands) and frees it, so a storm of them costs no memory."""
+    import time
+
+    from minibroker.testing import running_broker
+
+    topic = unique("pidq-gone")
+    with running_broker(tmp_path / "data", producer_id_quota_window_size_seconds="600") as broker:
+        create_topic(broker.bootstrap, topic)
+        set_rate(broker.bootstrap, "ANONYMOUS", 1)
+        assert fresh_producer_sends(broker.bootstrap, topic)[0] == 0
+        outcomes = [fresh_producer_sends(broker.bootstrap, topic) for _ in range(20)]
+        assert all(code == DEFAULT_CODE and throttle > 500_000 for code, throttle, _ in outcomes)
+        deadline = time.monotonic() + 30
+        while broker.broker.metrics.connections and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert broker.broker.metrics.connections == 0
+
+
 # -- known means known, across restarts ------------------------------------------------------------------
 
 
