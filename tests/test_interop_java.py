@@ -310,13 +310,14 @@ def test_java_reaction_to_the_producer_id_quota(java, start_broker, unique):
 
     topic = unique("java-pidq")
     count = 200
-    with start_broker(producer_id_quota_window_size_seconds="2", producer_id_quota_cache_layer_count="2") as broker:
+    # 8 s in slots of 2 s: Java's first produce comes within 8 s of the filler even on a slow machine.
+    with start_broker(producer_id_quota_window_size_seconds="8", producer_id_quota_cache_layer_count="4") as broker:
         java.run(["create-topic", broker.bootstrap, topic, 1])
         with AdminClient(broker.bootstrap) as admin:  # PLAINTEXT clients are User:ANONYMOUS
             admin.call(49, {"entries": [{"entity": [{"entity_type": "user", "entity_name": "ANONYMOUS"}],
                                          "ops": [{"key": "producer_ids_rate", "value": 1.0, "remove": False}]}],
                             "validate_only": False})
-            # One fresh producer id of our own fills the window (1 per 2 s).
+            # One fresh producer id of our own fills the window (1 per 8 s).
             pid = admin.call(22, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
                                   "producer_epoch": -1}).producer_id
             r = admin.call(0, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [

@@ -64,12 +64,11 @@ class PartitionOutcome(NamedTuple):
     held: bool = False  # refused behind a throttled earlier batch of its producer id (see above)
 
 
-def _later_than_held(conn, key: tuple, header: BatchHeader) -> bool:
+def _later_than_held(held: dict, key: tuple, header: BatchHeader) -> bool:
     """True when a throttled earlier batch of this producer id to this partition is still to come
-    back on `conn`; forgets the entry when this batch is that one (or an earlier one, or another
-    epoch)."""
-    held = conn.held_batches
-    entry = held.get(key) if held else None
+    back (`held`: the connection's entries); forgets the entry when this batch is that one (or an
+    earlier one, or another epoch)."""
+    entry = held.get(key)
     if entry is None:
         return False
     epoch, sequence = entry
@@ -110,14 +109,14 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
             partition_index, INVALID_TXN_STATE, "transactions are not supported by minibroker"
         ), header=header)
     pid_new = None
-    code = broker.config["producer.id.quota.error.code"]
     if header.has_producer_id:
         producer_id = header.producer_id
-        key = (topic.name, partition_index, producer_id)
-        if _later_than_held(conn, key, header):
+        held = conn.held_batches
+        if held and _later_than_held(held, (topic.name, partition_index, producer_id), header):
             message = (f"an earlier batch of producer id {producer_id} to this partition was throttled by the "
                        "producer id quota: retry it first")
-            return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, None, True)
+            return PartitionOutcome(_partition_result(partition_index, broker.config["producer.id.quota.error.code"],
+                                                      message), 0, header, None, True)
         user = conn.quota_user
         states = broker.producer_states
 
@@ -127,10 +126,10 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
         verdict = broker.pid_quota.track(user, producer_id, now_ms, has_state)
         pid_new = None if not verdict.tracked else not verdict.known
         if verdict.throttle_time_ms > 0:
-            _hold(conn, key, header)
+            _hold(conn, (topic.name, partition_index, producer_id), header)
             message = f"producer id quota exceeded for user {user!r}: new producer id {producer_id} throttled"
-            return PartitionOutcome(_partition_result(partition_index, code, message),
-                                    verdict.throttle_time_ms, header, pid_new)
+            return PartitionOutcome(_partition_result(partition_index, broker.config["producer.id.quota.error.code"],
+                                                      message), verdict.throttle_time_ms, header, pid_new)
     result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
     if isinstance(result, dict):
         return PartitionOutcome({"index": partition_index, **result}, 0, header, pid_new)
