@@ -170,7 +170,7 @@ def test_produce_assigns_consecutive_offsets_and_list_offsets_sees_them(broker, 
 
         assert offset_for(-2) == 0
         assert offset_for(-1) == 5
-        assert offset_for(1_700_000_000_001) == 0  # inside the first batch: its base offset
+        assert offset_for(1_700_000_000_001) == 1  # inside the first batch: the record itself
         assert offset_for(1_800_000_000_000) == -1
 
 
