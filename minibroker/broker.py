@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
@@ -159,6 +160,7 @@ class Broker:
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
         self.producer_ids = ProducerIds(
             ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
         )
