@@ -88,6 +88,9 @@ class ClusterView:
     def is_registered(self, node_id: int) -> bool:
         return node_id in self.broker_ids()
 
+    def has_topic(self, topic: str) -> bool:
+        return self._broker.logs.topic(topic) is not None
+
     def partition(self, topic: str, partition: int) -> PartitionAssignment | None:
         """The partition's assignment, or None when the topic or partition does not exist."""
         info = self._broker.logs.topic(topic)
