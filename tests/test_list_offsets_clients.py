@@ -165,3 +165,33 @@ def test_java_offsets_for_times_and_special_timestamps(java, broker, unique):
         "latest": (3, -1, 0),
         str(T0 + 150): (1, T0 + 400, 0),  # the first record at or after T0+150, not record 2 (T0+200)
     }
+
+
+SPECIAL_CASES = [  # (version, timestamp) -> (error code, offset, timestamp), on the OUT_OF_ORDER batch
+    ((11, -6), (0, -1, -1)),  # EARLIEST_PENDING_UPLOAD: nothing is tiered
+    ((10, -6), (35, -1, -1)),  # -6 needs v11
+    ((6, -3), (35, -1, -1)),  # MAX_TIMESTAMP needs v7
+    ((7, -4), (35, -1, -1)),  # EARLIEST_LOCAL needs v8
+    ((8, -5), (35, -1, -1)),  # LATEST_TIERED needs v9
+    ((11, -7), (35, -1, -1)),  # no such special timestamp
+    ((7, -3), (0, 1, T0 + 400)),
+    ((1, T0 + 150), (0, 1, T0 + 400)),
+]
+
+
+def test_special_timestamps_and_the_versions_that_carry_them(broker, unique):
+    """Kafka's ReplicaManager.isListOffsetsTimestampUnsupported, over the wire at exact versions."""
+    from minibroker.admin_client import AdminClient
+
+    topic = unique("ts-versions")
+    create_topics(broker.bootstrap, [topic])
+    confluent_produce(broker.bootstrap, topic, OUT_OF_ORDER, "none")
+    answers = {}
+    with AdminClient(broker.bootstrap) as admin:
+        for version, timestamp in dict(SPECIAL_CASES):
+            response = admin.call(2, {"replica_id": -1, "isolation_level": 0, "timeout": 5000, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                                "timestamp": timestamp}]}]}, version=version)
+            (partition,) = response.topics[0].partitions
+            answers[version, timestamp] = (partition.error_code, partition.offset, partition.timestamp)
+    assert answers == dict(SPECIAL_CASES)

@@ -7,13 +7,21 @@ UnifiedLog.fetchOffsetByTimestamp answers them on a broker without tiered storag
 - LATEST (-1): the log end offset; EARLIEST (-2) and EARLIEST_LOCAL (-4, KIP-405; all of the log is
   local here): the log start offset; both with timestamp -1;
 - MAX_TIMESTAMP (-3, KIP-734): the first record carrying the largest timestamp, with that timestamp;
-- LATEST_TIERED (-5, KIP-1005): nothing is tiered, so offset -1, timestamp -1, leader epoch -1.
+- LATEST_TIERED (-5, KIP-1005) and EARLIEST_PENDING_UPLOAD (-6, KIP-1023): nothing is tiered, so
+  offset -1, timestamp -1, leader epoch -1.
+
+A special timestamp asked at a version older than the one that introduced it, or a negative
+timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partition (Kafka's
+ReplicaManager.isListOffsetsTimestampUnsupported).
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+# The first ListOffsets version that may carry each special timestamp.
+MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+               EARLIEST_PENDING_UPLOAD: 11}
 LEADER_EPOCH = 0  # the one broker leads every partition in epoch 0 (as Metadata says)
 
 
@@ -23,7 +31,7 @@ def _lookup(log, timestamp: int) -> tuple[int, int, int]:
         return log.log_end_offset, -1, LEADER_EPOCH
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1, LEADER_EPOCH
-    if timestamp == LATEST_TIERED:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return -1, -1, -1
     if timestamp == MAX_TIMESTAMP:
         offset, ts = log.latest_timestamp()
@@ -40,8 +48,12 @@ async def list_offsets(ctx, request):
         partitions = []
         for p in topic.partitions:
             log = broker.logs.log(topic.name, p.partition_index)
-            if log is None:
-                partitions.append({"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+            if p.timestamp < 0 and ctx.version < MIN_VERSION.get(p.timestamp, 1 << 15):
+                error = UNSUPPORTED_VERSION
+            else:
+                error = UNKNOWN_TOPIC_OR_PARTITION if log is None else 0
+            if error:
+                partitions.append({"partition_index": p.partition_index, "error_code": error,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             offset, ts, epoch = _lookup(log, p.timestamp)
