@@ -183,6 +183,7 @@ class Broker:
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}
+        self.bound_listeners: dict[str, tuple[str, int]] = {}  # name -> the address actually bound
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self.advertised_host = "127.0.0.1"
         self.advertised_port = 0
@@ -193,6 +194,7 @@ class Broker:
     def set_listener(self, host: str, port: int, name: str = "PLAINTEXT") -> None:
         """Record a bound listener and the address advertised for it (the first one is the default)."""
         advertised = {entry.name: (entry.host, entry.port) for entry in self.config["advertised.listeners"]}
+        self.bound_listeners[name] = (host, port)
         if name in advertised:
             endpoint = advertised[name]
         else:
