@@ -69,20 +69,27 @@ def create_topics(bootstrap, topics):
 CONFLUENT_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
+def timestamped_topics(broker, unique, prefix, codecs, produce, max_codec):
+    """A topic per codec holding TIMESTAMPS in one batch, and one holding OUT_OF_ORDER in one batch,
+    each produced by `produce(bootstrap, topic, timestamps, codec)`: ({codec: topic}, max topic)."""
+    topics = {codec: unique(f"{prefix}-{codec}") for codec in codecs}
+    max_topic = unique(f"{prefix}-max")
+    create_topics(broker.bootstrap, [*topics.values(), max_topic])
+    for codec, topic in topics.items():
+        produce(broker.bootstrap, topic, TIMESTAMPS, codec)
+        assert stored_batches(broker, topic) == [(10, codec)]
+    produce(broker.bootstrap, max_topic, OUT_OF_ORDER, max_codec)
+    assert stored_batches(broker, max_topic) == [(3, max_codec)]
+    return topics, max_topic
+
+
 def test_confluent_offsets_for_times_and_max_timestamp(broker, unique):
     """librdkafka's consumer offsets_for_times and AdminClient.list_offsets, on batches it
     compressed with each codec it has."""
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    topics = {codec: unique(f"ts-{codec}") for codec in CONFLUENT_CODECS}
-    max_topic = unique("ts-max")
-    create_topics(broker.bootstrap, [*topics.values(), max_topic])
-    for codec, topic in topics.items():
-        confluent_produce(broker.bootstrap, topic, TIMESTAMPS, codec)
-        assert stored_batches(broker, topic) == [(10, codec)]
-    confluent_produce(broker.bootstrap, max_topic, OUT_OF_ORDER, "lz4")
-    assert stored_batches(broker, max_topic) == [(3, "lz4")]
+    topics, max_topic = timestamped_topics(broker, unique, "ts", CONFLUENT_CODECS, confluent_produce, "lz4")
 
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("ts-group")})
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -107,14 +114,7 @@ def test_kafka_python_offsets_for_times_and_max_timestamp(broker, unique):
     from kafka import KafkaConsumer, TopicPartition
     from kafka.admin import KafkaAdminClient, OffsetSpec
 
-    topics = {codec: unique(f"kp-ts-{codec}") for codec in ("none", "gzip")}
-    max_topic = unique("kp-ts-max")
-    create_topics(broker.bootstrap, [*topics.values(), max_topic])
-    for codec, topic in topics.items():
-        kafka_python_produce(broker.bootstrap, topic, TIMESTAMPS, codec)
-        assert stored_batches(broker, topic) == [(10, codec)]
-    kafka_python_produce(broker.bootstrap, max_topic, OUT_OF_ORDER, "gzip")
-    assert stored_batches(broker, max_topic) == [(3, "gzip")]
+    topics, max_topic = timestamped_topics(broker, unique, "kp-ts", ["none", "gzip"], kafka_python_produce, "gzip")
 
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)

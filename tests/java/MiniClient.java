@@ -388,17 +388,23 @@ public final class MiniClient {
         return v;
     }
 
-    static void produce(String bootstrap, String topic, int count, String compression) throws Exception {
+    /** An idempotent producer's settings (acks=all), as an application would set them. */
+    static Properties producerProps(String bootstrap, String compression, String lingerMs) {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-producer");
         p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
         p.put(ProducerConfig.ACKS_CONFIG, "all");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, lingerMs);
         p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, compression);
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        return p;
+    }
+
+    static void produce(String bootstrap, String topic, int count, String compression) throws Exception {
+        Properties p = producerProps(bootstrap, compression, "5");
         List<Future<RecordMetadata>> sent = new ArrayList<>(count);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             int partitions = producer.partitionsFor(topic).size();
@@ -422,14 +428,7 @@ public final class MiniClient {
 
     /** One record per timestamp to partition 0, all in one batch (a long linger, then flush). */
     static void produceTimestamps(String bootstrap, String topic, String compression, String timestamps) throws Exception {
-        Properties p = new Properties();
-        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-producer");
-        p.put(ProducerConfig.ACKS_CONFIG, "all");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "30000");
-        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, compression);
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        Properties p = producerProps(bootstrap, compression, "30000");
         String[] ts = timestamps.split(",");
         List<Future<RecordMetadata>> sent = new ArrayList<>();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
