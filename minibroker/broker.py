@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
@@ -159,6 +160,7 @@ class Broker:
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
         self.producer_ids = ProducerIds(
             ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
         )
@@ -181,6 +183,7 @@ class Broker:
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}
+        self.bound_listeners: dict[str, tuple[str, int]] = {}  # name -> the address actually bound
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self.advertised_host = "127.0.0.1"
         self.advertised_port = 0
@@ -191,6 +194,7 @@ class Broker:
     def set_listener(self, host: str, port: int, name: str = "PLAINTEXT") -> None:
         """Record a bound listener and the address advertised for it (the first one is the default)."""
         advertised = {entry.name: (entry.host, entry.port) for entry in self.config["advertised.listeners"]}
+        self.bound_listeners[name] = (host, port)
         if name in advertised:
             endpoint = advertised[name]
         else:

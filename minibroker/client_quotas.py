@@ -72,9 +72,14 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     22: 1,  # InitProducerId
     32: 2,  # DescribeConfigs
     33: 1,  # AlterConfigs
+    34: 1,  # AlterReplicaLogDirs
+    35: 1,  # DescribeLogDirs
     37: 1,  # CreatePartitions
     42: 1,  # DeleteGroups
+    43: 0,  # ElectLeaders
     44: 0,  # IncrementalAlterConfigs
+    45: 0,  # AlterPartitionReassignments
+    46: 0,  # ListPartitionReassignments
     47: 0,  # OffsetDelete
 }
 
@@ -82,7 +87,8 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
 def client_throttles(api_key: int, version: int) -> bool:
     """Whether a client honours `throttle_time` in this response itself (else the broker delays it).
 
-    DescribeCluster, DescribeClientQuotas and AlterClientQuotas keep Kafka's default (False)."""
+    DescribeCluster, DescribeClientQuotas, AlterClientQuotas and ListConfigResources keep Kafka's
+    default (False)."""
     first = CLIENT_THROTTLES_FROM.get(api_key)
     return first is not None and version >= first
 

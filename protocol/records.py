@@ -18,6 +18,8 @@ from typing import Iterator
 
 from crc32c import crc32c
 
+from protocol.compression import DecompressionError, DecompressionLimitError, decompress
+
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 assert BATCH_HEADER.size == 61
 HEADER_SIZE = BATCH_HEADER.size
@@ -244,6 +246,40 @@ def encode_batch(
     crc = crc32c(bytes(header[CRC_START:]) + bytes(body))
     struct.pack_into(">I", header, 17, crc)
     return bytes(header + body)
+
+
+def record_timestamps(
+    batch: bytes | bytearray | memoryview, *, max_decompressed: int
+) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of one stored v2 batch, compressed or not, in order.
+
+    For ListOffsets by timestamp, never the produce or fetch path. A LogAppendTime batch's records
+    all carry the batch's max timestamp (Kafka's DefaultRecord.timestamp). A compressed batch is
+    decompressed whole, at most `max_decompressed` bytes (protocol.compression); its codec's errors
+    and a record that runs past its batch raise CorruptRecordError.
+    """
+    header = read_header(batch, 0)
+    log_append_time = header.attributes & ATTR_TIMESTAMP_TYPE
+    records: bytes | bytearray | memoryview = batch
+    position, end = HEADER_SIZE, header.size
+    if header.compression:
+        try:
+            records = decompress(header.compression, memoryview(batch)[HEADER_SIZE:end], max_decompressed)
+        except DecompressionLimitError:
+            raise
+        except DecompressionError as exc:
+            raise CorruptRecordError(str(exc)) from None
+        position, end = 0, len(records)
+    for _ in range(header.records_count):
+        length, position = _read_zigzag_varint(records, position)
+        record_end = position + length
+        if length < 0 or record_end > end:
+            raise CorruptRecordError("record runs past the end of its batch")
+        timestamp_delta, after = _read_zigzag_varint(records, position + 1)  # after the attributes
+        offset_delta, _ = _read_zigzag_varint(records, after)
+        timestamp = header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta
+        yield header.base_offset + offset_delta, timestamp
+        position = record_end
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:

@@ -402,32 +402,24 @@ class PartitionLog:
                         yield header
             position = 0
 
-    def offset_for_timestamp(
-        self, timestamp_ms: int, *, exact: bool = False
-    ) -> tuple[int, int] | None:
-        """ListOffsets by timestamp; None when no record is that recent.
-
-        Default (batch granularity, what the ListOffsets handler uses): (base offset, max timestamp)
-        of the first batch whose max timestamp is >= `timestamp_ms` (its base offset raised to the log
-        start offset if the batch straddles it). A consumer seeking there may see a few earlier
-        records of that batch first.
-
-        `exact=True` gives Kafka's answer, the offset and timestamp of the first record whose
-        timestamp is >= `timestamp_ms`, by walking the records of that one batch; compressed
-        batches (not decompressed here) still answer at batch granularity."""
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """ListOffsets by timestamp, Kafka's answer: (offset, timestamp) of the first record at or
+        after the log start offset whose timestamp is >= `timestamp_ms`; None when no record is that
+        recent. The segment and batch are found from the indexes and batch headers; only the one
+        batch that straddles the target is read record by record (decompressed if it must be)."""
         start = self._log_start_offset
         for segment in self._segments:
             if segment.max_timestamp >= timestamp_ms and segment.next_offset > start:
-                found = segment.find_offset_by_timestamp(timestamp_ms, start, exact=exact)
+                found = segment.find_offset_by_timestamp(timestamp_ms, start)
                 if found is not None:
                     return found
         return None
 
-    def latest_timestamp(self, *, exact: bool = False) -> tuple[int, int]:
-        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) for the largest timestamp in the log,
-        or (-1, -1) when it is empty. The offset is that of the first batch holding the largest
-        timestamp (its base offset); with `exact=True`, that of the first record carrying it
-        (Kafka's answer; batch granularity again for compressed batches)."""
+    def latest_timestamp(self) -> tuple[int, int]:
+        """ListOffsets MAX_TIMESTAMP (-3, KIP-734): (offset, timestamp) of the first record carrying
+        the largest timestamp in the log (Kafka: the first segment with that largest timestamp, its
+        first batch with it, that batch's first record with it), or (-1, -1) when the log is empty.
+        An offset below the log start offset (DeleteRecords) is raised to it."""
         best: LogSegment | None = None
         for segment in self._segments:
             if segment.size and segment.next_offset > self._log_start_offset:
@@ -440,10 +432,7 @@ class PartitionLog:
         if position is not None:
             for header in best.headers(position):
                 if header.max_timestamp == target:
-                    if exact:
-                        offset = record_with_timestamp(best.read_batch(header), header, target)
-                    else:
-                        offset = header.base_offset
+                    offset = record_with_timestamp(best.read_batch(header), header, target)
                     return max(offset, self._log_start_offset), target
         return max(best.offset_of_max_timestamp, self._log_start_offset), target
 

@@ -194,9 +194,12 @@ class LogManager:
         overrides: Mapping[str, str] | None,
         now_ms: int,
         validate_only: bool = False,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicInfo:
         """Create a topic (or only check that it could be created). Raises InvalidTopicError,
-        TopicExistsError, InvalidPartitionsError or ConfigError, checked in Kafka's order."""
+        TopicExistsError, InvalidPartitionsError or ConfigError, checked in Kafka's order.
+        `topic_id` gives the new topic that id instead of a random one (a topic restored or
+        replayed elsewhere keeps its id); one already in use is refused with TopicExistsError."""
         validate_topic_name(name)
         if name in self._topics:
             raise TopicExistsError(f"Topic '{name}' already exists.")
@@ -213,7 +216,9 @@ class LogManager:
             )
         overrides = dict(overrides or {})
         config = self.broker_config.with_topic_overrides(overrides)
-        info = TopicInfo(name, new_topic_id(), num_partitions, overrides, config)
+        if topic_id is not None and topic_id in self._by_id:
+            raise TopicExistsError(f"Topic id {topic_id} is already in use.")
+        info = TopicInfo(name, topic_id or new_topic_id(), num_partitions, overrides, config)
         if validate_only:
             return info
         topic = _Topic(info)

@@ -9,6 +9,7 @@ a read never sees a half-written batch.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -16,16 +17,19 @@ from typing import Iterator, Sequence
 from crc32c import crc32c
 
 from protocol.records import (
-    ATTR_COMPRESSION_MASK,
-    ATTR_TIMESTAMP_TYPE,
     BATCH_HEADER,
     CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
     OFFSET_AND_LENGTH,
     BatchHeader,
+    InvalidRecordError,
+    record_timestamps,
 )
+from protocol.compression import CODEC_NAMES, DecompressionLimitError
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+
+logger = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -385,21 +389,17 @@ class LogSegment:
     def read_batch(self, header: BatchHeader) -> bytes:
         return os.pread(self.fd, header.size, header.position)
 
-    def find_offset_by_timestamp(
-        self, timestamp: int, start_offset: int, *, exact: bool = False
-    ) -> tuple[int, int] | None:
-        """Kafka's LogSegment.findOffsetByTimestamp: the first batch at or after `start_offset` whose
-        max timestamp is >= `timestamp`, answered as (its first offset >= start_offset, its max
-        timestamp), or with `exact` as the first such record (see `first_record_at_or_after`)."""
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """Kafka's LogSegment.findOffsetByTimestamp: (offset, timestamp) of the first record at or
+        after `start_offset` whose timestamp is >= `timestamp`, or None. Only the batches whose max
+        timestamp reaches the target are read record by record (see `first_record_at_or_after`)."""
         _, indexed_offset = self.time_index.lookup(timestamp)
         _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
         for header in self._scan_headers(position, self.size):
             if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
-                if not exact:
-                    return max(header.base_offset, start_offset), header.max_timestamp
-                return first_record_at_or_after(
-                    self.read_batch(header), header, timestamp, start_offset
-                )
+                found = first_record_at_or_after(self.read_batch(header), header, timestamp, start_offset)
+                if found is not None:
+                    return found
         return None
 
     # -- scanning -------------------------------------------------------------------------------
@@ -497,54 +497,46 @@ def _write_fully(fd: int, buffers: Sequence[bytes | bytearray | memoryview], tot
 
 # -- record-level helpers (only for ListOffsets by timestamp, never on the produce/fetch path) ----
 
+# A compressed batch is decompressed whole to find one record in it; one that would grow past this
+# is answered at batch granularity instead (with a warning), so no batch costs unbounded memory.
+MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
 
-def _read_varint(buf: bytes, position: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        byte = buf[position]
-        position += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-    return (raw >> 1) ^ -(raw & 1), position
+
+def _records(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]] | None:
+    """(offset, timestamp) of each record of `batch`, or None when they cannot be read (logged)."""
+    try:
+        return iter(list(record_timestamps(batch, max_decompressed=MAX_DECOMPRESSED_BATCH_BYTES)))
+    except (InvalidRecordError, DecompressionLimitError) as exc:
+        logger.warning(
+            "batch at offsets %d-%d (%s): records not readable, answering at batch granularity: %s",
+            header.base_offset, header.last_offset, CODEC_NAMES.get(header.compression, "?"), exc,
+        )
+        return None
 
 
 def first_record_at_or_after(
     batch: bytes, header: BatchHeader, timestamp: int, start_offset: int
-) -> tuple[int, int]:
-    """(offset, timestamp) of the first record in `batch` with timestamp >= `timestamp` and offset
-    >= `start_offset`. Exact for uncompressed CreateTime batches (records are walked); for a
-    LogAppendTime batch every record carries the batch's max timestamp; for a compressed batch
-    the answer has batch granularity: (its first offset >= start_offset, its max timestamp)."""
-    first = max(header.base_offset, start_offset)
-    if header.attributes & ATTR_TIMESTAMP_TYPE or header.attributes & ATTR_COMPRESSION_MASK:
-        return first, header.max_timestamp
-    try:
-        position = HEADER_SIZE
-        for _ in range(header.records_count):
-            length, position = _read_varint(batch, position)
-            record_end = position + length
-            position += 1  # attributes
-            timestamp_delta, position = _read_varint(batch, position)
-            offset_delta, position = _read_varint(batch, position)
-            record_offset = header.base_offset + offset_delta
-            record_timestamp = header.base_timestamp + timestamp_delta
-            if record_timestamp >= timestamp and record_offset >= start_offset:
-                return record_offset, record_timestamp
-            position = record_end
-    except (IndexError, ValueError):
-        pass
-    return first, header.max_timestamp
+) -> tuple[int, int] | None:
+    """Kafka's FileRecords.searchForTimestamp within one batch: (offset, timestamp) of its first
+    record with timestamp >= `timestamp` and offset >= `start_offset`, None when it has none.
+    Compressed batches are decompressed (this one batch only); a LogAppendTime batch's records all
+    carry its max timestamp."""
+    records = _records(batch, header)
+    if records is None:
+        if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+            return max(header.base_offset, start_offset), header.max_timestamp
+        return None
+    for record_offset, record_timestamp in records:
+        if record_timestamp >= timestamp and record_offset >= start_offset:
+            return record_offset, record_timestamp
+    return None
 
 
 def record_with_timestamp(batch: bytes, header: BatchHeader, timestamp: int) -> int:
-    """Offset of the first record of `batch` carrying `timestamp` (the batch's max timestamp), for
-    ListOffsets MAX_TIMESTAMP; the batch's base offset when records cannot be walked."""
-    if header.attributes & ATTR_TIMESTAMP_TYPE or header.attributes & ATTR_COMPRESSION_MASK:
-        return header.base_offset
-    offset, found = first_record_at_or_after(batch, header, timestamp, header.base_offset)
-    return offset if found == timestamp else header.base_offset
+    """Kafka's RecordBatch.offsetOfMaxTimestamp: the offset of the first record of `batch` carrying
+    `timestamp` (the batch's max timestamp), for ListOffsets MAX_TIMESTAMP; the batch's base offset
+    when its records cannot be read."""
+    for record_offset, record_timestamp in _records(batch, header) or ():
+        if record_timestamp == timestamp:
+            return record_offset
+    return header.base_offset

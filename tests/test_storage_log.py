@@ -238,7 +238,6 @@ def test_log_append_time_rewrites_max_timestamp_and_crc(tmp_path):
     decoded = list(DefaultRecordBatch(bytearray(data)))
     assert [r.timestamp for r in decoded] == [now] * 3
     assert log.offset_for_timestamp(now) == (0, now)
-    assert log.offset_for_timestamp(now, exact=True) == (0, now)
     log.close()
 
 
@@ -393,6 +392,8 @@ def test_unclean_open_rebuilds_active_indexes(tmp_path):
 
 
 def test_offset_for_timestamp_and_latest_timestamp(tmp_path):
+    """Kafka's answers: the first record with a timestamp >= the target, with its own timestamp, and
+    the first record carrying the largest timestamp, never the base offset of the batch."""
     directory = tmp_path / "t-0"
     log = PartitionLog.open(directory, small_config(index_interval_bytes=0), 0)
     # Batches of 3 records with timestamps ts, ts+2, ts+1; batch i starts at T0 + 10 * i, offset 3 * i.
@@ -400,25 +401,78 @@ def test_offset_for_timestamp_and_latest_timestamp(tmp_path):
         base = T0 + 10 * i
         log.append(make_batch([(None, b"x" * 20)] * 3, timestamps=[base, base + 2, base + 1]), 0)
 
-    def both(ts):
-        return log.offset_for_timestamp(ts), log.offset_for_timestamp(ts, exact=True)
-
-    assert both(T0 - 100) == ((0, T0 + 2), (0, T0))
-    assert both(T0) == ((0, T0 + 2), (0, T0))
-    assert both(T0 + 1) == ((0, T0 + 2), (1, T0 + 2))  # exact: the first record with ts >= target
-    assert both(T0 + 3) == ((3, T0 + 12), (3, T0 + 10))
-    assert both(T0 + 101) == ((30, T0 + 102), (31, T0 + 102))
-    assert both(T0 + 192) == ((57, T0 + 192), (58, T0 + 192))
-    assert both(T0 + 193) == (None, None)
-    assert log.latest_timestamp() == (57, T0 + 192)
-    assert log.latest_timestamp(exact=True) == (58, T0 + 192)
+    lookup = log.offset_for_timestamp
+    assert lookup(T0 - 100) == (0, T0)
+    assert lookup(T0) == (0, T0)
+    assert lookup(T0 + 1) == (1, T0 + 2)  # the first record with ts >= target, not record 2's T0 + 1
+    assert lookup(T0 + 3) == (3, T0 + 10)
+    assert lookup(T0 + 101) == (31, T0 + 102)
+    assert lookup(T0 + 192) == (58, T0 + 192)
+    assert lookup(T0 + 193) is None
+    assert log.latest_timestamp() == (58, T0 + 192)
     log.close()
     log = PartitionLog.open(directory, small_config(index_interval_bytes=0), 0)
-    assert log.latest_timestamp(exact=True) == (58, T0 + 192)
-    assert both(T0 + 101) == ((30, T0 + 102), (31, T0 + 102))
+    assert log.latest_timestamp() == (58, T0 + 192)
+    assert log.offset_for_timestamp(T0 + 101) == (31, T0 + 102)
     log.delete_records_before(40)
-    # Offset 39 (in the batch holding 39..41) is below the log start.
-    assert both(T0) == ((40, T0 + 132), (40, T0 + 132))
+    # Offsets 39 and 40 (in the batch holding 39..41) are searched from the log start: 40 is first.
+    assert log.offset_for_timestamp(T0) == (40, T0 + 132)
+    log.close()
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "snappy-xerial", "lz4", "zstd"])
+def test_timestamp_lookups_inside_compressed_batches(tmp_path, codec):
+    """A compressed batch is decompressed to answer the exact record: a target in the middle of a
+    10-record batch gives that record, and the largest timestamp (out of order in its batch, and on
+    a tie) gives the first record carrying it, before and after a reopen."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, LogConfig(), 0)
+    log.append(make_batch([(None, b"a%d" % i * 30) for i in range(10)],
+                          timestamps=[T0 + 10 * i for i in range(10)], compression=codec), 0)
+    # Offsets 10..19: 15 carries the largest timestamp, and so does 17 (a tie: 15 is the answer).
+    out_of_order = [T0 + 200, T0 + 150, T0 + 300, T0 + 120, T0 + 250, T0 + 900, T0 + 100, T0 + 900,
+                    T0 + 110, T0 + 130]
+    log.append(make_batch([(b"k", b"b%d" % i * 30) for i in range(10)], timestamps=out_of_order,
+                          compression=codec), 0)
+    for reopen in (False, True):
+        if reopen:
+            log.close()
+            log = PartitionLog.open(directory, LogConfig(), 0)
+        assert log.offset_for_timestamp(T0 + 45) == (5, T0 + 50)
+        assert log.offset_for_timestamp(T0 + 50) == (5, T0 + 50)
+        assert log.offset_for_timestamp(T0 + 91) == (10, T0 + 200)
+        assert log.offset_for_timestamp(T0 + 201) == (12, T0 + 300)
+        assert log.offset_for_timestamp(T0 + 301) == (15, T0 + 900)
+        assert log.offset_for_timestamp(T0 + 901) is None
+        assert log.latest_timestamp() == (15, T0 + 900)
+    log.close()
+
+
+def test_log_append_time_compressed_batch_answers_its_first_record(tmp_path):
+    """Every record of a LogAppendTime batch carries the append time (Kafka's DefaultRecord)."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(message_timestamp_type="LogAppendTime"), 0)
+    log.append(make_batch([(None, b"x")] * 4, timestamp_ms=1, compression="zstd"), T0)
+    log.append(make_batch([(None, b"y")] * 4, timestamp_ms=1, compression="gzip"), T0 + 5000)
+    assert log.offset_for_timestamp(2) == (0, T0)
+    assert log.offset_for_timestamp(T0 + 1) == (4, T0 + 5000)
+    assert log.latest_timestamp() == (4, T0 + 5000)
+    log.close()
+
+
+def test_a_batch_too_big_to_decompress_is_answered_at_batch_granularity(tmp_path, monkeypatch, caplog):
+    """The bound on decompressed bytes holds: over it, the batch's first offset and max timestamp
+    answer (and a warning says why), instead of an allocation the batch's bytes do not justify."""
+    import storage.segment
+
+    monkeypatch.setattr(storage.segment, "MAX_DECOMPRESSED_BATCH_BYTES", 1000)
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    log.append(make_batch([(None, bytes(500))] * 10, timestamps=[T0 + i for i in range(10)],
+                          compression="zstd"), 0)
+    assert log.offset_for_timestamp(T0 + 5) == (0, T0 + 9)
+    assert log.latest_timestamp() == (0, T0 + 9)
+    assert "batch granularity" in caplog.text
+    monkeypatch.setattr(storage.segment, "MAX_DECOMPRESSED_BATCH_BYTES", 10**6)
+    assert log.offset_for_timestamp(T0 + 5) == (5, T0 + 5)
     log.close()
 
 
