@@ -45,6 +45,7 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
+from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
@@ -154,6 +155,18 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # One broker per data directory (Kafka's .lock), taken before anything in it is read.
+        self.lock = DataDirLock(self.data_dir)
+        self.logs: LogManager | None = None
+        try:
+            self._open(config)
+        except BaseException:
+            if self.logs is not None:
+                self.logs.close(clean=False)
+            self.lock.release()
+            raise
+
+    def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
         self.log_config = config.log_config
         for key in config.unknown_keys():
@@ -215,12 +228,15 @@ class Broker:
         self.quotas.forget_current_task()
 
     def close(self) -> None:
-        if self.audit is not None:
-            self.audit.close(wall_clock_ms())
-        self.producer_states.snapshot_all()
-        self.groups.close()
-        self.quotas.close()
-        self.logs.close(clean=True)
+        try:
+            if self.audit is not None:
+                self.audit.close(wall_clock_ms())
+            self.producer_states.snapshot_all()
+            self.groups.close()
+            self.quotas.close()
+            self.logs.close(clean=True)
+        finally:
+            self.lock.release()  # even after a failed close: a restart in this process must work
 
     async def run_background(self) -> None:
         """Retention and the time-based flush policy, on their configured intervals."""
