@@ -18,7 +18,8 @@ remove the topic file, then the directories. Either way a crash leaves at worst 
 
 Topic name rules and the '.'/'_' collision check follow Kafka (`Topic.validate`, `Topic.hasCollision`,
 ReplicationControlManager: a name that collides with an existing topic's is INVALID_TOPIC_EXCEPTION).
-Internal topics (names starting with `__`) are ordinary topics here.
+Which topics are internal (Kafka's set, `storage.config.INTERNAL_TOPICS`) matters to the handlers only:
+here every topic is stored alike.
 """
 
 from __future__ import annotations

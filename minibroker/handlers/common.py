@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 
 from minibroker.broker import wall_clock_ms
-from storage.config import ConfigError
+from storage.audit_format import AUDIT_TOPIC
+from storage.config import ConfigError, is_internal
 from storage.manager import InvalidPartitionsError, InvalidTopicError, TopicExistsError
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,8 @@ INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 INVALID_TXN_STATE = 48
+KAFKA_STORAGE_ERROR = 56
+UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
 
@@ -32,6 +35,13 @@ UNKNOWN_TOPIC_ID = 100
 NO_AUTHORIZED_OPERATIONS = -2147483648
 TOPIC_ALL_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+
+
+def broker_owned(name: str) -> bool:
+    """A topic only the broker writes: Kafka's internal topics (committed offsets, and the
+    transaction and share-group state a later version may keep) and the audit stream. Clients may
+    read them, never produce to or delete them."""
+    return is_internal(name) or name == AUDIT_TOPIC
 
 
 def create_topic_or_error(broker, name: str, num_partitions: int | None = None, overrides=None):

@@ -4,10 +4,14 @@ Quirks: a null topic list (v1+) means every topic, and so does an empty list at 
 named by id from v10 on. Auto-creation needs both `auto.create.topics.enable` and the request's
 allow_auto_topic_creation (v4+; always allowed before). Unlike KRaft Kafka, which answers
 LEADER_NOT_AVAILABLE until the new topic's leader is elected, a topic created here is answered at
-once, so producers do not need a second round trip.
+once, so producers do not need a second round trip. Only Kafka's internal topics (`__consumer_offsets`,
+`__transaction_state`, `__share_group_state`) are marked is_internal; the audit topic
+`__minibroker_audit` is an ordinary topic to clients (consumable by name or pattern, as any topic),
+though only the broker may write it.
 """
 
 from minibroker.handlers import handler
+from storage.config import is_internal
 from minibroker.handlers.common import (
     INVALID_TOPIC_EXCEPTION,
     NO_AUTHORIZED_OPERATIONS,
@@ -25,7 +29,7 @@ def topic_metadata(broker, info, include_ops: bool) -> dict:
         "error_code": 0,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": info.name.startswith("__"),
+        "is_internal": is_internal(info.name),
         "partitions": [
             {
                 "error_code": 0,

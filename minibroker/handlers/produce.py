@@ -4,7 +4,9 @@ Behaviour: every partition is answered on its own. A partition's records must be
 batch (Kafka's rule from v3); framing and CRC faults answer CORRUPT_MESSAGE, other bad batches
 INVALID_RECORD, a batch over the topic's max.message.bytes MESSAGE_TOO_LARGE. acks=0 gets no
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
-v13 names topics by id. Producing never creates a topic (Metadata does).
+v13 names topics by id. Producing never creates a topic (Metadata does). The broker's own topics
+(`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
+INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal topics.
 
 Producer-id quota (KIP-936): before anything is appended, a batch whose producer id is new for the
 connection's user while that user is over its `producer_ids_rate` is rejected for its partition (not
@@ -22,10 +24,12 @@ from minibroker.handlers import handler
 from minibroker.handlers.common import (
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
+    INVALID_TOPIC_EXCEPTION,
     INVALID_TXN_STATE,
     MESSAGE_TOO_LARGE,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    broker_owned,
 )
 from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
 
@@ -112,6 +116,10 @@ async def produce(ctx, request):
             partitions = [_partition_result(p.index, INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
         elif topic is None and name is None:
             partitions = [_partition_result(p.index, UNKNOWN_TOPIC_ID) for p in topic_data.partition_data]
+        elif topic is not None and broker_owned(topic.name):
+            # Kafka's ReplicaManager: "Cannot append to internal topic" (InvalidTopicException).
+            message = f"Cannot append to internal topic {topic.name}"
+            partitions = [_partition_result(p.index, INVALID_TOPIC_EXCEPTION, message) for p in topic_data.partition_data]
         else:
             partitions = []
             for p in topic_data.partition_data:
