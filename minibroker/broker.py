@@ -45,6 +45,7 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
+from storage.errors import DamagedFileError
 from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
@@ -124,14 +125,22 @@ def _own_throttle_ms(result: dict) -> int:
 
 
 def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
-    """Keep the cluster id stable across restarts in meta.properties, as Kafka does."""
+    """Keep the cluster id stable across restarts in meta.properties, as Kafka does. A file that is
+    there but unreadable, or holds no cluster.id, stops the start (naming it): writing a fresh id over
+    it would be a guess that turns the data directory into another cluster's."""
     meta = data_dir / "meta.properties"
     props: dict[str, str] = {}
     if meta.exists():
-        for line in meta.read_text().splitlines():
+        try:
+            text = meta.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DamagedFileError(meta, f"unreadable ({exc})", _META_REMEDY) from exc
+        for line in text.splitlines():
             if "=" in line and not line.startswith("#"):
                 key, _, value = line.partition("=")
                 props[key.strip()] = value.strip()
+        if not props.get("cluster.id"):
+            raise DamagedFileError(meta, "holds no cluster.id", _META_REMEDY)
     stored = props.get("cluster.id")
     if cluster_id and stored and cluster_id != stored:
         raise ValueError(
@@ -141,6 +150,9 @@ def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
     if stored != chosen or props.get("node.id") != str(node_id):
         write_atomically(meta, f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n".encode())
     return chosen
+
+
+_META_REMEDY = "restore it (version=1, cluster.id=..., node.id=...) or remove it to start with a new cluster id"
 
 
 def _random_cluster_id() -> str:

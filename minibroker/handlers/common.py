@@ -7,7 +7,8 @@ import logging
 from minibroker.broker import wall_clock_ms
 from storage.audit_format import AUDIT_TOPIC
 from storage.config import ConfigError, is_internal
-from storage.manager import InvalidPartitionsError, InvalidTopicError, TopicExistsError
+from storage.errors import storage_error_message
+from storage.manager import InvalidPartitionsError, InvalidTopicError, StrayDataError, TopicExistsError
 
 log = logging.getLogger(__name__)
 
@@ -61,5 +62,11 @@ def create_topic_or_error(broker, name: str, num_partitions: int | None = None, 
         return None, INVALID_PARTITIONS
     except ConfigError:
         return None, INVALID_CONFIG
+    except StrayDataError as exc:
+        log.error("not auto-creating topic %s: %s", name, exc)
+        return None, KAFKA_STORAGE_ERROR
+    except OSError as exc:
+        log.error("could not create topic %s: %s", name, storage_error_message(exc))
+        return None, KAFKA_STORAGE_ERROR
     log.info("created topic %s with %d partition(s)", name, info.num_partitions)
     return info, NONE
