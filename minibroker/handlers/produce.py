@@ -1,8 +1,11 @@
 """Produce (key 0), v3-v13: check each partition's batch, append it, wake waiting fetches.
 
 Behaviour: every partition is answered on its own. A partition's records must be exactly one v2
-batch (Kafka's rule from v3); framing and CRC faults answer CORRUPT_MESSAGE, other bad batches
-INVALID_RECORD, a batch over the topic's max.message.bytes MESSAGE_TOO_LARGE. acks=0 gets no
+batch (Kafka's rule from v3) whose records add up (protocol.records: count, offset deltas, record
+framing, a known codec that decompresses); framing and CRC faults answer CORRUPT_MESSAGE, records
+that do not add up INVALID_RECORD, codecs 5-7 (and zstd before v7) UNSUPPORTED_COMPRESSION_TYPE, a
+batch over the topic's max.message.bytes (or decompressing past 64 times it) MESSAGE_TOO_LARGE, a
+keyless record on a compacted topic INVALID_RECORD. acks=0 gets no
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
 v13 names topics by id. Producing never creates a topic (Metadata does). The broker's own topics
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
@@ -54,7 +57,8 @@ class PartitionOutcome(NamedTuple):
     pid_new: bool | None = None  # what the producer-id quota made of the batch's PID (None: not asked)
 
 
-def append_partition(broker, topic, partition_index: int, records, now_ms: int, user: str) -> PartitionOutcome:
+def append_partition(broker, topic, partition_index: int, records, now_ms: int, user: str,
+                     version: int = 13) -> PartitionOutcome:
     """Check and append one partition's records."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if log is None:
@@ -67,8 +71,14 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
             MESSAGE_TOO_LARGE,
             f"batch of {len(records)} bytes exceeds max.message.bytes {log.config.max_message_bytes}",
         ))
+    config = log.config
     try:
-        header = check_produce_records(records)
+        header = check_produce_records(
+            records,
+            max_message_bytes=config.max_message_bytes,
+            require_keys="compact" in config.cleanup_policy,
+            produce_version=version,
+        )
     except InvalidRecordError as exc:
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
     if header.is_transactional:
@@ -123,7 +133,7 @@ async def produce(ctx, request):
         else:
             partitions = []
             for p in topic_data.partition_data:
-                outcome = append_partition(broker, topic, p.index, p.records, now_ms, user)
+                outcome = append_partition(broker, topic, p.index, p.records, now_ms, user, ctx.version)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
                 if broker.audit is not None:
