@@ -13,7 +13,12 @@ to the file with `os.write`, so a crash leaves a prefix of whole entries plus at
   gives the segment's largest timestamp without a scan.
 
 Indexes are loaded lazily (a clean open reads nothing but the active segment's), checked on load
-(`load` returns None when the file is corrupt, and the segment rebuilds it from the log).
+as Kafka's sanityCheck does, and more strictly (`load` returns None when the file fails, and the
+segment rebuilds it from the log): whole entries only; offsets (and positions, and timestamps) in
+order; every entry inside the segment (offsets from the base offset up to, not including, the
+segment's next offset when it is known; positions inside the log file). An index can pass all that
+and still be wrong (a plausible file that belongs to other data); the segment therefore also checks
+each entry it uses against the batch header it points at (storage.segment).
 """
 
 from __future__ import annotations
@@ -103,9 +108,11 @@ class OffsetIndex(_Index):
 
     @classmethod
     def load(
-        cls, path: Path, base_offset: int, max_index_size: int, log_size: int
+        cls, path: Path, base_offset: int, max_index_size: int, log_size: int,
+        next_offset: int | None = None,
     ) -> OffsetIndex | None:
-        """Read an index file; None when it is missing or fails the sanity check."""
+        """Read an index file; None when it is missing or fails the sanity check. `next_offset`,
+        when known, bounds the entries' offsets (Kafka: the last offset must lie inside the log)."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -121,6 +128,8 @@ class OffsetIndex(_Index):
         if not _strictly_increasing(offsets) or not _strictly_increasing(positions):
             return None
         if offsets and (offsets[0] < 0 or positions[0] < 0 or positions[-1] >= log_size):
+            return None
+        if offsets and next_offset is not None and base_offset + offsets[-1] >= next_offset:
             return None
         index._relative_offsets, index._positions = offsets, positions
         return index
@@ -187,7 +196,10 @@ class TimeIndex(_Index):
         self._relative_offsets = array("i")
 
     @classmethod
-    def load(cls, path: Path, base_offset: int, max_index_size: int) -> TimeIndex | None:
+    def load(
+        cls, path: Path, base_offset: int, max_index_size: int, next_offset: int | None = None
+    ) -> TimeIndex | None:
+        """Read a time index file; None when it is missing or fails the sanity check."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -202,6 +214,8 @@ class TimeIndex(_Index):
         if not _non_decreasing(timestamps) or not _non_decreasing(offsets):
             return None
         if offsets and offsets[0] < 0:
+            return None
+        if offsets and next_offset is not None and base_offset + offsets[-1] >= next_offset:
             return None
         return index
 

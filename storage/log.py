@@ -166,6 +166,7 @@ class PartitionLog:
         else:
             log._segments = [LogSegment.open(directory, b, **segment_args) for b in bases]
             for segment, following in zip(log._segments, log._segments[1:]):
+                segment.next_offset = following.base_offset
                 segment.load_inactive()
                 segment.next_offset = following.base_offset
             active = log._segments[-1]
