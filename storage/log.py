@@ -462,6 +462,10 @@ class PartitionLog:
             deleted += 1
         if config.retention_ms >= 0:
             while len(segments) > 1 and now_ms - self._largest_timestamp(segments[0]) > config.retention_ms:
+                # The largest timestamp came from the time index: check it against the log before
+                # it deletes anything (a wrong index entry is rebuilt, and the test made again).
+                if not segments[0].verify_max_timestamp():
+                    continue
                 self._delete_oldest_segment()
                 deleted += 1
         if config.retention_bytes >= 0:

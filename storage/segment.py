@@ -417,6 +417,16 @@ class LogSegment:
                 self._index_disagrees(f"offset index entry (offset {indexed_offset}, position {position})")
         return None
 
+    def verify_max_timestamp(self) -> bool:
+        """Whether `max_timestamp` (read from the time index) is that of the batch it names; if not,
+        the indexes are rebuilt from the log (which corrects it) and False is returned."""
+        if self.max_timestamp == NO_TIMESTAMP or not self.size:
+            return True
+        if self._time_entry_matches(self.max_timestamp, self.offset_of_max_timestamp):
+            return True
+        self._index_disagrees(f"the largest timestamp {self.max_timestamp} at offset {self.offset_of_max_timestamp}")
+        return False
+
     def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
         """Whether the batch whose last offset is `offset` has max timestamp `timestamp` (what a
         time-index entry claims)."""

@@ -721,3 +721,23 @@ def test_a_wrong_last_time_entry_of_the_active_segment_is_caught_at_a_clean_open
     assert log.latest_timestamp() == latest
     assert_same(log, model)
     log.close()
+
+
+def test_retention_by_time_checks_the_largest_timestamp_against_the_log(tmp_path):
+    """A time index whose last entry claims an old timestamp must not get a segment deleted."""
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000, retention_ms=1000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    segments = len(log.segments)
+    log.close()
+    first = sorted(directory.glob("*.timeindex"))[0]
+    entries = _index_entries(first, struct.Struct(">qi"))
+    # Every timestamp 11 days earlier: still in order and inside the segment, and wrong.
+    _write_entries(first, struct.Struct(">qi"), [(t - 10**9, o) for t, o in entries])
+    log = PartitionLog.open(directory, config, 0)
+    assert log.enforce_retention(T0 + 100) == 0
+    assert len(log.segments) == segments and log.segments[0].max_timestamp > T0
+    assert_same(log, model)
+    log.close()
