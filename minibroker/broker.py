@@ -45,7 +45,7 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
-from storage.errors import DamagedFileError
+from storage.errors import DamagedFileError, storage_error_message
 from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
@@ -262,10 +262,17 @@ class Broker:
             now_ms = wall_clock_ms()
             if self.audit is not None:
                 self.audit.maybe_flush(now_ms)
-            self.logs.maybe_flush(now_ms)
+            try:
+                self.logs.maybe_flush(now_ms)
+            except OSError as exc:  # a disk fault must not stop the broker: tried again next time
+                log.error("flushing the logs failed: %s", storage_error_message(exc))
             if trio.current_time() >= next_retention:
                 next_retention = trio.current_time() + retention_every
-                deleted = self.logs.enforce_retention(now_ms)
+                try:
+                    deleted = self.logs.enforce_retention(now_ms)
+                except OSError as exc:
+                    log.error("retention failed: %s", storage_error_message(exc))
+                    deleted = 0
                 if deleted:
                     log.info("retention deleted %d segment(s)", deleted)
             if trio.current_time() >= next_expiry:

@@ -23,12 +23,15 @@ each entry it uses against the batch header it points at (storage.segment).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from array import array
 from bisect import bisect_right
 from pathlib import Path
 import struct
+
+logger = logging.getLogger(__name__)
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
@@ -50,24 +53,45 @@ class _Index:
         self.max_entries = max(1, max_index_size // self.entry.size)
         self._fd: int | None = None
         self._dirty = False
+        self._stale = False  # the file lags the entries in memory (a failed write)
 
     # -- file handling ------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        if self._fd is None:
-            self._fd = _open_append(self.path)
-        os.write(self._fd, data)
+        """Append entries to the file. Best effort: the entries in memory are the truth, and a file
+        that could not be written (disk full, out of descriptors) is marked stale and rewritten from
+        memory at the next flush; meanwhile it stays a valid prefix, or fails its load check."""
+        if self._stale:
+            return
+        try:
+            if self._fd is None:
+                self._fd = _open_append(self.path)
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(f"short write to {self.path}")
+        except OSError as exc:
+            self._stale = True
+            logger.warning("%s: could not write index entries (%s); rewriting it at the next flush",
+                           self.path, exc)
+            return
         self._dirty = True
 
     def reset_file(self) -> None:
         """Rewrite the file from the entries in memory (after a rebuild or a truncation)."""
         if self._fd is not None:
-            os.close(self._fd)
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        self._stale = True  # until the rewrite below is complete
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(self._fd, self._serialize())
+        data = self._serialize()
+        if os.write(self._fd, data) != len(data):
+            raise OSError(f"short write to {self.path}")
+        self._stale = False
         self._dirty = True
 
     def flush(self) -> None:
+        if self._stale:
+            self.reset_file()
         if self._fd is not None and self._dirty:
             os.fsync(self._fd)
             self._dirty = False

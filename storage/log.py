@@ -280,11 +280,17 @@ class PartitionLog:
             batches.append((last_offset, batch_max_timestamp, size))
             next_offset = last_offset + 1
 
-        active.append(buffers, batches, total)
+        active.append(buffers, batches, total)  # an OSError here leaves the segment as it was
         self._size += total
         self._unflushed_messages += next_offset - first_offset
         if self._unflushed_messages >= config.flush_messages:
-            self.flush(now_ms)
+            try:
+                self.flush(now_ms)
+            except OSError:
+                # Not durable, so not acknowledged: take the batches back out (the client retries).
+                self._unflushed_messages -= next_offset - first_offset
+                self.truncate_to(first_offset)
+                raise
         return AppendResult(
             base_offset=first_offset,
             last_offset=next_offset - 1,
@@ -315,6 +321,8 @@ class PartitionLog:
         return self._segments[-1].base_offset
 
     def _roll(self, now_ms: int) -> LogSegment:
+        """Start a new segment. An OSError (disk full, read-only, out of descriptors) leaves the old
+        segment the active one, and the next append tries again."""
         old = self._segments[-1]
         old.on_become_inactive()  # fsyncs: older segments need no scan after a crash
         new = LogSegment.create(
@@ -323,13 +331,21 @@ class PartitionLog:
             index_interval_bytes=self._config.index_interval_bytes,
             max_index_size=self._config.segment_index_bytes,
         )
-        fsync_directory(self.directory)
+        try:
+            fsync_directory(self.directory)
+        except BaseException:
+            new.delete()
+            raise
+        old.active = False
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         if self.on_roll is not None:
-            self.on_roll(new.base_offset)
+            try:
+                self.on_roll(new.base_offset)
+            except OSError:  # a producer-state snapshot: the log replay recovers without it
+                logger.exception("%s: the callback after rolling to %d failed", self.directory, new.base_offset)
         return new
 
     # -- flushing ---------------------------------------------------------------------------------
@@ -520,6 +536,7 @@ class PartitionLog:
             self._size -= segment.size
             segment.delete()
         active = self._segments[-1]
+        active.active = True
         self._size -= active.truncate_to(offset)
         active.first_append_ms = active.first_append_ms if active.size else None
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)

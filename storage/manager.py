@@ -393,10 +393,23 @@ class LogManager:
     # -- housekeeping -----------------------------------------------------------------------------
 
     def enforce_retention(self, now_ms: int) -> int:
-        return sum(log.enforce_retention(now_ms) for _, _, log in self.logs())
+        """Retention over every log; a log whose files cannot be changed is logged and skipped."""
+        deleted = 0
+        for name, partition, log in self.logs():
+            try:
+                deleted += log.enforce_retention(now_ms)
+            except OSError as exc:
+                logger.error("%s-%d: retention failed, tried again at the next check: %s", name, partition, exc)
+        return deleted
 
     def maybe_flush(self, now_ms: int) -> int:
-        return sum(1 for _, _, log in self.logs() if log.maybe_flush(now_ms))
+        flushed = 0
+        for name, partition, log in self.logs():
+            try:
+                flushed += log.maybe_flush(now_ms)
+            except OSError as exc:
+                logger.error("%s-%d: flush failed, tried again next time: %s", name, partition, exc)
+        return flushed
 
     def flush(self) -> None:
         for _, _, log in self.logs():

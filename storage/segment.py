@@ -86,6 +86,7 @@ class LogSegment:
         self._time_index: TimeIndex | None = None
         self._dirty = False
         self.active = False  # the log's last segment, the one appended to
+        self._torn_tail = False  # bytes past `size` from a failed write, not yet cut
 
     # -- creation and loading -----------------------------------------------------------------
 
@@ -103,10 +104,14 @@ class LogSegment:
             fd=fd,
             size=0,
         )
-        segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
-        segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
-        segment._offset_index.reset_file()
-        segment._time_index.reset_file()
+        try:
+            segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
+            segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
+            segment._offset_index.reset_file()
+            segment._time_index.reset_file()
+        except BaseException:
+            segment.close()  # no descriptor leaks when the disk refuses the index files
+            raise
         segment.active = True
         return segment
 
@@ -321,11 +326,20 @@ class LogSegment:
         """Write `buffers` (whole batches, offsets assigned) at the end of the segment and index
         them. `batches` gives (last_offset, max_timestamp, size) of each batch in order."""
         start = self.size
+        if self._torn_tail:
+            # A failed write left bytes past `size` that could not be cut then: cut them first (an
+            # O_APPEND write would land after them), or fail again.
+            os.ftruncate(self.fd, start)
+            self._torn_tail = False
         try:
             _write_fully(self.fd, buffers, total_size)
         except BaseException:
-            # Never leave part of a batch behind: the next append would follow garbage.
-            os.ftruncate(self.fd, start)
+            # Never leave part of a batch behind: the next append would follow garbage. Reads
+            # never see it meanwhile (they stop at `size`).
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                self._torn_tail = True
             raise
         self._dirty = True
         offset_index = self.offset_index
@@ -351,7 +365,6 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.flush()
         self.close_indexes()
-        self.active = False
 
     def flush(self) -> None:
         if self._dirty:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from minibroker.broker import wall_clock_ms
 from storage.audit_format import AUDIT_TOPIC
@@ -36,6 +37,21 @@ UNKNOWN_TOPIC_ID = 100
 NO_AUTHORIZED_OPERATIONS = -2147483648
 TOPIC_ALL_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+
+
+_storage_errors_logged: dict[str, float] = {}
+
+
+def log_storage_error(fmt: str, *args) -> None:
+    """Log a storage error, at most once a minute per distinct message (a full disk fails every
+    request until it has room again)."""
+    message = fmt % args
+    now = time.monotonic()
+    if now - _storage_errors_logged.get(message, -1e9) >= 60:
+        if len(_storage_errors_logged) > 1000:
+            _storage_errors_logged.clear()
+        _storage_errors_logged[message] = now
+        log.error("%s", message)
 
 
 def broker_owned(name: str) -> bool:

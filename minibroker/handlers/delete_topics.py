@@ -9,9 +9,11 @@ way, client-side; a KRaft controller would delete them.)
 """
 
 from minibroker.broker import wall_clock_ms
+from storage.errors import storage_error_message
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
     INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     broker_owned,
@@ -38,7 +40,14 @@ async def delete_topics(ctx, request):
             results.append({"name": info.name, "topic_id": info.topic_id, "error_code": INVALID_TOPIC_EXCEPTION,
                             "error_message": f"Cannot delete internal topic {info.name}"})
             continue
-        broker.logs.delete_topic(info.name)
+        try:
+            broker.logs.delete_topic(info.name)
+        except OSError as exc:  # nothing was deleted (the renames are undone)
+            message = storage_error_message(exc)
+            log.error("could not delete topic %s: %s", info.name, message)
+            results.append({"name": info.name, "topic_id": info.topic_id, "error_code": KAFKA_STORAGE_ERROR,
+                            "error_message": message})
+            continue
         broker.producer_states.forget(info.name)
         broker.groups.forget_topic(info.name, wall_clock_ms())
         for partition in range(info.num_partitions):

@@ -7,7 +7,8 @@ a batch is the client's to skip, as with fetches). -4 (earliest local) is the lo
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers.common import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, log_storage_error
+from storage.errors import storage_error_message
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_TIERED = -1, -2, -3, -4, -5
 
@@ -36,7 +37,13 @@ async def list_offsets(ctx, request):
                 partitions.append({"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
-            offset, ts = _lookup(log, p.timestamp)
+            try:
+                offset, ts = _lookup(log, p.timestamp)
+            except OSError as exc:
+                log_storage_error("%s-%d: %s", topic.name, p.partition_index, storage_error_message(exc))
+                partitions.append({"partition_index": p.partition_index, "error_code": KAFKA_STORAGE_ERROR,
+                                   "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
             partitions.append({"partition_index": p.partition_index, "error_code": 0,
                                "timestamp": ts, "offset": offset, "leader_epoch": 0})
         topics.append({"name": topic.name, "partitions": partitions})

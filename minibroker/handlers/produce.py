@@ -5,7 +5,9 @@ batch (Kafka's rule from v3) whose records add up (protocol.records: count, offs
 framing, a known codec that decompresses); framing and CRC faults answer CORRUPT_MESSAGE, records
 that do not add up INVALID_RECORD, codecs 5-7 (and zstd before v7) UNSUPPORTED_COMPRESSION_TYPE, a
 batch over the topic's max.message.bytes (or decompressing past 64 times it) MESSAGE_TOO_LARGE, a
-keyless record on a compacted topic INVALID_RECORD. acks=0 gets no
+keyless record on a compacted topic INVALID_RECORD. A file-system error (disk full, read-only data
+directory, out of file descriptors) answers KAFKA_STORAGE_ERROR for the partition, with nothing
+appended; the next produce tries the disk again, so the broker recovers by itself. acks=0 gets no
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
 v13 names topics by id. Producing never creates a topic (Metadata does). The broker's own topics
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
@@ -29,12 +31,15 @@ from minibroker.handlers.common import (
     INVALID_REQUIRED_ACKS,
     INVALID_TOPIC_EXCEPTION,
     INVALID_TXN_STATE,
+    KAFKA_STORAGE_ERROR,
     MESSAGE_TOO_LARGE,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     broker_owned,
+    log_storage_error as log_error,
 )
 from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
+from storage.errors import storage_error_message
 
 
 def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
@@ -95,7 +100,14 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
                 _partition_result(partition_index, broker.config["producer.id.quota.error.code"], message),
                 verdict.throttle_time_ms, header, pid_new,
             )
-    result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
+    try:
+        result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
+    except OSError as exc:
+        # Disk full, read-only, out of descriptors: nothing was appended (the log rolls a failed
+        # write back), so the client may retry; the next append tries the disk again.
+        message = storage_error_message(exc)
+        log_error("%s-%d: %s", topic.name, partition_index, message)
+        return PartitionOutcome(_partition_result(partition_index, KAFKA_STORAGE_ERROR, message), 0, header, pid_new)
     if isinstance(result, dict):
         return PartitionOutcome({"index": partition_index, **result}, 0, header, pid_new)
     return PartitionOutcome(_partition_result(
