@@ -246,3 +246,46 @@ def test_a_really_read_only_partition_directory_answers_kafka_storage_error(tmp_
                 directory.chmod(0o755)
             assert _produce(c, "t", b"z" * 150).error_code == 0
             assert _fetch_values(c, "t") == [b"x" * 150, b"z" * 150]
+
+
+def test_really_running_out_of_file_descriptors_answers_kafka_storage_error(tmp_path):
+    """A real EMFILE: a broker process with a small descriptor limit creates topics until it cannot
+    open another segment file, answers KAFKA_STORAGE_ERROR (not a closed connection), and creates
+    again once deleting topics has given descriptors back."""
+    import resource
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (80, 80))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minibroker.cli", "serve", "--listen", f"127.0.0.1:{port}",
+         "--data-dir", str(tmp_path / "data"), "--log-level", "ERROR"],
+        preexec_fn=limit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith("minibroker ready")
+        with AdminClient(f"127.0.0.1:{port}") as c:
+            codes = []
+            for i in range(80):
+                codes.append(_create(c, f"t{i}").error_code)
+                if codes[-1]:
+                    break
+            assert codes[-1] == KAFKA_STORAGE_ERROR and set(codes[:-1]) == {0} and len(codes) > 3
+            created = len(codes) - 1
+            deleted = c.call(20, {"topic_names": [f"t{i}" for i in range(created)], "timeout": 5000}, version=3)
+            assert {r.error_code for r in deleted.responses} == {0}
+            assert _create(c, "again").error_code == 0
+            assert _produce(c, "again", b"v").error_code == 0
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        proc.stdout.close()
+        proc.stderr.close()
