@@ -311,3 +311,40 @@ def test_kafka_python_gzip_batches_are_accepted(broker, unique):
     offsets = client.produce(broker.bootstrap, topic, [Message(0, None, b"x" * 500, ())] * 100,
                              compression_type="gzip")
     assert sorted(offsets) == list(range(100))
+
+
+# ---- the fixed-shape fast path agrees with the reference too -------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(
+    count=st.integers(16, 300),
+    key=st.one_of(st.none(), st.integers(0, 70)),
+    value=st.one_of(st.none(), st.integers(0, 200)),
+    timestamps=st.lists(st.integers(0, 70), min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_the_fixed_shape_fast_path_accepts_exactly_what_the_reference_accepts(count, key, value, timestamps, data):
+    """Batches of same-sized records take the column-at-a-time check; it must agree with the plain
+    reference parser, before and after any one-byte damage."""
+    from protocol.records import _uniform_records_ok
+
+    body = b"".join(
+        encode_record(i, timestamps[i % len(timestamps)], None if key is None else bytes(key),
+                      None if value is None else b"v" * value)
+        for i in range(count)
+    )
+    # Timestamp deltas up to 63 keep one byte: the fast path takes the whole batch.
+    assert _uniform_records_ok(body, 0, len(body), count, False) == (max(timestamps) < 64)
+    assert check_produce_records(rebatch(TEMPLATE, body, count=count)).records_count == count
+    mutated = bytearray(body)
+    position = data.draw(st.integers(0, len(body) - 1))
+    mutated[position] ^= data.draw(st.integers(1, 255))
+    expected = _reference_ok(bytes(mutated), count)
+    if _uniform_records_ok(bytes(mutated), 0, len(mutated), count, False):
+        assert expected
+    try:
+        check_produce_records(rebatch(TEMPLATE, bytes(mutated), count=count))
+        accepted = True
+    except InvalidRecordError:
+        accepted = False
+    assert accepted == expected
