@@ -347,12 +347,8 @@ def _uniform_records_ok(buf: bytes, start: int, end: int, count: int, require_ke
 
 
 def _zigzag_bytes(value: int) -> bytes:
-    raw = (value << 1) ^ (value >> 63)
     out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
+    _zigzag_varint(value, out)
     return bytes(out)
 
 
@@ -387,8 +383,9 @@ def _walk_records(buf: bytes, pos: int, end: int, count: int, require_keys: bool
                 raise InvalidRecordError(f"record {i} runs past the end of its batch")
             # attributes (unused in v2); the timestamp delta, skipped (pos stops on its last byte)
             pos += 1
-            while buf[pos] >= 0x80:
-                pos += 1
+            if buf[pos] >= 0x80:  # a varlong of at most 10 bytes
+                _, pos = _varint(buf, pos, 10)
+                pos -= 1
             # offset delta: must be i
             if i2 < 0x80:
                 if buf[pos + 1] != i2:

@@ -394,22 +394,21 @@ class LogManager:
 
     def enforce_retention(self, now_ms: int) -> int:
         """Retention over every log; a log whose files cannot be changed is logged and skipped."""
-        deleted = 0
-        for name, partition, log in self.logs():
-            try:
-                deleted += log.enforce_retention(now_ms)
-            except OSError as exc:
-                logger.error("%s-%d: retention failed, tried again at the next check: %s", name, partition, exc)
-        return deleted
+        return self._over_logs(lambda log: log.enforce_retention(now_ms), "retention")
 
     def maybe_flush(self, now_ms: int) -> int:
-        flushed = 0
+        return self._over_logs(lambda log: int(log.maybe_flush(now_ms)), "flush")
+
+    def _over_logs(self, action, what: str) -> int:
+        """Sum `action(log)` over every log; a storage error is logged (that log is tried again the
+        next time) and does not stop the others."""
+        total = 0
         for name, partition, log in self.logs():
             try:
-                flushed += log.maybe_flush(now_ms)
+                total += action(log)
             except OSError as exc:
-                logger.error("%s-%d: flush failed, tried again next time: %s", name, partition, exc)
-        return flushed
+                logger.error("%s-%d: %s failed, tried again next time: %s", name, partition, what, exc)
+        return total
 
     def flush(self) -> None:
         for _, _, log in self.logs():
