@@ -617,11 +617,13 @@ def write_atomically(path: Path, *chunks: bytes | bytearray | memoryview) -> Non
 
 def _read_log_start_offset(directory: Path) -> int | None:
     try:
-        text = (directory / LOG_START_OFFSET_FILE).read_text()
+        data = (directory / LOG_START_OFFSET_FILE).read_bytes()
     except FileNotFoundError:
         return None
     try:
-        return int(text.strip())
+        return int(data.decode("ascii").strip())
     except ValueError:
-        logger.warning("%s: ignoring unreadable %s", directory, LOG_START_OFFSET_FILE)
+        # Recovered from what is on disk: the log starts at its first segment (records the file
+        # had hidden become readable again; nothing is deleted).
+        logger.error("%s: unreadable %s; the log starts at its first segment", directory, LOG_START_OFFSET_FILE)
         return None

@@ -741,3 +741,22 @@ def test_retention_by_time_checks_the_largest_timestamp_against_the_log(tmp_path
     assert len(log.segments) == segments and log.segments[0].max_timestamp > T0
     assert_same(log, model)
     log.close()
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", b"\xff\xfe"])
+def test_an_unreadable_log_start_offset_is_recovered_from_the_segments(tmp_path, content):
+    """The checkpoint is rebuilt from what is on disk (the first segment's base offset): records
+    it had hidden become readable again, and nothing is deleted."""
+    directory = tmp_path / "t-0"
+    config = small_config(segment_bytes=300)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 30)
+    log.delete_records_before(log.segments[2].base_offset + 1)
+    first_base = log.segments[0].base_offset
+    log.close()
+    (directory / "log-start-offset").write_bytes(content)
+    log = PartitionLog.open(directory, config, 0)
+    assert log.log_start_offset == first_base
+    assert log.read(first_base, 1 << 20) == model.read(first_base, 1 << 20)
+    log.close()
