@@ -1,15 +1,25 @@
-"""Decompressing the records of one stored batch, with a bound on the output.
+"""Decompressing the records section of a v2 batch, with a bound on the output.
 
-The broker never decompresses on the produce or fetch path: batches are stored and served as the
-producer compressed them. Only a look at single records needs this (ListOffsets by timestamp and
-MAX_TIMESTAMP answer the exact record, as Kafka does), one batch at a time.
+Kafka's codecs (attribute bits 0-2): 1 gzip, 2 snappy, 3 lz4, 4 zstd; 5-7 are not codecs. The broker
+stores batches compressed, as produced; it decompresses once, only to check the records inside
+(protocol.records.check_records), and throws the result away; and ListOffsets by timestamp reads the
+records of the one batch that straddles its target (storage.segment), as Kafka answers the exact record.
 
-Codecs are attribute bits 0-2 of a v2 batch (Kafka's CompressionType): 1 gzip (a gzip stream),
-2 snappy (Java and kafka-python write xerial's framing, a 16-byte header then length-prefixed raw
-blocks; librdkafka writes one raw block; Kafka's reader accepts both, and so does this), 3 lz4 (the
-LZ4 frame format, KIP-57), 4 zstd (a zstd frame). The output is bounded by `limit`: a batch that
-would decompress to more raises DecompressionLimitError before that much is allocated, so a
-small, highly compressible batch cannot make the broker allocate without bound.
+* gzip: RFC 1952 members (Java's GZIPOutputStream, librdkafka), through the standard library's zlib
+  with `max_length`, so a bomb stops at the bound.
+* snappy: either xerial's framing (Java's SnappyOutputStream: the 8-byte magic "\\x82SNAPPY\\0", two
+  int32 versions, then blocks of int32 length + raw snappy) or one raw snappy block (librdkafka); a
+  raw block states its decompressed length up front, so the bound is checked before anything is
+  allocated.
+* lz4: the LZ4 frame format (Kafka's KafkaLZ4BlockOutputStream, magic v1+).
+* zstd: zstd frames.
+snappy, lz4 and zstd go through cramjam's `decompress_into`, which writes into a buffer it is given
+and fails rather than grow it: the output buffer starts small and grows by 4x up to the bound, so a
+batch that really holds little costs little memory, and a bomb costs at most the bound.
+
+A bound that is exceeded raises `DecompressionLimitError`, a kind of `DecompressionError`, which is
+what data the codec cannot decode raises (catch the limit first where the two are answered apart);
+protocol.records turns them into Kafka's error codes.
 """
 
 from __future__ import annotations
@@ -22,91 +32,106 @@ import cramjam
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 CODEC_NAMES = {0: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 
-XERIAL_MAGIC = b"\x82SNAPPY\x00"
-XERIAL_HEADER_SIZE = 16  # magic, i32 version, i32 compatible version
-_BLOCK_LENGTH = struct.Struct(">i")
-FIRST_GUESS = 64 * 1024  # first output buffer for codecs that do not declare their size
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = 16  # magic, version i32, compatible version i32
+_INT32 = struct.Struct(">i")
+_FIRST_GUESS = 64 * 1024
+_GROWTH = 4
 
 
 class DecompressionError(ValueError):
-    """The bytes are not a valid stream of the codec."""
+    """The data is not valid for its codec."""
 
 
 class DecompressionLimitError(DecompressionError):
-    """The stream decompresses to more than the limit."""
+    """The data decompresses to more than the bound allowed (a bomb, or simply too large)."""
 
 
-def decompress(codec: int, data: bytes | memoryview, limit: int) -> bytes:
-    """The decompressed bytes of `data` under `codec` (1-4), at most `limit` bytes."""
-    data = bytes(data)
-    if codec == GZIP:
-        return _gunzip(data, limit)
-    if codec == SNAPPY:
-        return _snappy(data, limit)
-    if codec in (LZ4, ZSTD):
-        return _into_growing_buffer(cramjam.lz4 if codec == LZ4 else cramjam.zstd, data, limit)
-    raise DecompressionError(f"unknown compression codec {codec}")
-
-
-def _gunzip(data: bytes, limit: int) -> bytes:
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+def decompress(codec: int, data: bytes | bytearray | memoryview, limit: int) -> bytes:
+    """The decompressed bytes of `data` (at most `limit` of them)."""
+    name = CODEC_NAMES.get(codec, str(codec))
     try:
-        out = inflater.decompress(data, limit + 1)
-    except zlib.error as exc:
-        raise DecompressionError(f"gzip: {exc}") from None
-    if len(out) > limit:
-        raise DecompressionLimitError(f"gzip stream decompresses to more than {limit} bytes")
-    if not inflater.eof:
-        raise DecompressionError("gzip stream is truncated")
-    return out
+        if codec == GZIP:
+            return _gunzip(data, limit)
+        if codec == SNAPPY:
+            return _unsnappy(data, limit)
+        if codec == LZ4:
+            return _grow_into(cramjam.lz4.decompress_into, data, limit, name)
+        if codec == ZSTD:
+            return _grow_into(cramjam.zstd.decompress_into, data, limit, name)
+    except (zlib.error, cramjam.DecompressionError, struct.error) as exc:
+        raise DecompressionError(f"{name} data cannot be decompressed: {exc}") from None
+    raise DecompressionError(f"codec {codec} has no decompressor")
 
 
-def _snappy(data: bytes, limit: int) -> bytes:
-    if not data.startswith(XERIAL_MAGIC):
-        return _snappy_raw(data, limit)
+def _too_large(name: str, limit: int) -> DecompressionLimitError:
+    return DecompressionLimitError(f"{name} records decompress to more than {limit} bytes")
+
+
+def _gunzip(data, limit: int) -> bytes:
+    out = []
+    size = 0
+    rest = data
+    while True:
+        member = zlib.decompressobj(wbits=31)
+        chunk = member.decompress(rest, limit - size + 1)
+        size += len(chunk)
+        if size > limit:
+            raise _too_large("gzip", limit)
+        if not member.eof:
+            if member.unconsumed_tail:  # stopped at the bound with input left
+                raise _too_large("gzip", limit)
+            raise DecompressionError("gzip data cannot be decompressed: truncated stream")
+        out.append(chunk)
+        rest = member.unused_data
+        if not rest:  # Java's GZIPInputStream reads concatenated members too
+            return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _unsnappy(data, limit: int) -> bytes:
+    view = memoryview(data)
+    if bytes(view[:8]) != _XERIAL_MAGIC:
+        if cramjam.snappy.decompress_raw_len(view) > limit:
+            raise _too_large("snappy", limit)
+        return bytes(cramjam.snappy.decompress_raw(view))
     blocks = []
     total = 0
-    position = XERIAL_HEADER_SIZE
-    while position < len(data):
-        if position + 4 > len(data):
-            raise DecompressionError("snappy: truncated xerial block length")
-        (length,) = _BLOCK_LENGTH.unpack_from(data, position)
+    position = _XERIAL_HEADER
+    if len(view) < position:
+        raise DecompressionError("snappy data cannot be decompressed: truncated xerial header")
+    while position < len(view):
+        (length,) = _INT32.unpack_from(view, position)
         position += 4
-        if length < 0 or position + length > len(data):
-            raise DecompressionError(f"snappy: xerial block of {length} bytes runs past the data")
-        block = _snappy_raw(data[position : position + length], limit - total)
-        total += len(block)
+        if length < 0 or position + length > len(view):
+            raise DecompressionError(f"snappy data cannot be decompressed: xerial block of {length} bytes "
+                                     f"runs past the {len(view)} given")
+        block = view[position : position + length]
+        total += cramjam.snappy.decompress_raw_len(block)
+        if total > limit:
+            raise _too_large("snappy", limit)
         blocks.append(block)
         position += length
-    return b"".join(blocks)
+    out = bytearray(total)
+    written = 0
+    for block in blocks:
+        written += cramjam.snappy.decompress_raw_into(block, memoryview(out)[written:])
+    return bytes(out)
 
 
-def _snappy_raw(data: bytes, limit: int) -> bytes:
-    try:
-        size = cramjam.snappy.decompress_raw_len(data)  # the block's own header: no allocation
-    except cramjam.DecompressionError as exc:
-        raise DecompressionError(f"snappy: {exc}") from None
-    if size > limit:
-        raise DecompressionLimitError(f"snappy block decompresses to {size} bytes, over {limit}")
-    try:
-        return bytes(cramjam.snappy.decompress_raw(data))
-    except cramjam.DecompressionError as exc:
-        raise DecompressionError(f"snappy: {exc}") from None
-
-
-def _into_growing_buffer(module, data: bytes, limit: int) -> bytes:
-    """lz4 and zstd frames need not declare their size: decompress into a buffer that doubles
-    until the output fits (cramjam stops writing at the buffer's end), up to `limit`."""
-    size = min(limit, max(FIRST_GUESS, 4 * len(data)))
+def _grow_into(decompress_into, data, limit: int, name: str) -> bytes:
+    size = min(limit, max(_FIRST_GUESS, _GROWTH * len(data)))
     while True:
-        buffer = bytearray(size)
+        out = bytearray(size + 1)  # one spare byte: a full buffer means there may be more
         try:
-            written = module.decompress_into(data, buffer)
+            written = decompress_into(data, out)
         except cramjam.DecompressionError as exc:
-            if "whole buffer" not in str(exc):
-                raise DecompressionError(f"{module.__name__.rpartition('.')[2]}: {exc}") from None
-            if size >= limit:
-                raise DecompressionLimitError(f"stream decompresses to more than {limit} bytes") from None
-            size = min(limit, size * 2)
-            continue
-        return bytes(memoryview(buffer)[:written])
+            if "failed to write whole buffer" not in str(exc):
+                raise
+            written = size + 1
+        if written <= size:
+            del out[written:]
+            return bytes(out)
+        if size >= limit:
+            raise _too_large(name, limit)
+        del out  # before the next, larger one: peak memory stays near the bound
+        size = min(limit, size * _GROWTH)

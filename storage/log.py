@@ -166,6 +166,7 @@ class PartitionLog:
         else:
             log._segments = [LogSegment.open(directory, b, **segment_args) for b in bases]
             for segment, following in zip(log._segments, log._segments[1:]):
+                segment.next_offset = following.base_offset
                 segment.load_inactive()
                 segment.next_offset = following.base_offset
             active = log._segments[-1]
@@ -279,11 +280,17 @@ class PartitionLog:
             batches.append((last_offset, batch_max_timestamp, size))
             next_offset = last_offset + 1
 
-        active.append(buffers, batches, total)
+        active.append(buffers, batches, total)  # an OSError here leaves the segment as it was
         self._size += total
         self._unflushed_messages += next_offset - first_offset
         if self._unflushed_messages >= config.flush_messages:
-            self.flush(now_ms)
+            try:
+                self.flush(now_ms)
+            except OSError:
+                # Not durable, so not acknowledged: take the batches back out (the client retries).
+                self._unflushed_messages -= next_offset - first_offset
+                self.truncate_to(first_offset)
+                raise
         return AppendResult(
             base_offset=first_offset,
             last_offset=next_offset - 1,
@@ -314,6 +321,8 @@ class PartitionLog:
         return self._segments[-1].base_offset
 
     def _roll(self, now_ms: int) -> LogSegment:
+        """Start a new segment. An OSError (disk full, read-only, out of descriptors) leaves the old
+        segment the active one, and the next append tries again."""
         old = self._segments[-1]
         old.on_become_inactive()  # fsyncs: older segments need no scan after a crash
         new = LogSegment.create(
@@ -322,13 +331,21 @@ class PartitionLog:
             index_interval_bytes=self._config.index_interval_bytes,
             max_index_size=self._config.segment_index_bytes,
         )
-        fsync_directory(self.directory)
+        try:
+            fsync_directory(self.directory)
+        except BaseException:
+            new.delete()
+            raise
+        old.active = False
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         if self.on_roll is not None:
-            self.on_roll(new.base_offset)
+            try:
+                self.on_roll(new.base_offset)
+            except OSError:  # a producer-state snapshot: the log replay recovers without it
+                logger.exception("%s: the callback after rolling to %d failed", self.directory, new.base_offset)
         return new
 
     # -- flushing ---------------------------------------------------------------------------------
@@ -450,6 +467,10 @@ class PartitionLog:
             deleted += 1
         if config.retention_ms >= 0:
             while len(segments) > 1 and now_ms - self._largest_timestamp(segments[0]) > config.retention_ms:
+                # The largest timestamp came from the time index: check it against the log before
+                # it deletes anything (a wrong index entry is rebuilt, and the test made again).
+                if not segments[0].verify_max_timestamp():
+                    continue
                 self._delete_oldest_segment()
                 deleted += 1
         if config.retention_bytes >= 0:
@@ -504,6 +525,7 @@ class PartitionLog:
             self._size -= segment.size
             segment.delete()
         active = self._segments[-1]
+        active.active = True
         self._size -= active.truncate_to(offset)
         active.first_append_ms = active.first_append_ms if active.size else None
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
@@ -584,11 +606,13 @@ def write_atomically(path: Path, *chunks: bytes | bytearray | memoryview) -> Non
 
 def _read_log_start_offset(directory: Path) -> int | None:
     try:
-        text = (directory / LOG_START_OFFSET_FILE).read_text()
+        data = (directory / LOG_START_OFFSET_FILE).read_bytes()
     except FileNotFoundError:
         return None
     try:
-        return int(text.strip())
+        return int(data.decode("ascii").strip())
     except ValueError:
-        logger.warning("%s: ignoring unreadable %s", directory, LOG_START_OFFSET_FILE)
+        # Recovered from what is on disk: the log starts at its first segment (records the file
+        # had hidden become readable again; nothing is deleted).
+        logger.error("%s: unreadable %s; the log starts at its first segment", directory, LOG_START_OFFSET_FILE)
         return None

@@ -673,3 +673,144 @@ def test_clean_open_trusts_the_log_and_unclean_open_scans_it(tmp_path):
     log = PartitionLog.open(directory, config, 0)
     assert log.log_end_offset == victim_base
     log.close()
+
+
+# -- plausible but wrong indexes (issue 11) -------------------------------------------------------
+
+
+def _index_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:
+    return list(entry.iter_unpack(path.read_bytes()))
+
+
+def _write_entries(path: Path, entry: struct.Struct, entries) -> None:
+    path.write_bytes(b"".join(entry.pack(*e) for e in entries))
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_plausible_but_wrong_offset_index_never_makes_a_read_skip_records(tmp_path, clean):
+    """Every entry's position moved to the next batch's: still in order, still inside the file,
+    so the load's sanity check passes it; the first lookup that uses an entry finds the batch at its
+    position does not end at its offset, and the indexes are rebuilt from the log."""
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    assert len(log.segments) > 1
+    log.close(clean=clean)
+    originals = {}
+    for path in sorted(directory.glob("*.index")):
+        originals[path.name] = path.read_bytes()
+        entries = _index_entries(path, struct.Struct(">ii"))
+        shifted = [(o, p) for (o, _), (_, p) in zip(entries, entries[1:])]
+        assert len(shifted) >= 3
+        _write_entries(path, struct.Struct(">ii"), shifted)
+    log = PartitionLog.open(directory, config, 0)
+    for offset in range(model.end):
+        assert log.read(offset, 1) == model.read(offset, 1), offset
+    assert_same(log, model)
+    log.close()
+    # The rebuilt files are what the log had written.
+    assert {p.name: p.read_bytes() for p in sorted(directory.glob("*.index"))} == originals
+
+
+def test_a_plausible_but_wrong_time_index_never_makes_list_offsets_skip_records(tmp_path):
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    answers = {ts: log.offset_for_timestamp(ts) for ts in range(T0 - 1, T0 + 61)}
+    log.close()
+    for path in sorted(directory.glob("*.timeindex")):
+        entries = _index_entries(path, struct.Struct(">qi"))
+        # Each timestamp paired with the next entry's offset: in order, inside the segment, wrong.
+        _write_entries(path, struct.Struct(">qi"), [(t, o) for (t, _), (_, o) in zip(entries, entries[1:])]
+                       + entries[-1:])
+    log = PartitionLog.open(directory, config, 0)
+    assert {ts: log.offset_for_timestamp(ts) for ts in answers} == answers
+    log.close()
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+def test_index_entries_past_the_segment_fail_the_sanity_check(tmp_path, suffix):
+    """Kafka's sanityCheck: the last entry's offset must lie inside the segment."""
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    first, second = log.segments[0], log.segments[1]
+    log.close()
+    path = first.index_path if suffix == ".index" else first.time_index_path
+    entry = struct.Struct(">ii" if suffix == ".index" else ">qi")
+    entries = _index_entries(path, entry)
+    beyond = second.base_offset - first.base_offset + 5
+    entries.append((beyond, entries[-1][1] + 1) if suffix == ".index" else (entries[-1][0] + 1, beyond))
+    _write_entries(path, entry, entries)
+    log = PartitionLog.open(directory, config, 0)
+    segment = log.segments[0]
+    assert segment.max_timestamp == max(struct.unpack_from(">q", d, 35)[0] for b, _, d in model.batches
+                                        if b < second.base_offset)
+    assert all(offset < second.base_offset for offset, _ in segment.offset_index.entries())
+    assert all(offset < second.base_offset for _, offset in segment.time_index.entries())
+    for offset in range(model.end):
+        assert log.read(offset, 1) == model.read(offset, 1)
+    log.close()
+
+
+def test_a_wrong_last_time_entry_of_the_active_segment_is_caught_at_a_clean_open(tmp_path):
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=10**6)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 20)
+    latest = log.latest_timestamp()
+    log.close()
+    (path,) = directory.glob("*.timeindex")
+    entries = _index_entries(path, struct.Struct(">qi"))
+    entries[-1] = (entries[-1][0] + 1000, entries[-1][1])  # a max timestamp no batch has
+    _write_entries(path, struct.Struct(">qi"), entries)
+    log = PartitionLog.open(directory, config, 0)
+    assert log.latest_timestamp() == latest
+    assert_same(log, model)
+    log.close()
+
+
+def test_retention_by_time_checks_the_largest_timestamp_against_the_log(tmp_path):
+    """A time index whose last entry claims an old timestamp must not get a segment deleted."""
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000, retention_ms=1000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    segments = len(log.segments)
+    log.close()
+    first = sorted(directory.glob("*.timeindex"))[0]
+    entries = _index_entries(first, struct.Struct(">qi"))
+    # Every timestamp 11 days earlier: still in order and inside the segment, and wrong.
+    _write_entries(first, struct.Struct(">qi"), [(t - 10**9, o) for t, o in entries])
+    log = PartitionLog.open(directory, config, 0)
+    assert log.enforce_retention(T0 + 100) == 0
+    assert len(log.segments) == segments and log.segments[0].max_timestamp > T0
+    assert_same(log, model)
+    log.close()
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", b"\xff\xfe"])
+def test_an_unreadable_log_start_offset_is_recovered_from_the_segments(tmp_path, content):
+    """The checkpoint is rebuilt from what is on disk (the first segment's base offset): records
+    it had hidden become readable again, and nothing is deleted."""
+    directory = tmp_path / "t-0"
+    config = small_config(segment_bytes=300)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 30)
+    log.delete_records_before(log.segments[2].base_offset + 1)
+    first_base = log.segments[0].base_offset
+    log.close()
+    (directory / "log-start-offset").write_bytes(content)
+    log = PartitionLog.open(directory, config, 0)
+    assert log.log_start_offset == first_base
+    assert log.read(first_base, 1 << 20) == model.read(first_base, 1 << 20)
+    log.close()

@@ -16,7 +16,13 @@ ReplicaManager.isListOffsetsTimestampUnsupported).
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION
+from minibroker.handlers.common import (
+    KAFKA_STORAGE_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
+    log_storage_error,
+)
+from storage.errors import storage_error_message
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 # The first ListOffsets version that may carry each special timestamp.
@@ -56,7 +62,13 @@ async def list_offsets(ctx, request):
                 partitions.append({"partition_index": p.partition_index, "error_code": error,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
-            offset, ts, epoch = _lookup(log, p.timestamp)
+            try:
+                offset, ts, epoch = _lookup(log, p.timestamp)
+            except OSError as exc:
+                log_storage_error("%s-%d: %s", topic.name, p.partition_index, storage_error_message(exc))
+                partitions.append({"partition_index": p.partition_index, "error_code": KAFKA_STORAGE_ERROR,
+                                   "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
             partitions.append({"partition_index": p.partition_index, "error_code": 0,
                                "timestamp": ts, "offset": offset, "leader_epoch": epoch})
         topics.append({"name": topic.name, "partitions": partitions})

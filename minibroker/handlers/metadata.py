@@ -7,10 +7,14 @@ alongside are ignored), and an unknown id is answered UNKNOWN_TOPIC_ID with a nu
 v10/v11 request, which Kafka refuses, are answered INVALID_REQUEST. Auto-creation needs both `auto.create.topics.enable` and the request's
 allow_auto_topic_creation (v4+; always allowed before). Unlike KRaft Kafka, which answers
 LEADER_NOT_AVAILABLE until the new topic's leader is elected, a topic created here is answered at
-once, so producers do not need a second round trip.
+once, so producers do not need a second round trip. Only Kafka's internal topics (`__consumer_offsets`,
+`__transaction_state`, `__share_group_state`) are marked is_internal; the audit topic
+`__minibroker_audit` is an ordinary topic to clients (consumable by name or pattern, as any topic),
+though only the broker may write it.
 """
 
 from minibroker.handlers import handler
+from storage.config import is_internal
 from minibroker.handlers.common import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
@@ -40,7 +44,7 @@ def topic_metadata(broker, info, include_ops: bool) -> dict:
         "error_code": 0,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": info.name.startswith("__"),
+        "is_internal": is_internal(info.name),
         "partitions": partitions,
         "topic_authorized_operations": TOPIC_ALL_OPERATIONS if include_ops else NO_AUTHORIZED_OPERATIONS,
     }
