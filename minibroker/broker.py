@@ -73,6 +73,9 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
+    # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
+    held_batches: dict | None = None
 
     @property
     def quota_user(self) -> str:
@@ -186,10 +189,8 @@ class Broker:
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
         self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
-        self.producer_ids = ProducerIds(
-            ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
-        )
-        self.producer_states = ProducerStates(config)
+        self.producer_states = ProducerStates(config, self.logs)
+        self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
