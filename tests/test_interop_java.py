@@ -240,10 +240,12 @@ def test_java_reaction_to_producer_state_errors(java, broker, unique, code):
     if JAVA_REACTION[code] == "produced":
         assert first["type"] == "produced" and first["offset"] == -1 and inits == 1
     elif JAVA_REACTION[code] == "bumped":
-        # Delivered after all, from offset 0, by a batch of the next epoch at sequence 0.
+        # Delivered after all, each record once, by batches of the next epoch from sequence 0. (Under
+        # load Java may split the 3 records into 2 batches and resend them in another order.)
         from protocol.records import iter_headers
 
-        assert [line["offset"] for line in lines] == [0, 1, 2], lines
+        assert all(line["type"] == "produced" for line in lines), lines
+        assert sorted(line["offset"] for line in lines) == [0, 1, 2], lines
         stored = list(iter_headers(broker.broker.logs.log(topic, 0).read(0, 1 << 20)))
         assert stored[0].producer_epoch == 1 and stored[0].base_sequence == 0
     else:
