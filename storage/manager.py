@@ -36,6 +36,7 @@ here every topic is stored alike.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -44,7 +45,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from storage.config import (
     ConfigError,
@@ -129,6 +130,9 @@ class LogManager:
         self.broker_config = broker_config
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
+        # Called with the topic's name after a topic is created or deleted (and, once the broker can
+        # add partitions, after that): the shell tells the quota callback (KIP-257).
+        self.on_topics_changed: Callable[[str], None] | None = None
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -372,6 +376,67 @@ class LogManager:
         for log in topic.logs:
             log.update_config(config)
         return info
+
+    def add_partitions(self, name: str, count: int, now_ms: int, validate_only: bool = False) -> TopicInfo:
+        """CreatePartitions: grow a topic to `count` partitions (never shrink it). Raises
+        UnknownTopicError, or InvalidPartitionsError with Kafka's messages (ReplicationControlManager).
+
+        The new partition directories are created first and the topic file, the commit point, is
+        written last: a crash in between leaves directories a later open logs as stray."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        current = topic.info.num_partitions
+        if count == current:
+            raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+        if count < current:
+            raise InvalidPartitionsError(
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase."
+            )
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"Number of partitions {count} is above the limit of {MAX_PARTITIONS}.")
+        info = dataclasses.replace(topic.info, num_partitions=count)
+        if validate_only:
+            return info
+        added: list[PartitionLog] = []
+        try:
+            for partition in range(current, count):
+                directory = self._partition_dir(name, partition)
+                if directory.exists():  # left over from a deletion or an addition cut short
+                    logger.warning("removing stale directory %s", directory)
+                    shutil.rmtree(directory)
+                added.append(PartitionLog.open(directory, info.config, now_ms))
+            self._write_topic_file(info)
+        except BaseException:
+            for log in added:
+                log.delete()
+            raise
+        topic.logs.extend(added)
+        topic.info = info
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
+        return info
+
+    def check_broker_config(self, broker_config: LogConfig) -> None:
+        """Raise ConfigError (naming the topic) if some topic's overrides would be invalid over these
+        broker-level defaults (min.compaction.lag.ms above a new max.compaction.lag.ms, say)."""
+        for name, topic in self._topics.items():
+            try:
+                broker_config.with_topic_overrides(topic.info.overrides)
+            except ConfigError as exc:
+                raise ConfigError(exc.key, f"{exc.reason} (for topic {name})") from None
+
+    def set_broker_config(self, broker_config: LogConfig) -> None:
+        """New broker-level log defaults (a dynamic broker config changed, after check_broker_config):
+        every topic's effective config is derived afresh from them and its own overrides, and applied
+        to its open logs."""
+        self.broker_config = broker_config
+        for topic in self._topics.values():
+            config = broker_config.with_topic_overrides(topic.info.overrides)
+            if config != topic.info.config:
+                topic.info = dataclasses.replace(topic.info, config=config)
+                for log in topic.logs:
+                    log.update_config(config)
 
     def topic(self, name: str) -> TopicInfo | None:
         topic = self._topics.get(name)
