@@ -24,6 +24,7 @@ import trio
 from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
+from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
 from minibroker.audit import AuditLog
@@ -184,6 +185,9 @@ class Broker:
 
     def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
+        # Settings changed at runtime (KIP-226), kept in the data dir, over the properties.
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.data_dir, config)
+        self.config = config = self.dynamic_configs.current()
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)

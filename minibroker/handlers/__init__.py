@@ -63,6 +63,8 @@ MODULES = (
     "list_partition_reassignments",
     "describe_quorum",
     "list_config_resources",
+    "alter_configs",
+    "incremental_alter_configs",
 )
 
 
