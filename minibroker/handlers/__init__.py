@@ -65,6 +65,10 @@ MODULES = (
     "list_config_resources",
     "alter_configs",
     "incremental_alter_configs",
+    "create_partitions",
+    "delete_records",
+    "offset_delete",
+    "describe_topic_partitions",
 )
 
 
