@@ -32,6 +32,7 @@ from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore, allowed_before_authentication
+from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
@@ -210,6 +211,8 @@ class Broker:
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
+        # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
+        self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}

@@ -69,6 +69,8 @@ MODULES = (
     "delete_records",
     "offset_delete",
     "describe_topic_partitions",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
 )
 
 
