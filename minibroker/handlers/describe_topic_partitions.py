@@ -14,7 +14,8 @@ DescribeTopicPartitionsRequestHandler and KRaftMetadataCache.getTopicMetadataFor
   INVALID_REQUEST on every requested topic, as Kafka's getErrorResponse.
 
 Topics and partitions are described as Metadata describes them (leader, epoch, replicas and ISR
-from the cluster view); no eligible-leader replicas (KIP-966's ELR needs several brokers).
+from the cluster view); the eligible-leader-replica lists (KIP-966) are empty, never null: Kafka
+sends empty ones, and Java's Admin fails on a null one.
 """
 
 from minibroker.handlers import handler
@@ -79,7 +80,9 @@ async def describe_topic_partitions(ctx, request):
         start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
         upper = min(info.num_partitions, start + remaining)
         topic = topic_metadata(broker, info, include_ops=True)  # as Metadata describes it
-        topic["partitions"] = topic["partitions"][start:upper]
+        # No eligible leader replicas: empty lists, as Kafka sends them (Java's Admin fails on null).
+        topic["partitions"] = [{**p, "eligible_leader_replicas": (), "last_known_elr": ()}
+                               for p in topic["partitions"][start:upper]]
         topics.append(topic)
         if upper < info.num_partitions:
             next_cursor = {"topic_name": name, "partition_index": upper}
