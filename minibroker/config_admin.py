@@ -145,6 +145,20 @@ def _check_request_shape(names: list[str], null_values: list[str]) -> None:
         raise ConfigChangeError(INVALID_REQUEST, "Null value not supported for : " + ", ".join(null_values))
 
 
+def alter_request(broker, request, incremental_ops: bool) -> list[dict]:
+    """The response entries for an IncrementalAlterConfigs (incremental_ops) or AlterConfigs request."""
+    resources = []
+    for r in request.resources:
+        if incremental_ops:
+            nulls = [c.name for c in r.configs if c.value is None and c.config_operation != DELETE]
+            edit = incremental([(c.name, c.config_operation, c.value) for c in r.configs])
+        else:
+            nulls = [c.name for c in r.configs if c.value is None]
+            edit = replace_all([(c.name, c.value) for c in r.configs])
+        resources.append((r.resource_type, r.resource_name, [c.name for c in r.configs], nulls, edit))
+    return alter_resources(broker, resources, bool(request.validate_only))
+
+
 def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str], Edit]],
                     validate_only: bool) -> list[dict]:
     """Apply each resource's edit; one response entry per resource, in order. Each resource is

@@ -10,23 +10,12 @@ from minibroker.admin_client import AdminClient
 from minibroker.config import BrokerConfig
 from minibroker.dynamic_config import DynamicBrokerConfigs
 from tests.batches import make_batch
+from tests.wire import create_topic_with as create
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 1, 2, 3, 4, 5
 
-
-@pytest.fixture
-def admin(broker):
-    with AdminClient(broker.bootstrap) as client:
-        yield client
-
-
-def create(admin, topic, partitions=1, configs=()):
-    response = admin.call(19, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
-                                            "assignments": [], "configs": [{"name": k, "value": v} for k, v in configs]}],
-                               "timeout": 10000, "validate_only": False})
-    assert response.topics[0].error_code == 0
 
 
 def incremental(admin, *resources, validate_only=False, version=None):

@@ -7,19 +7,8 @@ import pytest
 
 from minibroker.admin_client import AdminClient
 from tests.batches import make_batch
+from tests.wire import create_topic_with as create
 
-
-@pytest.fixture
-def admin(broker):
-    with AdminClient(broker.bootstrap) as client:
-        yield client
-
-
-def create(admin, topic, partitions=1, configs=()):
-    response = admin.call(19, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
-                                            "assignments": [], "configs": [{"name": k, "value": v} for k, v in configs]}],
-                               "timeout": 10000, "validate_only": False})
-    assert response.topics[0].error_code == 0
 
 
 def produce(admin, topic, values, partition=0):

@@ -3,21 +3,10 @@ the resource's whole set of topic overrides (or of one level of dynamic broker c
 left out is deleted. Kafka 4's Java Admin no longer sends it; kafka-python, librdkafka and the
 command-line tools still do. Rules and errors: minibroker.config_admin."""
 
-from minibroker.config_admin import alter_resources, replace_all
+from minibroker.config_admin import alter_request
 from minibroker.handlers import handler
 
 
 @handler(33, 0, 2)
 async def alter_configs(ctx, request):
-    resources = [
-        (
-            r.resource_type,
-            r.resource_name,
-            [c.name for c in r.configs],
-            [c.name for c in r.configs if c.value is None],
-            replace_all([(c.name, c.value) for c in r.configs]),
-        )
-        for r in request.resources
-    ]
-    results = alter_resources(ctx.broker, resources, bool(request.validate_only))
-    return {"throttle_time": 0, "responses": results}
+    return {"throttle_time": 0, "responses": alter_request(ctx.broker, request, incremental_ops=False)}
