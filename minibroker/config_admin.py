@@ -43,6 +43,7 @@ from minibroker.dynamic_config import (
     check_against_topics,
 )
 from storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
+from storage.errors import storage_error_message
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ INVALID_TOPIC_EXCEPTION = 17
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
 
 # Broker keys of Kafka's LIST type that this broker knows.
 BROKER_LIST_KEYS = frozenset({"log.cleanup.policy", "listeners", "advertised.listeners", "sasl.enabled.mechanisms"})
@@ -178,6 +180,9 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
                 raise ConfigChangeError(INVALID_REQUEST, f"Unknown resource type {resource_type}")
         except ConfigChangeError as exc:
             code, message = exc.error_code, exc.message
+        except OSError as exc:  # the topic or broker-configs file could not be written: nothing changed
+            log.error("altering the configs of %s failed: %s", name or "the cluster default", storage_error_message(exc))
+            code, message = KAFKA_STORAGE_ERROR, storage_error_message(exc)
         else:
             code, message = 0, None
         results.append({"error_code": code, "error_message": message, "resource_type": resource_type,

@@ -1214,7 +1214,12 @@ class GroupCoordinator:
                     if not subscribed and (topic, partition) in committed:
                         removed.append((topic, partition))
             if removed:
-                self.store.remove_offsets(group_id, removed, self.wall_clock_ms())
+                try:
+                    self.store.remove_offsets(group_id, removed, self.wall_clock_ms())
+                except OSError as exc:
+                    # As a failed commit: Kafka maps the storage error to NOT_COORDINATOR, top-level.
+                    log.error("group %s: deleting offsets failed: %s", group_id, storage_error_message(exc))
+                    return NOT_COORDINATOR, {}
                 log.info("group %s: deleted %d committed offset(s)", group_id, len(removed))
             return NONE, errors
         finally:

@@ -235,6 +235,15 @@ class LogManager:
             ) from exc
         return TopicInfo(name, topic_id, num_partitions, overrides, config)
 
+    def _leftover_directories(self, name: str, partitions: Iterable[int]) -> list[Path]:
+        """The directories already there for these partitions of `name` (a creation or addition cut
+        short by a crash); StrayDataError when one holds records, which must not be created over."""
+        existing = [d for d in (self._partition_dir(name, p) for p in partitions) if d.exists()]
+        for directory in existing:
+            if _holds_records(directory):
+                raise StrayDataError(directory, name)
+        return existing
+
     def _write_topic_file(self, info: TopicInfo) -> None:
         state = {
             "version": 1,
@@ -287,11 +296,7 @@ class LogManager:
         info = TopicInfo(name, topic_id or new_topic_id(), num_partitions, overrides, config)
         if validate_only:
             return info
-        existing = [self._partition_dir(name, p) for p in range(num_partitions)]
-        existing = [d for d in existing if d.exists()]
-        for directory in existing:
-            if _holds_records(directory):
-                raise StrayDataError(directory, name)
+        existing = self._leftover_directories(name, range(num_partitions))
         topic = _Topic(info)
         try:
             for directory in existing:  # what a creation cut short by a crash left: no records
@@ -382,7 +387,8 @@ class LogManager:
         UnknownTopicError, or InvalidPartitionsError with Kafka's messages (ReplicationControlManager).
 
         The new partition directories are created first and the topic file, the commit point, is
-        written last: a crash in between leaves directories a later open logs as stray."""
+        written last: a crash in between leaves directories without records, which the next
+        addition reuses. A directory there that holds records is StrayDataError, as at creation."""
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
@@ -398,14 +404,14 @@ class LogManager:
         info = dataclasses.replace(topic.info, num_partitions=count)
         if validate_only:
             return info
+        existing = self._leftover_directories(name, range(current, count))
         added: list[PartitionLog] = []
         try:
+            for directory in existing:  # what an addition cut short by a crash left: no records
+                logger.warning("reusing %s, which holds no records", directory)
+                shutil.rmtree(directory)
             for partition in range(current, count):
-                directory = self._partition_dir(name, partition)
-                if directory.exists():  # left over from a deletion or an addition cut short
-                    logger.warning("removing stale directory %s", directory)
-                    shutil.rmtree(directory)
-                added.append(PartitionLog.open(directory, info.config, now_ms))
+                added.append(PartitionLog.open(self._partition_dir(name, partition), info.config, now_ms))
             self._write_topic_file(info)
         except BaseException:
             for log in added:

@@ -162,6 +162,24 @@ def test_add_partitions_never_shrinks(tmp_path, count, message):
     manager.close()
 
 
+def test_add_partitions_never_creates_over_records(tmp_path):
+    """A leftover directory of a new partition is reused when it holds no records (an addition cut
+    short), and refused with StrayDataError naming it when it does."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {}, 0)
+    (tmp_path / "t-1").mkdir()
+    (tmp_path / "t-1" / "00000000000000000000.log").write_bytes(b"")
+    (tmp_path / "t-2").mkdir()
+    (tmp_path / "t-2" / "00000000000000000000.log").write_bytes(make_batch([(None, b"old")]))
+    with pytest.raises(StrayDataError, match="t-2"):
+        manager.add_partitions("t", 3, 0)
+    assert manager.topic("t").num_partitions == 1
+    assert (tmp_path / "t-2" / "00000000000000000000.log").stat().st_size > 0
+    manager.add_partitions("t", 2, 0)
+    assert manager.log("t", 1).log_end_offset == 0
+    manager.close()
+
+
 def test_new_broker_defaults_reach_topics_without_an_override(tmp_path):
     manager = LogManager.open(tmp_path, BROKER, 0)
     manager.create_topic("own", 1, {"retention.ms": "1000", "min.compaction.lag.ms": "100"}, 0)

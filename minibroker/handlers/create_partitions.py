@@ -8,7 +8,9 @@ partition(s)." / "The topic t currently has 3 partition(s); 2 would not be an in
 10,000 partitions INVALID_PARTITIONS as at creation. Manual assignments must number one per new
 partition and name only registered brokers, each once, as many as the topic's replication factor
 (INVALID_REPLICA_ASSIGNMENT with Kafka's messages): on one broker, exactly [this broker].
-validate_only checks without adding.
+validate_only checks without adding. A partition directory already there that holds records (a
+topic file restored from before, say) is never created over: KAFKA_STORAGE_ERROR naming it, as
+CreateTopics; so is a disk error.
 
 The new partitions are empty logs with the topic's configs; the topic file records the new count
 (the commit point) before the answer. The change is announced through
@@ -25,9 +27,11 @@ from minibroker.handlers.common import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REQUEST,
+    KAFKA_STORAGE_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from storage.manager import InvalidPartitionsError, UnknownTopicError
+from storage.errors import storage_error_message
+from storage.manager import InvalidPartitionsError, StrayDataError, UnknownTopicError
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +86,12 @@ def _create(broker, topic, validate_only: bool) -> None:
         raise _Refused(INVALID_PARTITIONS, str(exc)) from None
     except UnknownTopicError:
         raise _Refused(UNKNOWN_TOPIC_OR_PARTITION, None) from None
+    except StrayDataError as exc:
+        log.error("not adding partitions to topic %s: %s", topic.name, exc)
+        raise _Refused(KAFKA_STORAGE_ERROR, str(exc)) from None
+    except OSError as exc:
+        log.error("could not add partitions to topic %s: %s", topic.name, storage_error_message(exc))
+        raise _Refused(KAFKA_STORAGE_ERROR, storage_error_message(exc)) from None
     if not validate_only:
         log.info("topic %s: %d partition(s), was %d", topic.name, topic.count, info.num_partitions)
 
