@@ -255,14 +255,6 @@ class BrokerConfig:
     def unknown_keys(self) -> list[str]:
         return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS)
 
-    def describe(self) -> list[tuple[str, str | None, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource; value None for a
-        sensitive key (as Kafka, which never returns passwords)."""
-        return [
-            (name, None if key.sensitive else self.props.get(name, key.default), name not in self.props)
-            for name, key in sorted(BROKER_CONFIGS.items())
-        ]
-
     @property
     def data_dir(self) -> Path:
         return Path(self["log.dirs"])

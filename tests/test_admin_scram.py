@@ -77,6 +77,13 @@ def test_alter_refusals_are_kafkas(sasl):
             ("carol", 92, "Cannot describe SCRAM credentials for the same user twice in a single request: carol", []),
             ("zed", 91, "Attempt to describe a user credential that does not exist: zed", [])]
         assert describe(admin, []) == describe(admin)
+        # The passwords of sasl.users never leave through DescribeConfigs, synonyms included.
+        response = admin.call(32, {"resources": [{"resource_type": 4, "resource_name": str(sasl.broker.node_id),
+                                                  "configuration_keys": ["sasl.users"]}],
+                                   "include_synonyms": True, "include_documentation": False})
+        (entry,) = response.results[0].configs
+        assert (entry.value, entry.is_sensitive, entry.read_only) == (None, True, True)
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == [("sasl.users", None, 4)]
 
 
 def test_users_created_and_removed_live_and_across_restarts(start_broker, tmp_path):
