@@ -1,14 +1,17 @@
 """Metadata (key 3): the one broker, its topics, and auto-creation.
 
 Quirks: a null topic list (v1+) means every topic, and so does an empty list at v0. Topics may be
-named by id from v10 on. Auto-creation needs both `auto.create.topics.enable` and the request's
-allow_auto_topic_creation (v4+; always allowed before). Unlike KRaft Kafka, which answers
+named by id from v10 on; one with neither a name nor an id is answered INVALID_REQUEST, and before
+v12 an error topic without a name is answered with the name "" (the field is not nullable there).
+Auto-creation needs both `auto.create.topics.enable` and the request's allow_auto_topic_creation
+(v4+; always allowed before). Unlike KRaft Kafka, which answers
 LEADER_NOT_AVAILABLE until the new topic's leader is elected, a topic created here is answered at
 once, so producers do not need a second round trip.
 """
 
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
+    INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     NO_AUTHORIZED_OPERATIONS,
     TOPIC_ALL_OPERATIONS,
@@ -56,10 +59,14 @@ async def metadata(ctx, request):
         for wanted in request.topics:
             name = getattr(wanted, "name", None)
             topic_id = getattr(wanted, "topic_id", None)
-            if name is None and topic_id is not None:
+            if name is None and topic_id is None:
+                # Neither a name nor an id (name is nullable from v10): Kafka's InvalidRequestException.
+                topics.append(_error_topic(None, None, INVALID_REQUEST, ctx.version))
+                continue
+            if name is None:
                 info = broker.logs.topic_by_id(topic_id)
                 if info is None:
-                    topics.append(_error_topic(None, topic_id, UNKNOWN_TOPIC_ID))
+                    topics.append(_error_topic(None, topic_id, UNKNOWN_TOPIC_ID, ctx.version))
                     continue
             else:
                 info = broker.logs.topic(name)
@@ -86,10 +93,10 @@ async def metadata(ctx, request):
     }
 
 
-def _error_topic(name, topic_id, code) -> dict:
+def _error_topic(name, topic_id, code, version: int = 12) -> dict:
     return {
         "error_code": code,
-        "name": name,
+        "name": "" if name is None and version < 12 else name,
         "topic_id": topic_id,
         "is_internal": False,
         "partitions": (),
