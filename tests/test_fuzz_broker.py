@@ -41,22 +41,26 @@ class FuzzTarget:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "minibroker.cli", "serve", "--listen", "127.0.0.1:0",
              "--data-dir", str(tmp / "data"), "--log-level", "WARNING",
-             "--override", "group.min.session.timeout.ms=1", "--override", "num.partitions=2"],
+             "--sasl-listen", "127.0.0.1:0", "--sasl-user", "alice:alice-secret",
+             "--override", "group.min.session.timeout.ms=1", "--override", "num.partitions=2",
+             "--override", "connection.failed.authentication.delay.ms=1"],
             stdout=subprocess.PIPE, stderr=self._log, text=True,
         )
         line = self.proc.stdout.readline()
         assert line.startswith("minibroker ready: bootstrap.servers="), (line, self.log_path.read_text())
         self.bootstrap = line.split("bootstrap.servers=")[1].split()[0]
+        self.sasl_bootstrap = line.split("SASL_PLAINTEXT=")[1].split()[0]
         self.log_seen = 0
         self.sock: socket.socket | None = None
         self.correlation_id = 0
+        self.last_response = b""  # after the correlation id
         with WireClient(self.bootstrap) as client:  # a topic the fuzz's names will hit (fuzzing.KNOWN_NAMES)
             metadata = schema(3, 4)
             topic = __import__(metadata.__module__, fromlist=["x"]).MetadataRequestTopic(name="fuzz")
             assert client.request(metadata(topics=(topic,), allow_auto_topic_creation=True)).topics[0].error_code == 0
 
-    def connect(self) -> socket.socket:
-        host, port = self.bootstrap.rsplit(":", 1)
+    def connect(self, bootstrap: str | None = None) -> socket.socket:
+        host, port = (bootstrap or self.bootstrap).rsplit(":", 1)
         return socket.create_connection((host, int(port)), timeout=10)
 
     def send(self, api_key: int, version: int, body: bytes) -> str:
@@ -77,7 +81,7 @@ class FuzzTarget:
             return "closed"
         size, correlation_id = struct.unpack(">ii", head)
         assert correlation_id == self.correlation_id, "a response to another request"
-        _recv_exact(self.sock, size - 4)
+        self.last_response = _recv_exact(self.sock, size - 4)
         return "answered"
 
     def drop(self) -> None:
@@ -178,5 +182,45 @@ def test_every_nullable_field_as_null_is_answered(target, api_key, version, name
         outcome = target.send(api_key, version, fuzzing.encode_body(fuzzing.with_null(cls, path)))
         assert outcome != "closed", f"{'.'.join(path)} = null closed the connection: {target.new_log()}"
     target.drop()
+    log = target.new_log()
+    assert "Traceback" not in log, log
+
+
+_SCRAM_PARTS = st.sampled_from(["n", "y", "", "n=alice", "r=abc", "c=biws", "m=x", "a=alice", "=", "x"])
+_TOKENS = st.binary(max_size=64) | st.builds(
+    lambda parts, proof: (",".join(parts) + proof).encode(),
+    st.lists(_SCRAM_PARTS, max_size=4), st.sampled_from(["", ",p=AAAA", ",p=*", "p="]),
+)
+
+
+def test_sasl_listener_survives_hostile_exchanges(target):
+    """On the SASL listener: a handshake for any mechanism, then any tokens. Each token is answered,
+    a failure with SASL_AUTHENTICATION_FAILED (then the connection closes); nothing is a bug."""
+    from minibroker.sasl import ScramClient
+
+    @fuzz_settings(60)
+    @given(st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI"]), st.booleans(),
+           st.lists(_TOKENS, min_size=1, max_size=3))
+    def one(mechanism, valid_first, tokens):
+        sock = target.connect(target.sasl_bootstrap)
+        target.sock, target.correlation_id = sock, 0
+        try:
+            handshake = fuzzing.encode_body(schema(17, 1)(mechanism=mechanism))
+            if target.send(17, 1, handshake) != "answered" or mechanism == "GSSAPI":
+                return
+            if valid_first and mechanism.startswith("SCRAM"):
+                tokens = [ScramClient(mechanism, "alice", "alice-secret").first_message(), *tokens]
+            for token in tokens:
+                body = fuzzing.encode_body(schema(36, 2)(auth_bytes=token))
+                assert target.send(36, 2, body) == "answered", token
+                error_code = struct.unpack_from(">h", target.last_response, 1)[0]  # after the header's tags
+                if error_code:
+                    assert error_code == 58
+                    break
+        finally:
+            target.drop()
+
+    one()
+    target.canary()
     log = target.new_log()
     assert "Traceback" not in log, log
