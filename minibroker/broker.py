@@ -25,6 +25,7 @@ from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, clien
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
+from minibroker.limits import max_broker_partitions, open_file_limit
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
@@ -159,6 +160,7 @@ class Broker:
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        self.max_partitions = max_broker_partitions(config["max.broker.partitions"], open_file_limit())
         self.producer_ids = ProducerIds(
             ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
         )

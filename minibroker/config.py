@@ -129,6 +129,14 @@ def _optional_host_port(value: str) -> tuple[str, int] | None:
     return _host_port(value) if value.strip() else None
 
 
+def _optional_int(value: str) -> int | None:
+    return _int(value) if value.strip() else None
+
+
+def _positive_or_none(v: int | None) -> str | None:
+    return None if v is None or v >= 1 else "must be at least 1 (or empty)"
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -157,6 +165,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
         Key("num.partitions", _int, "1", "Partitions of an auto-created topic.", _at_least(1)),
         Key("auto.create.topics.enable", _bool, "true", "Create unknown topics named in Metadata requests."),
+        Key("max.broker.partitions", _optional_int, "", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. Empty: what the open-file limit affords, (RLIMIT_NOFILE - 1024) / 4, as each partition keeps 3 or more files open.", _positive_or_none),
         Key("default.replication.factor", _int, "1", "Only 1 is possible with one broker.", _one_of(1)),
         Key("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted.", _at_least(1)),
         Key("message.max.bytes", _int, "1048588", "Largest record batch accepted (topic: max.message.bytes).", _at_least(0)),

@@ -20,6 +20,7 @@ import trio
 
 from minibroker.broker import Broker, Connection
 from minibroker.config import BrokerConfig
+from minibroker.limits import raise_open_file_limit
 from protocol.framing import FrameDecoder, FrameError
 from protocol.messages import ProtocolError
 
@@ -101,6 +102,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
     """Run a broker until cancelled. Reports (host, port, broker) of the first listener through
     task_status once listening; `broker.listeners` has every listener by name."""
     started = time.perf_counter()
+    raise_open_file_limit()  # before the broker sizes its partition cap from it
     broker = Broker(config)
     try:
         bound = []

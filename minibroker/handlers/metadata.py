@@ -4,10 +4,17 @@ Quirks: a null topic list (v1+) means every topic, and so does an empty list at 
 named by id from v10 on; one with neither a name nor an id is answered INVALID_REQUEST, and before
 v12 an error topic without a name is answered with the name "" (the field is not nullable there).
 Auto-creation needs both `auto.create.topics.enable` and the request's allow_auto_topic_creation
-(v4+; always allowed before). Unlike KRaft Kafka, which answers
-LEADER_NOT_AVAILABLE until the new topic's leader is elected, a topic created here is answered at
-once, so producers do not need a second round trip.
+(v4+; always allowed before), and room under max.broker.partitions (minibroker.limits): a topic
+beyond it is answered UNKNOWN_TOPIC_OR_PARTITION, as if auto-creation were off (a warning is logged
+with the count). Creating topics takes milliseconds each, so a request naming thousands lets other
+connections in every few topics. Unlike KRaft Kafka, which answers LEADER_NOT_AVAILABLE until the
+new topic's leader is elected, a topic created here is answered at once, so producers do not need a
+second round trip.
 """
+
+import logging
+
+import trio
 
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
@@ -20,6 +27,11 @@ from minibroker.handlers.common import (
     CLUSTER_ALL_OPERATIONS,
     create_topic_or_error,
 )
+from minibroker.limits import partitions_in_use
+from storage.config import InvalidTopicError, validate_topic_name
+
+log = logging.getLogger(__name__)
+YIELD_EVERY = 16  # auto-created topics between checkpoints
 
 
 def topic_metadata(broker, info, include_ops: bool) -> dict:
@@ -53,6 +65,8 @@ async def metadata(ctx, request):
         "auto.create.topics.enable"
     ]
     topics = []
+    in_use = None  # partitions the broker holds, counted when a first topic is to be created
+    created = refused = 0
     if request.topics is None or (ctx.version == 0 and not request.topics):
         topics = [topic_metadata(broker, info, include_ops) for info in broker.logs.topics()]
     else:
@@ -71,15 +85,31 @@ async def metadata(ctx, request):
             else:
                 info = broker.logs.topic(name)
             if info is None:
-                if allow_create:
-                    info, code = create_topic_or_error(broker, name)
-                    if info is None:
-                        topics.append(_error_topic(name, None, code))
-                        continue
-                else:
+                if not allow_create:
                     topics.append(_error_topic(name, None, UNKNOWN_TOPIC_OR_PARTITION))
                     continue
+                if in_use is None:
+                    in_use = partitions_in_use(broker.logs)
+                if in_use + broker.config["num.partitions"] > broker.max_partitions:
+                    refused += 1
+                    topics.append(_error_topic(name, None, _refused_code(name)))
+                    continue
+                info, code = create_topic_or_error(broker, name)
+                if info is None:
+                    topics.append(_error_topic(name, None, code))
+                    continue
+                in_use += info.num_partitions
+                created += 1
+                if created % YIELD_EVERY == 0:
+                    # Creating topics takes milliseconds each: let other connections in meanwhile.
+                    await trio.lowlevel.checkpoint()
+                    in_use = None  # others may have created or deleted topics
             topics.append(topic_metadata(broker, info, include_ops))
+        if refused:
+            log.warning(
+                "%s: auto-creation of %d topic(s) refused, max.broker.partitions=%d reached",
+                ctx.connection.peer, refused, broker.max_partitions,
+            )
     return {
         "throttle_time": 0,
         "brokers": [broker.broker_endpoint(ctx.connection.listener)],
@@ -91,6 +121,15 @@ async def metadata(ctx, request):
         else NO_AUTHORIZED_OPERATIONS,
         "error_code": 0,
     }
+
+
+def _refused_code(name: str) -> int:
+    """Over the partition cap: the topic stays unknown, unless its name is illegal anyway."""
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError:
+        return INVALID_TOPIC_EXCEPTION
+    return UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _error_topic(name, topic_id, code, version: int = 12) -> dict:
