@@ -25,7 +25,7 @@ from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, clien
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
-from minibroker.limits import max_broker_partitions, open_file_limit
+from minibroker.limits import ConnectionQuotas, RequestMemoryPool, max_broker_partitions, open_file_limit
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
@@ -104,6 +104,7 @@ class BrokerMetrics:
     connections: int = 0
     connections_total: int = 0
     closed_for_protocol_errors: int = 0
+    closed_idle: int = 0  # connections.max.idle.ms
     requests_with_trailing_bytes: int = 0
 
 
@@ -161,6 +162,10 @@ class Broker:
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
         self.max_partitions = max_broker_partitions(config["max.broker.partitions"], open_file_limit())
+        self.connection_quotas = ConnectionQuotas(
+            config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"]
+        )
+        self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_ids = ProducerIds(
             ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
         )

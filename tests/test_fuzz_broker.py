@@ -94,6 +94,16 @@ class FuzzTarget:
         new, self.log_seen = text[self.log_seen:], len(text)
         return new
 
+    def run_then_check(self, fuzz) -> None:
+        """Run a fuzz, then: the broker serves a canary client and logged no traceback."""
+        try:
+            fuzz()
+        finally:
+            self.drop()
+        self.canary()
+        log = self.new_log()
+        assert "Traceback" not in log, log
+
     def canary(self) -> None:
         """A well-behaved client on a fresh connection is still served."""
         assert self.proc.poll() is None, f"the broker exited with {self.proc.returncode}"
@@ -139,13 +149,7 @@ def test_fuzz_every_api_and_version(target, api_key, version, name):
     def one(body):
         target.send(api_key, version, body)
 
-    try:
-        one()
-    finally:
-        target.drop()
-    target.canary()
-    log = target.new_log()
-    assert "Traceback" not in log, log
+    target.run_then_check(one)
 
 
 def test_random_frames_of_any_api_key_and_version(target):
@@ -164,13 +168,7 @@ def test_random_frames_of_any_api_key_and_version(target):
         except ConnectionError:
             target.drop()
 
-    try:
-        one()
-    finally:
-        target.drop()
-    target.canary()
-    log = target.new_log()
-    assert "Traceback" not in log, log
+    target.run_then_check(one)
 
 
 @pytest.mark.parametrize(("api_key", "version", "name"), SERVED, ids=served_ids())
@@ -220,7 +218,4 @@ def test_sasl_listener_survives_hostile_exchanges(target):
         finally:
             target.drop()
 
-    one()
-    target.canary()
-    log = target.new_log()
-    assert "Traceback" not in log, log
+    target.run_then_check(one)
