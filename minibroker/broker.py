@@ -124,20 +124,48 @@ def _own_throttle_ms(result: dict) -> int:
     return own if type(own) is int and own > 0 else 0
 
 
+class StartupError(Exception):
+    """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
+
+
+def _prepare_data_dir(data_dir: Path) -> None:
+    if data_dir.exists() and not data_dir.is_dir():
+        raise StartupError(f"log.dirs {data_dir} is not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create log.dirs {data_dir}: {exc.strerror or exc}") from exc
+
+
+def _read_meta(meta: Path) -> dict[str, str]:
+    """meta.properties as Kafka writes it (key=value lines, # comments). Anything else in it means
+    the file is damaged: stop, naming it, rather than guess a new cluster id."""
+    try:
+        text = meta.read_bytes().decode()
+    except OSError as exc:
+        raise StartupError(f"cannot read {meta}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise StartupError(f"{meta} is damaged: not text") from None
+    props: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise StartupError(f"{meta} is damaged: line {number} is not key=value")
+        props[key.strip()] = value.strip()
+    if props.get("version") not in ("0", "1") or not props.get("cluster.id"):
+        raise StartupError(f"{meta} is damaged: it needs version=1 and a cluster.id (move it away to start afresh)")
+    return props
+
+
 def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
     """Keep the cluster id stable across restarts in meta.properties, as Kafka does."""
     meta = data_dir / "meta.properties"
-    props: dict[str, str] = {}
-    if meta.exists():
-        for line in meta.read_text().splitlines():
-            if "=" in line and not line.startswith("#"):
-                key, _, value = line.partition("=")
-                props[key.strip()] = value.strip()
+    props = _read_meta(meta) if meta.exists() or meta.is_symlink() else {}
     stored = props.get("cluster.id")
     if cluster_id and stored and cluster_id != stored:
-        raise ValueError(
-            f"cluster.id {cluster_id!r} does not match {stored!r} stored in {meta}"
-        )
+        raise StartupError(f"cluster.id {cluster_id!r} does not match {stored!r} stored in {meta}")
     chosen = cluster_id or stored or _random_cluster_id()
     if stored != chosen or props.get("node.id") != str(node_id):
         write_atomically(meta, f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n".encode())
@@ -155,7 +183,7 @@ class Broker:
         self.config = config
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_data_dir(self.data_dir)
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
         self.log_config = config.log_config
         for key in config.unknown_keys():
@@ -415,4 +443,4 @@ class Broker:
         return monotonic_ms()
 
 
-__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "wall_clock_ms"]
+__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError", "wall_clock_ms"]

@@ -186,7 +186,9 @@ async def handle_http(broker: Broker, stream: trio.abc.Stream) -> None:
 
 async def serve_metrics(broker: Broker, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve GET /metrics until cancelled; reports the bound (host, port)."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    from minibroker.server import bind
+
+    listeners = await bind(host, port, "metrics.listen")
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     if bound_host in ("0.0.0.0", "::"):
         bound_host = "127.0.0.1"

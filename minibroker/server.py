@@ -28,7 +28,7 @@ import time
 
 import trio
 
-from minibroker.broker import Broker, Connection
+from minibroker.broker import Broker, Connection, StartupError
 from minibroker.config import BrokerConfig
 from minibroker.limits import raise_open_file_limit
 from protocol.framing import FrameDecoder, FrameError
@@ -125,6 +125,23 @@ def _fault_for(broker: Broker, frame: bytes, conn: Connection):
     return broker.faults.after_request(handler.name, conn.client_id) if handler else None
 
 
+async def bind(host: str, port: int, what: str) -> list[trio.SocketListener]:
+    """open_tcp_listeners, with Kafka's message naming the address when it cannot bind."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StartupError(f"Socket server failed to bind to {host}:{port} ({what}): {reason}.") from exc
+
+
+def sole_exception(exc: BaseException) -> BaseException:
+    """The one error inside (nested) exception groups of one member each, as trio's nurseries
+    wrap a start-up failure; a group with several different errors is returned as it is."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _peer(stream: trio.SocketStream) -> tuple[str, str]:
     """(address, address:port) of the client."""
     try:
@@ -176,7 +193,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
     try:
         bound = []
         for entry in config["listeners"]:
-            sockets = await trio.open_tcp_listeners(entry.port, host=entry.host)
+            sockets = await bind(entry.host, entry.port, f"{entry.name} listener")
             bound_host, bound_port = sockets[0].socket.getsockname()[:2]
             broker.set_listener(bound_host, bound_port, entry.name)
             bound.append((entry.name, sockets))
