@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
@@ -46,6 +47,8 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
+from storage.errors import DamagedFileError, storage_error_message
+from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
@@ -137,32 +140,23 @@ def _prepare_data_dir(data_dir: Path) -> None:
         raise StartupError(f"cannot create log.dirs {data_dir}: {exc.strerror or exc}") from exc
 
 
-def _read_meta(meta: Path) -> dict[str, str]:
-    """meta.properties as Kafka writes it (key=value lines, # comments). Anything else in it means
-    the file is damaged: stop, naming it, rather than guess a new cluster id."""
-    try:
-        text = meta.read_bytes().decode()
-    except OSError as exc:
-        raise StartupError(f"cannot read {meta}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError:
-        raise StartupError(f"{meta} is damaged: not text") from None
-    props: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise StartupError(f"{meta} is damaged: line {number} is not key=value")
-        props[key.strip()] = value.strip()
-    if props.get("version") not in ("0", "1") or not props.get("cluster.id"):
-        raise StartupError(f"{meta} is damaged: it needs version=1 and a cluster.id (move it away to start afresh)")
-    return props
-
-
 def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
-    """Keep the cluster id stable across restarts in meta.properties, as Kafka does."""
+    """Keep the cluster id stable across restarts in meta.properties, as Kafka does. A file that is
+    there but unreadable, or holds no cluster.id, stops the start (naming it): writing a fresh id over
+    it would be a guess that turns the data directory into another cluster's."""
     meta = data_dir / "meta.properties"
-    props = _read_meta(meta) if meta.exists() or meta.is_symlink() else {}
+    props: dict[str, str] = {}
+    if meta.exists():
+        try:
+            text = meta.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DamagedFileError(meta, f"unreadable ({exc})", _META_REMEDY) from exc
+        for line in text.splitlines():
+            if "=" in line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                props[key.strip()] = value.strip()
+        if not props.get("cluster.id"):
+            raise DamagedFileError(meta, "holds no cluster.id", _META_REMEDY)
     stored = props.get("cluster.id")
     if cluster_id and stored and cluster_id != stored:
         raise StartupError(f"cluster.id {cluster_id!r} does not match {stored!r} stored in {meta}")
@@ -170,6 +164,9 @@ def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
     if stored != chosen or props.get("node.id") != str(node_id):
         write_atomically(meta, f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n".encode())
     return chosen
+
+
+_META_REMEDY = "restore it (version=1, cluster.id=..., node.id=...) or remove it to start with a new cluster id"
 
 
 def _random_cluster_id() -> str:
@@ -184,11 +181,24 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
+        # One broker per data directory (Kafka's .lock), taken before anything in it is read.
+        self.lock = DataDirLock(self.data_dir)
+        self.logs: LogManager | None = None
+        try:
+            self._open(config)
+        except BaseException:
+            if self.logs is not None:
+                self.logs.close(clean=False)
+            self.lock.release()
+            raise
+
+    def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
         self.max_partitions = max_broker_partitions(config["max.broker.partitions"], open_file_limit())
         self.connection_quotas = ConnectionQuotas(
             config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"]
@@ -216,6 +226,7 @@ class Broker:
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}
+        self.bound_listeners: dict[str, tuple[str, int]] = {}  # name -> the address actually bound
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self.advertised_host = "127.0.0.1"
         self.advertised_port = 0
@@ -226,6 +237,7 @@ class Broker:
     def set_listener(self, host: str, port: int, name: str = "PLAINTEXT") -> None:
         """Record a bound listener and the address advertised for it (the first one is the default)."""
         advertised = {entry.name: (entry.host, entry.port) for entry in self.config["advertised.listeners"]}
+        self.bound_listeners[name] = (host, port)
         if name in advertised:
             endpoint = advertised[name]
         else:
@@ -250,12 +262,15 @@ class Broker:
         self.quotas.forget_current_task()
 
     def close(self) -> None:
-        if self.audit is not None:
-            self.audit.close(wall_clock_ms())
-        self.producer_states.snapshot_all()
-        self.groups.close()
-        self.quotas.close()
-        self.logs.close(clean=True)
+        try:
+            if self.audit is not None:
+                self.audit.close(wall_clock_ms())
+            self.producer_states.snapshot_all()
+            self.groups.close()
+            self.quotas.close()
+            self.logs.close(clean=True)
+        finally:
+            self.lock.release()  # even after a failed close: a restart in this process must work
 
     async def run_background(self) -> None:
         """Retention and the time-based flush policy, on their configured intervals."""
@@ -269,10 +284,17 @@ class Broker:
             now_ms = wall_clock_ms()
             if self.audit is not None:
                 self.audit.maybe_flush(now_ms)
-            self.logs.maybe_flush(now_ms)
+            try:
+                self.logs.maybe_flush(now_ms)
+            except OSError as exc:  # a disk fault must not stop the broker: tried again next time
+                log.error("flushing the logs failed: %s", storage_error_message(exc))
             if trio.current_time() >= next_retention:
                 next_retention = trio.current_time() + retention_every
-                deleted = self.logs.enforce_retention(now_ms)
+                try:
+                    deleted = self.logs.enforce_retention(now_ms)
+                except OSError as exc:
+                    log.error("retention failed: %s", storage_error_message(exc))
+                    deleted = 0
                 if deleted:
                     log.info("retention deleted %d segment(s)", deleted)
             if trio.current_time() >= next_expiry:

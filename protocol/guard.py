@@ -50,7 +50,7 @@ from kio.serial._introspect import (
     get_schema_field_type,
 )
 
-from protocol.records import read_uvarint
+from protocol.records import read_uvarint, write_uvarint
 
 __all__ = ["RequestRejected", "checker"]
 
@@ -84,10 +84,7 @@ def _uvarint(buf: bytes, pos: int, where: str) -> tuple[int, int]:
 
 def _encode_uvarint(value: int) -> bytes:
     out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    write_uvarint(value, out)
     return bytes(out)
 
 

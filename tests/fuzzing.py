@@ -47,6 +47,7 @@ from kio.static.primitive import Records
 from minibroker.handlers import load_all
 from protocol.entities import timestamp
 from protocol.messages import api_schema
+from protocol.records import read_uvarint
 from tests.batches import make_batch
 
 settings.register_profile(
@@ -189,14 +190,7 @@ def frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
+    return read_uvarint(buf, pos, max_bits=35)
 
 
 def _nullable(tp) -> bool:

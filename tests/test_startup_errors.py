@@ -1,7 +1,7 @@
 """A broker that cannot start says what failed: the address it could not bind (Kafka's port or the
-metrics port), the data dir that is not a directory, the damaged meta.properties. `running_broker()`
-raises that error itself, not trio's exception group; `minibroker serve` prints it on one line and
-exits 1."""
+metrics port), the data dir that is not a directory, the damaged meta.properties (storage's
+DamagedFileError). `running_broker()` raises that error itself, not trio's exception group;
+`minibroker serve` prints it on one line and exits 1."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from minibroker.broker import StartupError
 from minibroker.testing import running_broker
+from storage.errors import DamagedFileError
 
 MINIBROKER = [sys.executable, "-m", "minibroker.cli"]
 
@@ -46,18 +47,18 @@ def test_a_data_dir_that_is_a_file_names_the_path(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("content", [
-    b"\xff\xfe\x00garbage",
-    b"version=1\nthis line is not a property\ncluster.id=abc\n",
-    b"version=1\nnode.id=1\n",  # no cluster.id
-    b"",
+@pytest.mark.parametrize("content, problem", [
+    (b"\xff\xfe\x00garbage", "unreadable"),
+    (b"version=1\nnode.id=1\n", "holds no cluster.id"),
+    (b"", "holds no cluster.id"),
 ])
-def test_a_damaged_meta_properties_names_the_file_and_is_left_alone(tmp_path, content):
+def test_a_damaged_meta_properties_names_the_file_and_is_left_alone(tmp_path, content, problem):
+    """running_broker raises storage's DamagedFileError itself, not trio's exception group."""
     data = tmp_path / "d"
     data.mkdir()
     meta = data / "meta.properties"
     meta.write_bytes(content)
-    with pytest.raises(StartupError, match=f"{meta} is damaged"):
+    with pytest.raises(DamagedFileError, match=f"{meta}: {problem}"):
         with running_broker(data):
             pass
     assert meta.read_bytes() == content  # not replaced by a new cluster id

@@ -1,8 +1,13 @@
 """Metadata (key 3): the one broker, its topics, and auto-creation.
 
-Quirks: a null topic list (v1+) means every topic, and so does an empty list at v0. Topics may be
-named by id from v10 on; one with neither a name nor an id is answered INVALID_REQUEST, and before
-v12 an error topic without a name is answered with the name "" (the field is not nullable there).
+Quirks: a null topic list (v1+) means every topic, and so does an empty list at v0. From v12 on a
+topic may be asked for by id (Java's Admin sends the id with an empty name, not a null one): as in
+Kafka's handleTopicMetadataRequest, any non-zero id in the request makes it a lookup by id (names
+alongside are ignored), and an unknown id is answered UNKNOWN_TOPIC_ID with a null name; ids in a
+v10/v11 request, which Kafka refuses, are answered INVALID_REQUEST. A topic with neither a name nor
+an id (the name is nullable from v10) is answered UNKNOWN_TOPIC_OR_PARTITION, with the name "" before
+v12 (the response field is not nullable there).
+
 Auto-creation needs both `auto.create.topics.enable` and the request's allow_auto_topic_creation
 (v4+; always allowed before), and room under max.broker.partitions (minibroker.limits): a topic
 beyond it is answered UNKNOWN_TOPIC_OR_PARTITION, as if auto-creation were off (a warning is logged
@@ -10,6 +15,10 @@ with the count). Creating topics takes milliseconds each, so a request naming th
 connections in every few topics. Unlike KRaft Kafka, which answers LEADER_NOT_AVAILABLE until the
 new topic's leader is elected, a topic created here is answered at once, so producers do not need a
 second round trip.
+
+Only Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, `__share_group_state`)
+are marked is_internal; the audit topic `__minibroker_audit` is an ordinary topic to clients
+(consumable by name or pattern, as any topic), though only the broker may write it.
 """
 
 import logging
@@ -28,31 +37,31 @@ from minibroker.handlers.common import (
     create_topic_or_error,
 )
 from minibroker.limits import partitions_in_use
-from storage.config import InvalidTopicError, validate_topic_name
+from storage.config import InvalidTopicError, is_internal, validate_topic_name
 
 log = logging.getLogger(__name__)
 YIELD_EVERY = 16  # auto-created topics between checkpoints
 
 
 def topic_metadata(broker, info, include_ops: bool) -> dict:
-    node = broker.node_id
+    partitions = []
+    for index in range(info.num_partitions):
+        assignment = broker.cluster.partition(info.name, index)
+        partitions.append({
+            "error_code": 0,
+            "partition_index": index,
+            "leader_id": assignment.leader,
+            "leader_epoch": assignment.leader_epoch,
+            "replica_nodes": assignment.replicas,
+            "isr_nodes": assignment.isr,
+            "offline_replicas": (),
+        })
     return {
         "error_code": 0,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": info.name.startswith("__"),
-        "partitions": [
-            {
-                "error_code": 0,
-                "partition_index": p,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
-            }
-            for p in range(info.num_partitions)
-        ],
+        "is_internal": is_internal(info.name),
+        "partitions": partitions,
         "topic_authorized_operations": TOPIC_ALL_OPERATIONS if include_ops else NO_AUTHORIZED_OPERATIONS,
     }
 
@@ -64,63 +73,69 @@ async def metadata(ctx, request):
     allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config[
         "auto.create.topics.enable"
     ]
-    topics = []
-    in_use = None  # partitions the broker holds, counted when a first topic is to be created
-    created = refused = 0
     if request.topics is None or (ctx.version == 0 and not request.topics):
         topics = [topic_metadata(broker, info, include_ops) for info in broker.logs.topics()]
     else:
-        for wanted in request.topics:
-            name = getattr(wanted, "name", None)
-            topic_id = getattr(wanted, "topic_id", None)
-            if name is None and topic_id is None:
-                # Neither a name nor an id (name is nullable from v10): Kafka's InvalidRequestException.
-                topics.append(_error_topic(None, None, INVALID_REQUEST, ctx.version))
-                continue
-            if name is None:
-                info = broker.logs.topic_by_id(topic_id)
-                if info is None:
-                    topics.append(_error_topic(None, topic_id, UNKNOWN_TOPIC_ID, ctx.version))
-                    continue
-            else:
-                info = broker.logs.topic(name)
-            if info is None:
-                if not allow_create:
-                    topics.append(_error_topic(name, None, UNKNOWN_TOPIC_OR_PARTITION))
-                    continue
-                if in_use is None:
-                    in_use = partitions_in_use(broker.logs)
-                if in_use + broker.config["num.partitions"] > broker.max_partitions:
-                    refused += 1
-                    topics.append(_error_topic(name, None, _refused_code(name)))
-                    continue
-                info, code = create_topic_or_error(broker, name)
-                if info is None:
-                    topics.append(_error_topic(name, None, code))
-                    continue
-                in_use += info.num_partitions
-                created += 1
-                if created % YIELD_EVERY == 0:
-                    # Creating topics takes milliseconds each: let other connections in meanwhile.
-                    await trio.lowlevel.checkpoint()
-                    in_use = None  # others may have created or deleted topics
-            topics.append(topic_metadata(broker, info, include_ops))
-        if refused:
-            log.warning(
-                "%s: auto-creation of %d topic(s) refused, max.broker.partitions=%d reached",
-                ctx.connection.peer, refused, broker.max_partitions,
-            )
+        topic_ids = [t.topic_id for t in request.topics if getattr(t, "topic_id", None) is not None]
+        if topic_ids and ctx.version < 12:
+            topics = [_error_topic(t.name or "", t.topic_id, INVALID_REQUEST) for t in request.topics]
+        elif topic_ids:
+            topics = [_by_id(broker, topic_id, include_ops) for topic_id in dict.fromkeys(topic_ids)]
+        else:
+            creation = _AutoCreation(broker, allow_create)
+            topics = []
+            for t in request.topics:
+                topics.append(_by_name(broker, t.name, creation, include_ops, ctx.version))
+                await creation.maybe_yield()
+            creation.log_refused(ctx.connection.peer)
     return {
         "throttle_time": 0,
         "brokers": [broker.broker_endpoint(ctx.connection.listener)],
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": broker.cluster.controller_id,
         "topics": topics,
         "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
         if getattr(request, "include_cluster_authorized_operations", False)
         else NO_AUTHORIZED_OPERATIONS,
         "error_code": 0,
     }
+
+
+class _AutoCreation:
+    """One request's auto-creation, within max.broker.partitions."""
+
+    def __init__(self, broker, allowed: bool) -> None:
+        self.broker = broker
+        self.allowed = allowed
+        self.in_use: int | None = None  # partitions the broker holds, counted at the first creation
+        self.refused = 0
+        self.since_yield = 0
+
+    def create(self, name: str):
+        """(info, 0), or (None, error code) when the topic cannot or may not be created."""
+        broker = self.broker
+        if self.in_use is None:
+            self.in_use = partitions_in_use(broker.logs)
+        if self.in_use + broker.config["num.partitions"] > broker.max_partitions:
+            self.refused += 1
+            return None, _refused_code(name)
+        info, code = create_topic_or_error(broker, name)
+        if info is not None:
+            self.in_use += info.num_partitions
+            self.since_yield += 1
+        return info, code
+
+    async def maybe_yield(self) -> None:
+        if self.since_yield >= YIELD_EVERY:
+            # Creating topics takes milliseconds each: let other connections in meanwhile.
+            self.since_yield = 0
+            await trio.lowlevel.checkpoint()
+            self.in_use = None  # others may have created or deleted topics
+
+    def log_refused(self, peer: str) -> None:
+        if self.refused:
+            log.warning("%s: auto-creation of %d topic(s) refused, max.broker.partitions=%d reached",
+                        peer, self.refused, self.broker.max_partitions)
 
 
 def _refused_code(name: str) -> int:
@@ -130,6 +145,26 @@ def _refused_code(name: str) -> int:
     except InvalidTopicError:
         return INVALID_TOPIC_EXCEPTION
     return UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _by_id(broker, topic_id, include_ops: bool) -> dict:
+    info = broker.logs.topic_by_id(topic_id)
+    if info is None:
+        return _error_topic(None, topic_id, UNKNOWN_TOPIC_ID)
+    return topic_metadata(broker, info, include_ops)
+
+
+def _by_name(broker, name: str | None, creation: _AutoCreation, include_ops: bool, version: int) -> dict:
+    if name is None:  # v10+: neither a name nor an id
+        return _error_topic(None, None, UNKNOWN_TOPIC_OR_PARTITION, version)
+    info = broker.logs.topic(name)
+    if info is None:
+        if not creation.allowed:
+            return _error_topic(name, None, UNKNOWN_TOPIC_OR_PARTITION)
+        info, code = creation.create(name)
+        if info is None:
+            return _error_topic(name, None, code)
+    return topic_metadata(broker, info, include_ops)
 
 
 def _error_topic(name, topic_id, code, version: int = 12) -> dict:
