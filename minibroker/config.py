@@ -188,7 +188,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
         Key("num.partitions", _int, "1", "Partitions of an auto-created topic.", _at_least(1)),
         Key("auto.create.topics.enable", _bool, "true", "Create unknown topics named in Metadata requests."),
-        Key("max.broker.partitions", _optional_int, "", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. Empty: what the open-file limit affords, (RLIMIT_NOFILE - 1024) / 4, as each partition keeps 3 or more files open.", _positive_or_none),
+        Key("max.broker.partitions", _optional_int, "", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. Empty: what the open-file limit affords, (RLIMIT_NOFILE - reserve) / 4 with reserve 1024 or half the limit if less (128 at a limit of 1024), as each partition keeps 3 or more files open.", _positive_or_none),
         Key("default.replication.factor", _int, "1", "Only 1 is possible with one broker.", _one_of(1)),
         Key("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted.", _at_least(1)),
         Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),

@@ -27,8 +27,9 @@ Partitions and files:
   holds at least three files open (`.log`, `.index`, `.timeindex`) plus one per older segment, so
   a client that names thousands of new topics would otherwise take every file descriptor and leave
   the broker unable to accept a connection or roll a segment until restarted. By default the cap
-  is derived from the open-file limit: (RLIMIT_NOFILE - 1024) / 4, which keeps 1024 descriptors
-  for connections and the rest and budgets four per partition.
+  is derived from the open-file limit: (RLIMIT_NOFILE - reserve) / 4, which keeps `reserve`
+  descriptors (1024, or half the limit when that is less) for connections and the rest, and budgets
+  four per partition: 128 partitions at a limit of 1024, 4,744 at 20,000.
 - KRaft's own per-request cap: a CreateTopics asking for more than 10,000 partitions in all is
   refused whole with POLICY_VIOLATION "Excessively large number of partitions per request."
 
@@ -66,19 +67,26 @@ def raise_open_file_limit() -> int:
     except ImportError:  # not a POSIX system
         return open_file_limit()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
-    if soft != resource.RLIM_INFINITY and soft < wanted:
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    # macOS reports an infinite hard limit but refuses more than OPEN_MAX (10240): try that next.
+    for wanted in (hard if hard != resource.RLIM_INFINITY else 1 << 20, 10240):
+        if soft >= wanted:
+            break
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-            log.debug("raised the open-file limit from %d to %d", soft, wanted)
-            soft = wanted
-        except (ValueError, OSError) as exc:  # e.g. macOS caps below the reported hard limit
-            log.debug("could not raise the open-file limit from %d: %s", soft, exc)
-    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+        except (ValueError, OSError) as exc:
+            log.debug("could not raise the open-file limit from %d to %d: %s", soft, wanted, exc)
+            continue
+        log.debug("raised the open-file limit from %d to %d", soft, wanted)
+        soft = wanted
+        break
+    return soft
 
 
 def derived_max_partitions(open_files: int) -> int:
-    return max(1, (open_files - RESERVED_FILES) // FILES_PER_PARTITION)
+    reserve = min(RESERVED_FILES, open_files // 2)  # a small limit still leaves room for topics
+    return max(1, (open_files - reserve) // FILES_PER_PARTITION)
 
 
 def max_broker_partitions(configured: int | None, open_files: int) -> int:

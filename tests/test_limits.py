@@ -51,13 +51,26 @@ def create_topics(client, specs, validate_only=False):
 
 def test_the_default_partition_cap_leaves_room_for_connections_and_files():
     assert derived_max_partitions(20_000) == (20_000 - 1024) // 4
-    assert derived_max_partitions(1024) == 1  # never zero: a broker can always hold a topic
+    assert derived_max_partitions(1024) == (1024 - 512) // 4  # half kept back at a small limit
+    assert derived_max_partitions(80) == 10
+    assert derived_max_partitions(2) == 1  # never zero: a broker can always hold a topic
     assert max_broker_partitions(None, 20_000) == derived_max_partitions(20_000)
     assert max_broker_partitions(50, 20_000) == 50
 
 
 def user_topics(broker) -> list[str]:
     return sorted(broker.in_broker(lambda: [t.name for t in broker.broker.logs.topics() if not t.name.startswith("__")]))
+
+
+def test_the_soft_open_file_limit_is_raised_to_the_hard_one_as_the_jvm_does():
+    import resource
+
+    result = subprocess.run(
+        [sys.executable, "-c", "from minibroker.limits import raise_open_file_limit as r; print(r())"],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, 1200)),
+        capture_output=True, text=True, check=True,
+    )
+    assert result.stdout.split() == ["1200"]
 
 
 def test_metadata_auto_creates_up_to_the_cap_then_answers_unknown_topic(start_broker, unique):
@@ -105,7 +118,7 @@ def test_more_than_10000_partitions_in_one_request_is_refused_whole_as_kraft_doe
 def test_7000_unknown_topics_in_one_metadata_request_leave_the_broker_serving(tmp_path):
     """The reported attack: one anonymous Metadata naming 7,000 unknown topics auto-created them
     all (3 files each) and ran the process out of file descriptors. With an open-file limit of
-    1,536 the derived cap is 128 partitions: with __consumer_offsets' one, 127 topics are created,
+    1,536 the derived cap is 192 partitions: with __consumer_offsets' one, 191 topics are created,
     the rest answered UNKNOWN_TOPIC_OR_PARTITION, and every client is still served."""
     import resource
 
@@ -124,8 +137,8 @@ def test_7000_unknown_topics_in_one_metadata_request_leave_the_broker_serving(tm
         with WireClient(bootstrap, timeout=120) as c:
             response = metadata(c, [f"flood-{i}" for i in range(7000)], version=4)
             codes = [t.error_code for t in response.topics]
-            assert derived_max_partitions(1536) == 128
-            assert codes.count(0) == 127 and codes.count(3) == 7000 - 127
+            assert derived_max_partitions(1536) == 192
+            assert codes.count(0) == 191 and codes.count(3) == 7000 - 191
         clients = [WireClient(bootstrap) for _ in range(50)]  # files are left for connections
         try:
             for client in clients:
@@ -134,11 +147,11 @@ def test_7000_unknown_topics_in_one_metadata_request_leave_the_broker_serving(tm
             for client in clients:
                 client.close()
         open_files = len(os.listdir(f"/proc/{proc.pid}/fd")) if os.path.isdir("/proc") else 0
-        assert open_files < 1536 - 1000
+        assert open_files < 1536 - 500
     finally:
         proc.terminate()
         _, stderr = proc.communicate(timeout=60)
-    assert "auto-creation of 6873 topic(s) refused, max.broker.partitions=128 reached" in stderr
+    assert "auto-creation of 6809 topic(s) refused, max.broker.partitions=192 reached" in stderr
     assert "Traceback" not in stderr
 
 
