@@ -74,6 +74,9 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
+    # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
+    held_batches: dict | None = None
 
     @property
     def quota_user(self) -> str:
@@ -204,10 +207,8 @@ class Broker:
             config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"]
         )
         self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
-        self.producer_ids = ProducerIds(
-            ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
-        )
-        self.producer_states = ProducerStates(config)
+        self.producer_states = ProducerStates(config, self.logs)
+        self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
