@@ -137,12 +137,18 @@ def test_a_roll_that_cannot_create_the_new_segment_leaves_the_old_one_active(tmp
 
 
 def test_index_files_that_cannot_be_written_are_rewritten_from_memory(tmp_path, monkeypatch):
+    """Index entries reach their files at a flush (storage.index); a flush whose index writes fail
+    raises (nothing is called durable that is not), keeps every entry in memory, and the next
+    flush, or the clean close, writes the files whole."""
     config = LogConfig(index_interval_bytes=0)
     log = PartitionLog.open(tmp_path / "t-0", config, 0)
+    for i in range(10):
+        log.append(batch(i), 0)  # appends write the log only
+    assert not log.active_segment.index_path.exists()
     fake = install(monkeypatch)
     fake.fail("write", errno.ENOSPC, when=lambda fd, data: is_index_fd(fd))
-    for i in range(10):
-        log.append(batch(i), 0)  # the log takes them; the index entries stay in memory
+    with pytest.raises(OSError):
+        log.flush()
     assert len(log.active_segment.offset_index) == 9 and fake.calls_failed >= 1
     assert os.path.getsize(log.active_segment.index_path) == 0
     fake.heal()
@@ -249,13 +255,15 @@ def test_a_really_read_only_partition_directory_answers_kafka_storage_error(tmp_
 
 
 def test_really_running_out_of_file_descriptors_answers_kafka_storage_error(tmp_path):
-    """A real EMFILE: a broker process with a small descriptor limit creates topics until it cannot
-    open another segment file, answers KAFKA_STORAGE_ERROR (not a closed connection), and creates
-    again once deleting topics has given descriptors back."""
+    """A real EMFILE. Segment files alone no longer exhaust a small descriptor limit (80 here): a
+    broker creates more topics than log.max.open.files lets it keep open. When idle client
+    connections take every descriptor the process has left, a request that needs a file answers
+    KAFKA_STORAGE_ERROR (not a closed connection), and is served again once they are gone."""
     import resource
     import socket
     import subprocess
     import sys
+    import time
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -269,22 +277,32 @@ def test_really_running_out_of_file_descriptors_answers_kafka_storage_error(tmp_
          "--data-dir", str(tmp_path / "data"), "--log-level", "ERROR"],
         preexec_fn=limit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    flood: list[socket.socket] = []
     try:
         assert proc.stdout.readline().startswith("minibroker ready")
         with AdminClient(f"127.0.0.1:{port}") as c:
-            codes = []
-            for i in range(80):
-                codes.append(_create(c, f"t{i}").error_code)
-                if codes[-1]:
-                    break
-            assert codes[-1] == KAFKA_STORAGE_ERROR and set(codes[:-1]) == {0} and len(codes) > 3
-            created = len(codes) - 1
-            deleted = c.call(20, {"topic_names": [f"t{i}" for i in range(created)], "timeout": 5000}, version=3)
-            assert {r.error_code for r in deleted.responses} == {0}
-            assert _create(c, "again").error_code == 0
+            assert {_create(c, f"t{i}").error_code for i in range(60)} == {0}
+            assert _produce(c, "t0", b"v").error_code == 0
+            for _ in range(100):  # more than the process can accept
+                flood.append(socket.create_connection(("127.0.0.1", port)))
+            codes, deadline = [], time.monotonic() + 20
+            while not codes or codes[-1] == 0:
+                assert time.monotonic() < deadline, codes
+                codes.append(_create(c, f"full{len(codes)}").error_code)
+            assert codes[-1] == KAFKA_STORAGE_ERROR
+            for sock in flood:
+                sock.close()
+            flood.clear()
+            deadline = time.monotonic() + 20
+            while _create(c, "again").error_code != 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
             assert _produce(c, "again", b"v").error_code == 0
+            assert _fetch_values(c, "t0") == [b"v"]
         assert proc.poll() is None
     finally:
+        for sock in flood:
+            sock.close()
         proc.terminate()
         proc.wait(30)
         proc.stdout.close()
