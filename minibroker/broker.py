@@ -24,6 +24,7 @@ import trio
 from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
+from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
 from minibroker.audit import AuditLog
@@ -47,6 +48,7 @@ from protocol.messages import (
     peek_api,
 )
 from storage.errors import DamagedFileError, storage_error_message
+from storage.file_cache import FileCache
 from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
@@ -171,20 +173,47 @@ class Broker:
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
         self.lock = DataDirLock(self.data_dir)
         self.logs: LogManager | None = None
+        self.files = self._open_file_cache(config)
         try:
             self._open(config)
         except BaseException:
             if self.logs is not None:
                 self.logs.close(clean=False)
+            self.files.close_all()
+            self.files.share.close()
             self.lock.release()
             raise
+
+    @staticmethod
+    def _open_file_cache(config: BrokerConfig) -> FileCache:
+        """The bounded set of open segment files, drawing on the process's descriptor budget."""
+        budget = process_budget()
+        cap = config["log.max.open.files"]
+        if cap < 0:
+            cap = default_open_files_cap(budget)
+        elif cap > budget.capacity:
+            log.warning("log.max.open.files=%d is more than the %d descriptors the limit of %d "
+                        "leaves: raise the limit (ulimit -n)", cap, budget.capacity, open_files_limit())
+        files = FileCache(cap)
+        files.share = budget.share("files", cap, reclaim=files.reclaim)
+        log.info("at most %d segment files open at once (log.max.open.files; budget %s)",
+                 cap, budget.describe())
+        return files
 
     def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
-        self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        started = time.perf_counter()
+        self.logs = LogManager.open(
+            self.data_dir, self.log_config, wall_clock_ms(),
+            files=self.files, threads=config["num.recovery.threads.per.data.dir"],
+        )
+        recovery = self.logs.recovery
+        log.info("registered %d partition(s) in %.0f ms; %d not closed cleanly were recovered%s",
+                 recovery.partitions, (time.perf_counter() - started) * 1000, recovery.recovered,
+                 f" on {recovery.threads} threads" if recovery.threads > 1 else "")
         self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
         self.producer_ids = ProducerIds(
             ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
@@ -252,6 +281,8 @@ class Broker:
             self.quotas.close()
             self.logs.close(clean=True)
         finally:
+            self.files.close_all()
+            self.files.share.close()
             self.lock.release()  # even after a failed close: a restart in this process must work
 
     async def run_background(self) -> None:
