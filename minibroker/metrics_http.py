@@ -17,6 +17,9 @@ Series:
   `minibroker_connections_closed_for_protocol_errors_total`,
   `minibroker_requests_with_trailing_bytes_total` (bytes after a well-formed body, ignored as Kafka
   ignores them).
+- Open files (issue 21): `minibroker_open_segment_files`, `minibroker_open_segment_files_max`
+  (log.max.open.files), `minibroker_segment_file_opens_total`,
+  `minibroker_segment_file_evictions_total`, `minibroker_file_descriptor_limit`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import math
 from typing import TYPE_CHECKING, Iterable
 
 import trio
+
+from minibroker.descriptors import open_files_limit
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker
@@ -111,6 +116,16 @@ def render(broker: Broker, now_ms: int) -> str:
     out.add("minibroker_requests_with_trailing_bytes_total", "counter",
             "requests with bytes after the fields of their body (ignored, as Kafka does)", {},
             m.requests_with_trailing_bytes)
+    files = broker.files
+    out.add("minibroker_open_segment_files", "gauge", "segment files open now", {}, len(files))
+    out.add("minibroker_open_segment_files_max", "gauge", "segment files kept open at most (log.max.open.files)",
+            {}, files.capacity)
+    out.add("minibroker_segment_file_opens_total", "counter", "segment files opened (a reopen after an eviction counts)",
+            {}, files.opens)
+    out.add("minibroker_segment_file_evictions_total", "counter",
+            "segment files closed to stay under log.max.open.files or the descriptor budget", {}, files.evictions)
+    out.add("minibroker_file_descriptor_limit", "gauge", "the process's soft descriptor limit (RLIMIT_NOFILE)",
+            {}, open_files_limit())
     return "\n".join(out.lines()) + "\n"
 
 

@@ -95,6 +95,10 @@ class _Index:
     def flush(self) -> None:
         self.write(fsync=True)
 
+    def mark_durable(self) -> None:
+        """The file system was synced: what the file holds needs no fsync of its own."""
+        self._unsynced = False
+
     def close(self) -> None:
         """Write what the file lacks (no fsync). The entries stay in memory."""
         self.write()

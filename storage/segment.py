@@ -379,6 +379,13 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.flush()
 
+    def mark_durable(self) -> None:
+        """The file system was synced (see PartitionLog.prepare_clean_close)."""
+        self._dirty = False
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.mark_durable()
+
     def flush(self) -> None:
         """fsync the log file if it has unflushed data (reopening it if it was evicted), then write
         and fsync what the index files lack."""

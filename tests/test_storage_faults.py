@@ -259,51 +259,35 @@ def test_really_running_out_of_file_descriptors_answers_kafka_storage_error(tmp_
     broker creates more topics than log.max.open.files lets it keep open. When idle client
     connections take every descriptor the process has left, a request that needs a file answers
     KAFKA_STORAGE_ERROR (not a closed connection), and is served again once they are gone."""
-    import resource
     import socket
-    import subprocess
-    import sys
     import time
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from tests.broker_process import BrokerProcess
 
-    def limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (80, 80))
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "minibroker.cli", "serve", "--listen", f"127.0.0.1:{port}",
-         "--data-dir", str(tmp_path / "data"), "--log-level", "ERROR"],
-        preexec_fn=limit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
     flood: list[socket.socket] = []
-    try:
-        assert proc.stdout.readline().startswith("minibroker ready")
-        with AdminClient(f"127.0.0.1:{port}") as c:
-            assert {_create(c, f"t{i}").error_code for i in range(60)} == {0}
-            assert _produce(c, "t0", b"v").error_code == 0
-            for _ in range(100):  # more than the process can accept
-                flood.append(socket.create_connection(("127.0.0.1", port)))
-            codes, deadline = [], time.monotonic() + 20
-            while not codes or codes[-1] == 0:
-                assert time.monotonic() < deadline, codes
-                codes.append(_create(c, f"full{len(codes)}").error_code)
-            assert codes[-1] == KAFKA_STORAGE_ERROR
+    with BrokerProcess(tmp_path / "data", nofile=80, log_level="ERROR") as broker:
+        host, port = broker.bootstrap.rsplit(":", 1)
+        try:
+            with AdminClient(broker.bootstrap) as c:
+                assert {_create(c, f"t{i}").error_code for i in range(60)} == {0}
+                assert _produce(c, "t0", b"v").error_code == 0
+                for _ in range(100):  # more than the process can accept
+                    flood.append(socket.create_connection((host, int(port))))
+                codes, deadline = [], time.monotonic() + 20
+                while not codes or codes[-1] == 0:
+                    assert time.monotonic() < deadline, codes
+                    codes.append(_create(c, f"full{len(codes)}").error_code)
+                assert codes[-1] == KAFKA_STORAGE_ERROR
+                for sock in flood:
+                    sock.close()
+                flood.clear()
+                deadline = time.monotonic() + 20
+                while _create(c, "again").error_code != 0:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                assert _produce(c, "again", b"v").error_code == 0
+                assert _fetch_values(c, "t0") == [b"v"]
+            assert broker.alive()
+        finally:
             for sock in flood:
                 sock.close()
-            flood.clear()
-            deadline = time.monotonic() + 20
-            while _create(c, "again").error_code != 0:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            assert _produce(c, "again", b"v").error_code == 0
-            assert _fetch_values(c, "t0") == [b"v"]
-        assert proc.poll() is None
-    finally:
-        for sock in flood:
-            sock.close()
-        proc.terminate()
-        proc.wait(30)
-        proc.stdout.close()
-        proc.stderr.close()
