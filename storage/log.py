@@ -4,7 +4,13 @@ replication and compaction).
 Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
 20 digits (`00000000000000000000.log`, `.index`, `.timeindex`; see `storage.segment` and
 `storage.index` for the formats), an optional `log-start-offset` file (decimal text, written
-atomically by DeleteRecords) and, only while the log is closed cleanly, a `clean-shutdown` marker.
+atomically by DeleteRecords) and, while the files are consistent, a `clean-shutdown` marker.
+
+Descriptors (issue 21): a log holds none of its own. Its segments borrow their `.log` file's from a
+`storage.file_cache.FileCache` shared by every log of the broker (bounded by log.max.open.files,
+least recently used closed first), and index files are written lazily, through descriptors opened
+for the write. A log can be registered without reading anything (`register`) and is loaded at its
+first use, so ten thousand idle partitions cost neither descriptors nor start-up time.
 
 Appends store the producer's batches as they are, assigning offsets (baseOffset sits outside the
 CRC). For LogAppendTime topics the batch's maxTimestamp and timestamp-type bit are rewritten and its
@@ -18,15 +24,17 @@ Flush policy (Kafka's defaults):
 * `flush.messages` (default never): fsync once that many offsets were appended since the last flush;
 * `flush.ms` (default never): `maybe_flush(now_ms)` fsyncs when the oldest unflushed append is older;
 * a segment is fsynced (log and indexes) when it is rolled, and everything on a clean close, before the
-  clean-shutdown marker is written.
+  clean-shutdown marker is written (the LogManager syncs the file system once for all its logs).
 
-Recovery at open: the marker is removed (and the removal made durable) before anything else. After a
-clean shutdown the indexes are trusted and only the active segment's tail is checked (the batches after
-its last offset-index entry, and the CRC of its last batch), so opening is fast whatever the log's size.
-After an unclean shutdown (no marker) the active segment is scanned batch by batch, checking framing,
-magic, offset continuity and CRC, and truncated at the first torn or corrupt batch, and its indexes are
-rebuilt. Older segments were fsynced when they were rolled, so they are not scanned; a missing or
-badly sized index file of any segment is rebuilt from its log, and a corrupt one when first used.
+The clean-shutdown marker: written by a clean close (and by `create`: an empty log is consistent),
+removed before the first change to the log's files after it is loaded (`_begin_write`), not at the
+load: a log that was only read keeps it, so a crash leaves nothing to recover there. Loading after a
+clean shutdown trusts the indexes and checks only the active segment's tail (the batches after its
+last offset-index entry, and the CRC of its last batch), so loading is fast whatever the log's size.
+Without the marker the active segment is scanned batch by batch, checking framing, magic, offset
+continuity and CRC, and truncated at the first torn or corrupt batch, and its indexes are rebuilt.
+Older segments were fsynced when they were rolled, so they are not scanned; a missing or badly sized
+index file of any segment is rebuilt from its log, and a corrupt one when first used.
 
 Not thread-safe: call from one thread. Reads are consistent with interleaved appends (they never go
 past the whole batches already written), but retention and deletion close files a concurrent reader in
@@ -67,6 +75,7 @@ from storage.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
     record_with_timestamp,
+    segment_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -126,6 +135,7 @@ class PartitionLog:
         self._closed = False
         self._unloaded_size: int | None = None
         self._single_segment: bool | None = None  # while unloaded: at most one segment on disk
+        self._listing: list[int] | None = None  # segment base offsets listed ahead of `load`
         # Called with the new segment's base offset after a roll, before the batches that caused
         # it are appended (the owner snapshots producer state there).
         self.on_roll: Callable[[int], None] | None = None
@@ -147,7 +157,7 @@ class PartitionLog:
         """The log in `directory`, read nothing of: it is loaded at its first use (or by `load`).
         `now_ms` stands for the load time: Kafka loads every log at start, and a segment's age
         (segment.ms) and the flush.ms clock start from then."""
-        return cls(Path(directory), config, now_ms, files)
+        return cls(directory if isinstance(directory, Path) else Path(directory), config, now_ms, files)
 
     @classmethod
     def create(cls, directory: Path, config: LogConfig, now_ms: int, *,
@@ -188,22 +198,21 @@ class PartitionLog:
         clean-shutdown marker), or was changed since it was loaded."""
         if self._segments is not None:
             return False
-        return not (self.directory / CLEAN_SHUTDOWN_FILE).exists()
+        return not os.path.exists(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE))  # 10,000 at start
 
-    def load(self) -> None:
-        """Read the log's directory and its active segment's tail, or recover the active segment
-        when the log was not closed cleanly. Idempotent; on an error the log stays unloaded (its
-        descriptors given back) and the next use tries again."""
-        if self._segments is not None:
-            return
-        if self._closed:  # a request still holding the log of a deleted topic
-            raise OSError(errno.EBADF, "the log is closed", str(self.directory))
+    def tail_bytes_on_disk(self) -> int:
+        """The size of the last segment file (what a recovery scans). Lists the directory, and the
+        `load` that follows uses that listing."""
+        if self._listing is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._listing = self._list_directory()
+        bases = self._listing
+        return os.stat(self.directory / (segment_name(bases[-1]) + LOG_SUFFIX)).st_size if bases else 0
+
+    def _list_directory(self) -> list[int]:
+        """The base offsets of the segments, sorted; leftovers of unfinished work removed (our
+        temporary files, Kafka-style .deleted/.cleaned/.swap files, indexes whose log is gone)."""
         directory = self.directory
-        config = self._config
-        directory.mkdir(parents=True, exist_ok=True)
-        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
-        self._marker = clean
-
         bases: list[int] = []
         index_names: list[tuple[str, int]] = []
         for name in os.listdir(directory):
@@ -225,6 +234,22 @@ class PartitionLog:
         for name, base in index_names:
             if base not in known:  # an index whose log is gone
                 _unlink(directory / name)
+        return bases
+
+    def load(self) -> None:
+        """Read the log's directory and its active segment's tail, or recover the active segment
+        when the log was not closed cleanly. Idempotent; on an error the log stays unloaded (its
+        descriptors given back) and the next use tries again."""
+        if self._segments is not None:
+            return
+        if self._closed:  # a request still holding the log of a deleted topic
+            raise OSError(errno.EBADF, "the log is closed", str(self.directory))
+        directory = self.directory
+        config = self._config
+        directory.mkdir(parents=True, exist_ok=True)
+        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
+        self._marker = clean
+        bases, self._listing = self._listing if self._listing is not None else self._list_directory(), None
 
         stored_start = _read_log_start_offset(directory)
         segment_args = dict(

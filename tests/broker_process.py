@@ -14,6 +14,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def open_files_under(directory: Path, pid: int | str = "self") -> list[str]:
+    """The files under `directory` the process `pid` holds open (from /proc/<pid>/fd)."""
+    found = []
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory) + "/"):
+            found.append(target)
+    return found
+
+
 class BrokerProcess:
     def __init__(self, data_dir: Path, *, nofile: int | None = None, log_level: str = "INFO",
                  overrides: dict[str, str] | None = None) -> None:
@@ -51,16 +65,7 @@ class BrokerProcess:
 
     def open_files_under(self, directory: Path) -> list[str]:
         """The files under `directory` the broker holds open now."""
-        found = []
-        fd_dir = f"/proc/{self.proc.pid}/fd"
-        for fd in os.listdir(fd_dir):
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(directory) + "/"):
-                found.append(target)
-        return found
+        return open_files_under(directory, self.proc.pid)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -23,23 +23,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from storage.descriptors import DescriptorBudget
 from storage.file_cache import FileCache
+from tests.broker_process import open_files_under
 
 PATHS = 8
 CAPACITY = 3
 BUDGET = 5
 CONNECTIONS_CAP = 4
-
-
-def open_descriptors_under(directory: Path) -> set[str]:
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(directory) + "/"):
-            found.add(target)
-    return found
 
 
 class FileCacheModel(RuleBasedStateMachine):
@@ -188,7 +177,7 @@ class FileCacheModel(RuleBasedStateMachine):
 
     @invariant()
     def the_process_holds_exactly_those_descriptors(self) -> None:
-        assert open_descriptors_under(self.dir) == set(self.lru)
+        assert sorted(open_files_under(self.dir)) == sorted(self.lru)
 
 
 TestFileCacheModel = FileCacheModel.TestCase

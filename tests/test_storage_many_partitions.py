@@ -6,7 +6,6 @@ last clean load (on one thread or several), and closes cleanly with one sync of 
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -18,22 +17,14 @@ from storage.file_cache import FileCache
 from storage.log import CLEAN_SHUTDOWN_FILE
 from storage.manager import LogManager
 from tests.batches import make_batch
+from tests.broker_process import open_files_under
 
 T0 = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=0)
 
 
 def open_segment_files(data_dir: Path) -> list[str]:
-    """The files under `data_dir` this process holds open."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(data_dir) + "/"):
-            found.append(target)
-    return found
+    return [path for path in open_files_under(data_dir) if path.endswith(".log")]
 
 
 def value(topic: int, partition: int, i: int) -> bytes:
@@ -129,8 +120,13 @@ def test_a_tiny_cache_serves_many_partitions_and_loses_nothing_on_eviction(tmp_p
     after_crash.close()
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_after_a_crash_only_the_partitions_changed_since_their_clean_load_are_recovered(tmp_path, threads):
+@pytest.mark.parametrize("threads, large_from, used", [(1, None, 1), (3, 0, 2), (3, None, 1)])
+def test_after_a_crash_only_the_partitions_changed_since_their_clean_load_are_recovered(
+        tmp_path, monkeypatch, threads, large_from, used):
+    """Recovered on worker threads when their last segment is large (here: any size, with
+    PARALLEL_RECOVERY_BYTES 0); small ones on the calling thread (threads would only contend)."""
+    if large_from is not None:
+        monkeypatch.setattr(storage.manager, "PARALLEL_RECOVERY_BYTES", large_from)
     manager = make_topics(tmp_path, 10, 1)
     for t in range(10):
         manager.log(f"t{t}", 0).append(batch_of(t, 0, 0), 0)
@@ -148,7 +144,7 @@ def test_after_a_crash_only_the_partitions_changed_since_their_clean_load_are_re
     assert marked == [f"t{t}-0" for t in (0, 1, 2, 5, 6, 7, 8, 9)]
 
     recovered = LogManager.open(tmp_path, CONFIG, 0, files=FileCache(4), threads=threads)
-    assert (recovered.recovery.recovered, recovered.recovery.threads) == (2, min(threads, 2))
+    assert (recovered.recovery.recovered, recovered.recovery.threads) == (2, used)
     assert sorted(n for n, _, log in recovered.logs() if log.loaded) == ["t3", "t4"]
     assert values(recovered.log("t4", 0)) == [value(4, 0, 0) * 4, value(4, 0, 1) * 4]
     assert all(values(recovered.log(f"t{t}", 0))[0] == value(t, 0, 0) * 4 for t in range(10))
