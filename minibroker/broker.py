@@ -196,8 +196,8 @@ class Broker:
                         "leaves: raise the limit (ulimit -n)", cap, budget.capacity, open_files_limit())
         files = FileCache(cap)
         files.share = budget.share("files", cap, reclaim=files.reclaim)
-        log.info("at most %d segment files open at once (log.max.open.files; budget %s)",
-                 cap, budget.describe())
+        log.info("at most %d segment files open at once (log.max.open.files), under a descriptor "
+                 "limit of %d (budget: %s)", cap, open_files_limit(), budget.describe())
         return files
 
     def _open(self, config: BrokerConfig) -> None:

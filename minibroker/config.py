@@ -163,7 +163,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
         Key("log.max.open.files", _int, "-1", "Segment files kept open at once (least recently used closed first, reopened on demand); -1: half of what the process's descriptor limit leaves after a reserve of 64, the other half being for connections.", lambda v: None if v == -1 or v >= 1 else "must be -1 or at least 1"),
-        Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover the partitions not closed cleanly at start, and flush the logs at a clean shutdown (Kafka's default).", _at_least(1)),
+        Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover, at start, the partitions not closed cleanly whose last segment holds 1 MiB or more (smaller ones are recovered on the main thread, where threads would only contend for Python's GIL), and that fsync the logs at a clean shutdown where the kernel has no syncfs (Kafka's default).", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
         Key("max.in.flight.sequence.number.per.connection", _int, str(1 << 20), "lean mode: how far below the latest sequence a resent batch counts as a duplicate (sequence numbers).", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
