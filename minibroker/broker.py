@@ -25,6 +25,7 @@ from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
+from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
 from minibroker.audit import AuditLog
@@ -32,6 +33,7 @@ from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore, allowed_before_authentication
+from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
@@ -75,6 +77,9 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
+    # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
+    held_batches: dict | None = None
 
     @property
     def quota_user(self) -> str:
@@ -202,6 +207,9 @@ class Broker:
 
     def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
+        # Settings changed at runtime (KIP-226), kept in the data dir, over the properties.
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.data_dir, config)
+        self.config = config = self.dynamic_configs.current()
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
@@ -215,10 +223,8 @@ class Broker:
                  recovery.partitions, (time.perf_counter() - started) * 1000, recovery.recovered,
                  f" on {recovery.threads} threads" if recovery.threads > 1 else "")
         self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
-        self.producer_ids = ProducerIds(
-            ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
-        )
-        self.producer_states = ProducerStates(config)
+        self.producer_states = ProducerStates(config, self.logs)
+        self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
@@ -234,6 +240,8 @@ class Broker:
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
+        # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
+        self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}

@@ -70,6 +70,7 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     18: 2,  # ApiVersions
     19: 3,  # CreateTopics
     20: 2,  # DeleteTopics
+    21: 1,  # DeleteRecords
     22: 1,  # InitProducerId
     32: 2,  # DescribeConfigs
     33: 1,  # AlterConfigs
@@ -82,6 +83,9 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     45: 0,  # AlterPartitionReassignments
     46: 0,  # ListPartitionReassignments
     47: 0,  # OffsetDelete
+    50: 0,  # DescribeUserScramCredentials
+    51: 0,  # AlterUserScramCredentials
+    75: 0,  # DescribeTopicPartitions
 }
 
 
@@ -133,6 +137,23 @@ class TaskClock(trio.abc.Instrument):
             self._suspended_ns[task] += time.perf_counter_ns() - since
 
 
+def _producer_id_quota(config: BrokerConfig) -> ProducerIdQuotaManager:
+    """The KIP-936 manager from the producer.id.quota.* settings, with errors naming the key."""
+    from minibroker.config import ConfigError
+
+    if "producer.id.quota.window.num" in config.props:
+        log.warning("producer.id.quota.window.num has no effect: the producer-id quota window is one "
+                    "producer.id.quota.window.size.seconds, in producer.id.quota.cache.layer.count layers")
+    try:
+        return ProducerIdQuotaManager(
+            window_size_seconds=config["producer.id.quota.window.size.seconds"],
+            layer_count=config["producer.id.quota.cache.layer.count"],
+            false_positive_rate=config["producer.id.quota.cache.false.positive.rate"],
+        )
+    except ValueError as exc:
+        raise ConfigError("producer.id.quota.cache.layer.count", str(exc)) from None
+
+
 class BrokerQuotas:
     """Quota managers, their callback and configuration store, for one broker."""
 
@@ -153,10 +174,8 @@ class BrokerQuotas:
         self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config)
         self.request = ClientRequestQuotaManager(self.callback, metric_config)
         self.managers = (self.produce, self.fetch, self.request)
-        self.pid = ProducerIdQuotaManager(
-            window_num=config["producer.id.quota.window.num"],
-            window_size_seconds=config["producer.id.quota.window.size.seconds"],
-        )
+        self.pid = _producer_id_quota(config)
+        self.pid_cleanup_interval_s = config["producer.id.quota.cache.cleanup.scheduler.interval.ms"] / 1000
         self.task_clock = TaskClock()
         self._clock_installed = False
         self.path = data_dir / QUOTA_STORE_FILE
@@ -207,6 +226,13 @@ class BrokerQuotas:
                         for entity, code, error in planned]
         return self.store.alter(entries, False)
 
+    def reconfigure_window(self, window_num: int, window_size_seconds: int) -> None:
+        """quota.window.num / quota.window.size.seconds changed at runtime (a dynamic broker config):
+        the managers measure in the new window from now on."""
+        metric_config = MetricConfig(window_num, window_size_seconds * 1000)
+        for manager in self.managers:
+            manager.reconfigure(metric_config)
+
     def _persist(self, text: str) -> None:
         write_atomically(self.path, text.encode())
 
@@ -242,6 +268,14 @@ class BrokerQuotas:
             manager.expire_sensors(now_ms)
         # The producer-id quota runs on the wall clock, like the audit stream that replays it.
         self.pid.cleanup(wall_ms)
+
+    async def run_pid_cache_cleanup(self) -> None:
+        """Drop expired producer-id quota layers and idle users every
+        `producer.id.quota.cache.cleanup.scheduler.interval.ms` (KIP-936's cleanup scheduler)."""
+        while True:
+            await trio.sleep(self.pid_cleanup_interval_s)
+            if self.pid.tracked_principals():
+                self.pid.cleanup(time.time_ns() // 1_000_000)
 
     async def run_housekeeping(self, every_s: float = 60.0) -> None:
         """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""

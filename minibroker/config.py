@@ -165,11 +165,12 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("log.max.open.files", _int, "-1", "Segment files kept open at once (least recently used closed first, reopened on demand); -1: half of what the process's descriptor limit leaves after a reserve of 64, the other half being for connections.", lambda v: None if v == -1 or v >= 1 else "must be -1 or at least 1"),
         Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover, at start, the partitions not closed cleanly whose last segment holds 1 MiB or more (smaller ones are recovered on the main thread, where threads would only contend for Python's GIL), and that fsync the logs at a clean shutdown where the kernel has no syncfs (Kafka's default).", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
+        Key("max.request.partition.size.limit", _int, "2000", "Most partitions one DescribeTopicPartitions response holds (the client pages for more).", _at_least(1)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
         Key("max.in.flight.sequence.number.per.connection", _int, str(1 << 20), "lean mode: how far below the latest sequence a resent batch counts as a duplicate (sequence numbers).", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
         Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
         Key("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producer ids are expired.", _at_least(1)),
-        Key("producer.id.quota.error.code", _int, "89", "Error answered to a batch whose new producer id is over the user's producer_ids_rate (89 THROTTLING_QUOTA_EXCEEDED).", _at_least(1)),
+        Key("producer.id.quota.error.code", _int, "19", "Error answered to a batch whose new producer id is over the user's producer_ids_rate (KIP-936), with throttle_time_ms set: 19 NOT_ENOUGH_REPLICAS, which every measured client retries (89 THROTTLING_QUOTA_EXCEEDED fails the send in librdkafka and aiokafka; see the README's table).", lambda v: None if 1 <= v <= 32767 else "must be an error code between 1 and 32767"),
         Key("audit.enable", _bool, "false", "Record every produce, fetch and InitProducerId decision (quota verdicts included) in the internal topic __minibroker_audit, for the pipeline."),
         Key("audit.flush.interval.ms", _int, "1000", "How often buffered audit events are appended to __minibroker_audit.", _at_least(1)),
         Key("audit.retention.ms", _int, "604800000", "retention.ms of the __minibroker_audit topic.", lambda v: None if v == -1 or v > 0 else "must be -1 or positive"),
@@ -182,8 +183,11 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
         Key("quota.window.size.seconds", _int, "1", "Length of one client quota sample.", _at_least(1)),
         Key("client.quota.callback.class", _str, "", "A ClientQuotaCallback (package.module:Class) instead of the default <user, client-id> quotas (KIP-257)."),
-        Key("producer.id.quota.window.num", _int, "11", "Samples (Bloom layers) of the producer-id quota window (KIP-936).", _at_least(1)),
-        Key("producer.id.quota.window.size.seconds", _int, "3600", "Length of one producer-id quota sample.", _at_least(1)),
+        Key("producer.id.quota.window.size.seconds", _int, "3600", "The window W of producer_ids_rate (KIP-936): a user may introduce producer_ids_rate new producer ids in any W; Bloom layers live W.", _at_least(1)),
+        Key("producer.id.quota.window.num", _int, "11", "Kept from KIP-936's table so its configs load; no effect (the window is one producer.id.quota.window.size.seconds, in producer.id.quota.cache.layer.count layers).", _at_least(1)),
+        Key("producer.id.quota.cache.layer.count", _int, "4", "Bloom layers per producer-id quota window: a new layer (and admission slot) every window.size / layer.count, or sooner when the newest layer is full (KIP-936).", _at_least(1)),
+        Key("producer.id.quota.cache.false.positive.rate", _float, "0.001", "False-positive rate of each Bloom layer of the producer-id quota (KIP-936); a claimed id is checked against producer state.", lambda v: None if 0.0 < v < 1.0 else "must be between 0 and 1 (exclusive)"),
+        Key("producer.id.quota.cache.cleanup.scheduler.interval.ms", _int, "10", "How often expired producer-id quota layers and idle users are dropped (KIP-936's default).", _at_least(1)),
         Key("sasl.enabled.mechanisms", _mechanisms, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms offered on a SASL_PLAINTEXT listener."),
         Key("sasl.users", _users, "", "Users of the SASL_PLAINTEXT listener, NAME:PASSWORD,... (SCRAM credentials are derived at start: random salt, 4096 iterations).", sensitive=True),
         Key("connection.failed.authentication.delay.ms", _int, "100", "How long a failed SASL authentication waits before its answer and the close (Kafka's default), to slow down clients retrying a wrong password.", _at_least(0)),
@@ -252,14 +256,6 @@ class BrokerConfig:
 
     def unknown_keys(self) -> list[str]:
         return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS)
-
-    def describe(self) -> list[tuple[str, str | None, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource; value None for a
-        sensitive key (as Kafka, which never returns passwords)."""
-        return [
-            (name, None if key.sensitive else self.props.get(name, key.default), name not in self.props)
-            for name, key in sorted(BROKER_CONFIGS.items())
-        ]
 
     @property
     def data_dir(self) -> Path:
