@@ -24,10 +24,11 @@ import trio
 from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
+from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
-from minibroker.limits import ConnectionQuotas, RequestMemoryPool, max_broker_partitions, open_file_limit
+from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
@@ -50,6 +51,7 @@ from protocol.messages import (
     peek_api,
 )
 from storage.errors import DamagedFileError, storage_error_message
+from storage.file_cache import FileCache
 from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
@@ -189,13 +191,33 @@ class Broker:
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
         self.lock = DataDirLock(self.data_dir)
         self.logs: LogManager | None = None
+        self.files = self._open_file_cache(config)
+        # Connections draw on the same descriptor budget: what the segment files' cap leaves.
+        budget = process_budget()
+        self.connection_share = budget.share("connections", max(1, budget.capacity - self.files.capacity))
         try:
             self._open(config)
         except BaseException:
             if self.logs is not None:
                 self.logs.close(clean=False)
-            self.lock.release()
+            self._release_descriptors()
             raise
+
+    @staticmethod
+    def _open_file_cache(config: BrokerConfig) -> FileCache:
+        """The bounded set of open segment files, drawing on the process's descriptor budget."""
+        budget = process_budget()
+        cap = config["log.max.open.files"]
+        if cap < 0:
+            cap = default_open_files_cap(budget)
+        elif cap > budget.capacity:
+            log.warning("log.max.open.files=%d is more than the %d descriptors the limit of %d "
+                        "leaves: raise the limit (ulimit -n)", cap, budget.capacity, open_files_limit())
+        files = FileCache(cap)
+        files.share = budget.share("files", cap, reclaim=files.reclaim)
+        log.info("at most %d segment files open at once (log.max.open.files), under a descriptor "
+                 "limit of %d (budget: %s)", cap, open_files_limit(), budget.describe())
+        return files
 
     def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
@@ -205,11 +227,20 @@ class Broker:
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
-        self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        started = time.perf_counter()
+        self.logs = LogManager.open(
+            self.data_dir, self.log_config, wall_clock_ms(),
+            files=self.files, threads=config["num.recovery.threads.per.data.dir"],
+        )
+        recovery = self.logs.recovery
+        log.info("registered %d partition(s) in %.0f ms; %d not closed cleanly were recovered%s",
+                 recovery.partitions, (time.perf_counter() - started) * 1000, recovery.recovered,
+                 f" on {recovery.threads} threads" if recovery.threads > 1 else "")
         self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
-        self.max_partitions = max_broker_partitions(config["max.broker.partitions"], open_file_limit())
+        self.max_partitions: int = config["max.broker.partitions"]
         self.connection_quotas = ConnectionQuotas(
-            config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"]
+            config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"],
+            share=self.connection_share,
         )
         self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
@@ -278,7 +309,13 @@ class Broker:
             self.quotas.close()
             self.logs.close(clean=True)
         finally:
-            self.lock.release()  # even after a failed close: a restart in this process must work
+            self._release_descriptors()
+
+    def _release_descriptors(self) -> None:
+        self.files.close_all()
+        self.files.share.close()
+        self.connection_share.close()
+        self.lock.release()  # even after a failed close: a restart in this process must work
 
     async def run_background(self) -> None:
         """Retention and the time-based flush policy, on their configured intervals."""

@@ -152,14 +152,6 @@ def _ip_overrides(value: str) -> dict[str, int]:
     return out
 
 
-def _optional_int(value: str) -> int | None:
-    return _int(value) if value.strip() else None
-
-
-def _positive_or_none(v: int | None) -> str | None:
-    return None if v is None or v >= 1 else "must be at least 1 (or empty)"
-
-
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -188,7 +180,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
         Key("num.partitions", _int, "1", "Partitions of an auto-created topic.", _at_least(1)),
         Key("auto.create.topics.enable", _bool, "true", "Create unknown topics named in Metadata requests."),
-        Key("max.broker.partitions", _optional_int, "", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. Empty: what the open-file limit affords, (RLIMIT_NOFILE - reserve) / 4 with reserve 1024 or half the limit if less (128 at a limit of 1024), as each partition keeps 3 or more files open.", _positive_or_none),
+        Key("max.broker.partitions", _int, "50000", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. An idle partition holds no file descriptor but costs about 3 KB of memory and a directory.", _at_least(1)),
         Key("default.replication.factor", _int, "1", "Only 1 is possible with one broker.", _one_of(1)),
         Key("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted.", _at_least(1)),
         Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),
@@ -200,6 +192,8 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("message.max.bytes", _int, "1048588", "Largest record batch accepted (topic: max.message.bytes).", _at_least(0)),
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
+        Key("log.max.open.files", _int, "-1", "Segment files kept open at once (least recently used closed first, reopened on demand); -1: half of what the process's descriptor limit leaves after a reserve of 64, the other half being for connections.", lambda v: None if v == -1 or v >= 1 else "must be -1 or at least 1"),
+        Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover, at start, the partitions not closed cleanly whose last segment holds 1 MiB or more (smaller ones are recovered on the main thread, where threads would only contend for Python's GIL), and that fsync the logs at a clean shutdown where the kernel has no syncfs (Kafka's default).", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
         Key("max.request.partition.size.limit", _int, "2000", "Most partitions one DescribeTopicPartitions response holds (the client pages for more).", _at_least(1)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),

@@ -19,17 +19,12 @@ fit waits, reading nothing more, until memory is released. As Kafka's SimpleMemo
 a frame is admitted while any memory is free, so one larger than what is left still goes through
 and nothing can wait forever.
 
-Partitions and files:
+Partitions:
 
-- Open files. Like the JVM (which raises its soft RLIMIT_NOFILE to the hard limit at start,
-  -XX:+MaxFDLimit), the broker raises its soft limit to the hard one.
-- `max.broker.partitions` (the name KIP-578 proposed; Kafka shipped no such limit). Every partition
-  holds at least three files open (`.log`, `.index`, `.timeindex`) plus one per older segment, so
-  a client that names thousands of new topics would otherwise take every file descriptor and leave
-  the broker unable to accept a connection or roll a segment until restarted. By default the cap
-  is derived from the open-file limit: (RLIMIT_NOFILE - reserve) / 4, which keeps `reserve`
-  descriptors (1024, or half the limit when that is less) for connections and the rest, and budgets
-  four per partition: 128 partitions at a limit of 1024, 4,744 at 20,000.
+- `max.broker.partitions` (the name KIP-578 proposed; Kafka shipped no such limit), default 50,000.
+  An idle partition holds no file descriptor (storage.file_cache), but it costs about 3 KB of
+  memory and a directory, so a client naming thousands of new topics in every Metadata request
+  could otherwise grow the broker without bound.
 - KRaft's own per-request cap: a CreateTopics asking for more than 10,000 partitions in all is
   refused whole with POLICY_VIOLATION "Excessively large number of partitions per request."
 
@@ -44,63 +39,7 @@ import trio
 
 log = logging.getLogger(__name__)
 
-RESERVED_FILES = 1024  # connections, listeners, producer-id and offsets files, a roll in progress
-FILES_PER_PARTITION = 4  # .log, .index, .timeindex, and one older segment's .log
 MAX_PARTITIONS_PER_REQUEST = 10_000  # KRaft's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
-
-
-def open_file_limit() -> int:
-    """The soft RLIMIT_NOFILE in force (a large number where the platform has none)."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system
-        return 1 << 20
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return soft if soft != resource.RLIM_INFINITY else 1 << 20
-
-
-def raise_open_file_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit (as the JVM does); returns the soft limit now
-    in force."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system
-        return open_file_limit()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 1 << 20
-    # macOS reports an infinite hard limit but refuses more than OPEN_MAX (10240): try that next.
-    for wanted in (hard if hard != resource.RLIM_INFINITY else 1 << 20, 10240):
-        if soft >= wanted:
-            break
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        except (ValueError, OSError) as exc:
-            log.debug("could not raise the open-file limit from %d to %d: %s", soft, wanted, exc)
-            continue
-        log.debug("raised the open-file limit from %d to %d", soft, wanted)
-        soft = wanted
-        break
-    return soft
-
-
-def derived_max_partitions(open_files: int) -> int:
-    reserve = min(RESERVED_FILES, open_files // 2)  # a small limit still leaves room for topics
-    return max(1, (open_files - reserve) // FILES_PER_PARTITION)
-
-
-def max_broker_partitions(configured: int | None, open_files: int) -> int:
-    """The partition cap in force: the configured one, or the one the open-file limit affords."""
-    affordable = derived_max_partitions(open_files)
-    if configured is None:
-        return affordable
-    if configured > affordable:
-        log.warning(
-            "max.broker.partitions=%d is more than the open-file limit (%d) affords (about %d "
-            "partitions at %d files each); raise the limit (ulimit -n) or expect 'Too many open files'",
-            configured, open_files, affordable, FILES_PER_PARTITION,
-        )
-    return configured
 
 
 def partitions_in_use(logs) -> int:
@@ -118,9 +57,16 @@ def over_cap_message(name: str, wanted: int, in_use: int, cap: int) -> str:
 
 
 class ConnectionQuotas:
-    """Open connections, broker-wide and per address (Kafka's ConnectionQuotas)."""
+    """Open connections, broker-wide and per address (Kafka's ConnectionQuotas).
 
-    def __init__(self, max_connections: int, max_per_ip: int, overrides: dict[str, int]) -> None:
+    Each connection also holds a descriptor of the process's budget (`share`, see
+    minibroker.descriptors): the broker-wide limit is `max.connections` or the share's cap, whichever
+    is less, so connections can never take the descriptors segment files need."""
+
+    def __init__(self, max_connections: int, max_per_ip: int, overrides: dict[str, int], share=None) -> None:
+        self.share = share
+        if share is not None and share.cap < max_connections:
+            max_connections = share.cap
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
         self.overrides = dict(overrides)
@@ -150,11 +96,16 @@ class ConnectionQuotas:
         if self.per_ip[ip] >= self.ip_limit(ip):
             self.rejected_per_ip += 1
             return False
+        if self.share is not None and not self.share.try_acquire():
+            # Only descriptors outside the budget can be short here (the cap keeps count below it).
+            return False
         self.count += 1
         self.per_ip[ip] += 1
         return True
 
     def release(self, ip: str) -> None:
+        if self.share is not None:
+            self.share.release()
         self.count -= 1
         self.per_ip[ip] -= 1
         if not self.per_ip[ip]:

@@ -24,9 +24,14 @@ Series:
   ignores them).
 - Limits (minibroker.limits): `minibroker_connections_closed_idle_total` (connections.max.idle.ms),
   `minibroker_connections_rejected_total` (max.connections.per.ip),
-  `minibroker_connection_accept_waits_total` (max.connections), `minibroker_request_memory_bytes`
+  `minibroker_connection_accept_waits_total` (max.connections), `minibroker_connections_max` (the
+  limit in force: max.connections or the connections' share of the descriptor budget),
+  `minibroker_request_memory_bytes`
   and `minibroker_request_memory_waits_total` (queued.max.request.bytes). Frames over
   sasl.server.max.receive.size count in `minibroker_connections_closed_for_protocol_errors_total`.
+- Open files (issue 21): `minibroker_open_segment_files`, `minibroker_open_segment_files_max`
+  (log.max.open.files), `minibroker_segment_file_opens_total`,
+  `minibroker_segment_file_evictions_total`, `minibroker_file_descriptor_limit`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ import math
 from typing import TYPE_CHECKING, Iterable
 
 import trio
+
+from minibroker.descriptors import open_files_limit
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker
@@ -136,6 +143,9 @@ def render(broker: Broker, now_ms: int) -> str:
             "requests with bytes after the fields of their body (ignored, as Kafka does)", {},
             m.requests_with_trailing_bytes)
     quotas, memory = broker.connection_quotas, broker.request_memory
+    out.add("minibroker_connections_max", "gauge",
+            "connections accepted at most at once: max.connections or the connections' share of the "
+            "descriptor budget, whichever is less", {}, quotas.max_connections)
     out.add("minibroker_connections_closed_idle_total", "counter",
             "connections closed after connections.max.idle.ms without a completed request", {}, m.closed_idle)
     out.add("minibroker_connections_rejected_total", "counter",
@@ -148,6 +158,16 @@ def render(broker: Broker, now_ms: int) -> str:
             "bytes of requests read and not yet handled (bounded by queued.max.request.bytes)", {}, memory.used)
     out.add("minibroker_request_memory_waits_total", "counter",
             "times a connection waited for queued.max.request.bytes to read its next request", {}, memory.waits)
+    files = broker.files
+    out.add("minibroker_open_segment_files", "gauge", "segment files open now", {}, len(files))
+    out.add("minibroker_open_segment_files_max", "gauge", "segment files kept open at most (log.max.open.files)",
+            {}, files.capacity)
+    out.add("minibroker_segment_file_opens_total", "counter", "segment files opened (a reopen after an eviction counts)",
+            {}, files.opens)
+    out.add("minibroker_segment_file_evictions_total", "counter",
+            "segment files closed to stay under log.max.open.files or the descriptor budget", {}, files.evictions)
+    out.add("minibroker_file_descriptor_limit", "gauge", "the process's soft descriptor limit (RLIMIT_NOFILE)",
+            {}, open_files_limit())
     return "\n".join(out.lines()) + "\n"
 
 

@@ -32,7 +32,6 @@ import trio
 
 from minibroker.broker import Broker, Connection, StartupError
 from minibroker.config import BrokerConfig
-from minibroker.limits import raise_open_file_limit
 from protocol.framing import FrameDecoder, FrameError
 from protocol.messages import ProtocolError
 
@@ -210,7 +209,6 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
     """Run a broker until cancelled. Reports (host, port, broker) of the first listener through
     task_status once listening; `broker.listeners` has every listener by name."""
     started = time.perf_counter()
-    raise_open_file_limit()  # before the broker sizes its partition cap from it
     broker = Broker(config)
     try:
         bound = []

@@ -1,7 +1,7 @@
 """Resource limits (minibroker/limits.py, README "Limits and failure behaviour"): what a client can
 make the broker take on is bounded, and what is refused is answered, not a dropped connection.
 
-Partitions: max.broker.partitions (derived from the open-file limit by default) bounds Metadata
+Partitions: max.broker.partitions (50,000 by default) bounds Metadata
 auto-creation and CreateTopics; KRaft's 10,000 partitions per CreateTopics request.
 Connections: max.connections, max.connections.per.ip(.overrides), connections.max.idle.ms (slowloris
 included), sasl.server.max.receive.size, queued.max.request.bytes; real sockets where no time is
@@ -22,7 +22,7 @@ import trio.testing
 
 from minibroker.broker import Broker
 from minibroker.config import BrokerConfig, ConfigError
-from minibroker.limits import RequestMemoryPool, derived_max_partitions, max_broker_partitions
+from minibroker.limits import RequestMemoryPool
 from minibroker.server import serve_connection
 from protocol.entities import build
 from tests.test_broker_wire import create_topic, ms
@@ -49,15 +49,6 @@ def create_topics(client, specs, validate_only=False):
 # ---- partitions ------------------------------------------------------------------------------------
 
 
-def test_the_default_partition_cap_leaves_room_for_connections_and_files():
-    assert derived_max_partitions(20_000) == (20_000 - 1024) // 4
-    assert derived_max_partitions(1024) == (1024 - 512) // 4  # half kept back at a small limit
-    assert derived_max_partitions(80) == 10
-    assert derived_max_partitions(2) == 1  # never zero: a broker can always hold a topic
-    assert max_broker_partitions(None, 20_000) == derived_max_partitions(20_000)
-    assert max_broker_partitions(50, 20_000) == 50
-
-
 def user_topics(broker) -> list[str]:
     return sorted(broker.in_broker(lambda: [t.name for t in broker.broker.logs.topics() if not t.name.startswith("__")]))
 
@@ -66,7 +57,7 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one_as_the_jvm_does():
     import resource
 
     result = subprocess.run(
-        [sys.executable, "-c", "from minibroker.limits import raise_open_file_limit as r; print(r())"],
+        [sys.executable, "-c", "from minibroker.descriptors import raise_open_files_limit as r; print(r()[1])"],
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, 1200)),
         capture_output=True, text=True, check=True,
     )
@@ -117,8 +108,9 @@ def test_more_than_10000_partitions_in_one_request_is_refused_whole_as_kraft_doe
 
 def test_7000_unknown_topics_in_one_metadata_request_leave_the_broker_serving(tmp_path):
     """The reported attack: one anonymous Metadata naming 7,000 unknown topics auto-created them
-    all (3 files each) and ran the process out of file descriptors. With an open-file limit of
-    1,536 the derived cap is 192 partitions: with __consumer_offsets' one, 191 topics are created,
+    all and ran the process out of file descriptors. Idle partitions now hold no descriptor, and
+    max.broker.partitions bounds what one client can make the broker hold: under an open-file limit
+    of 1,536 and a cap of 300, 299 topics are created (__consumer_offsets has the other partition),
     the rest answered UNKNOWN_TOPIC_OR_PARTITION, and every client is still served."""
     import resource
 
@@ -127,7 +119,7 @@ def test_7000_unknown_topics_in_one_metadata_request_leave_the_broker_serving(tm
 
     proc = subprocess.Popen(
         MINIBROKER + ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"),
-                      "--log-level", "WARNING"],
+                      "--log-level", "WARNING", "--override", "max.broker.partitions=300"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=low_file_limit,
     )
     try:
@@ -137,9 +129,8 @@ def test_7000_unknown_topics_in_one_metadata_request_leave_the_broker_serving(tm
         with WireClient(bootstrap, timeout=120) as c:
             response = metadata(c, [f"flood-{i}" for i in range(7000)], version=4)
             codes = [t.error_code for t in response.topics]
-            assert derived_max_partitions(1536) == 192
-            assert codes.count(0) == 191 and codes.count(3) == 7000 - 191
-        clients = [WireClient(bootstrap) for _ in range(50)]  # files are left for connections
+            assert codes.count(0) == 299 and codes.count(3) == 7000 - 299
+        clients = [WireClient(bootstrap) for _ in range(50)]
         try:
             for client in clients:
                 assert client.request(schema(18, 0)()).error_code == 0
@@ -151,7 +142,7 @@ def test_7000_unknown_topics_in_one_metadata_request_leave_the_broker_serving(tm
     finally:
         proc.terminate()
         _, stderr = proc.communicate(timeout=60)
-    assert "auto-creation of 6809 topic(s) refused, max.broker.partitions=192 reached" in stderr
+    assert "auto-creation of 6701 topic(s) refused, max.broker.partitions=300 reached" in stderr
     assert "Traceback" not in stderr
 
 
