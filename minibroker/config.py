@@ -164,7 +164,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
-        Key("max.in.flight.sequence.number.per.connection", _int, str(1 << 20), "lean mode: how far below the latest sequence a resent batch counts as a duplicate (sequence numbers).", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
+        Key("max.in.flight.sequence.number.per.connection", _int, "10000000", "lean mode: how far below the latest sequence a resent batch counts as a duplicate, in sequence numbers (seed 003's default, 10 million); sent to producers in a tagged field of ApiVersions and InitProducerId responses.", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
         Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
         Key("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producer ids are expired.", _at_least(1)),
         Key("producer.id.quota.error.code", _int, "89", "Error answered to a batch whose new producer id is over the user's producer_ids_rate (89 THROTTLING_QUOTA_EXCEEDED).", _at_least(1)),
