@@ -31,6 +31,7 @@ from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore, allowed_before_authentication
 from protocol.entities import build
+from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
     API_VERSIONS_KEY,
@@ -163,6 +164,12 @@ class Broker:
             ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
         )
         self.producer_states = ProducerStates(config)
+        # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
+        # versions) in a tagged field, in lean mode only (protocol.extensions).
+        self.response_tags: dict[int, dict[int, bytes]] = {}
+        if self.producer_states.mode == "lean":
+            window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
+            self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
@@ -342,7 +349,9 @@ class Broker:
         return self._response(ctx, data, throttle_ms)
 
     def _encode(self, ctx: RequestContext, result: dict) -> bytes:
-        return encode_response(ctx.schema, ctx.header.correlation_id, build(ctx.schema.response, result))
+        schema = ctx.schema
+        return encode_response(schema, ctx.header.correlation_id, build(schema.response, result),
+                               self.response_tags.get(schema.api_key))
 
     def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
         self.metrics.bytes_out += len(data)
