@@ -33,6 +33,7 @@ from minibroker.sasl import UserStore, allowed_before_authentication
 from protocol.entities import build
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
+from quotas.cluster import Cluster, Node, PartitionInfo
 from protocol.messages import (
     API_VERSIONS_KEY,
     ApiSchema,
@@ -175,6 +176,7 @@ class Broker:
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir)
+        self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
         self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
         if config["audit.enable"]:
@@ -205,6 +207,22 @@ class Broker:
         self.listeners[name] = endpoint
         if len(self.listeners) == 1:
             self.advertised_host, self.advertised_port = endpoint
+
+    def cluster_view(self) -> Cluster:
+        """This broker's view of the cluster, as the quota callback receives it: one node (this
+        broker, at its first listener's advertised address) leading every partition."""
+        node = Node(self.node_id, self.advertised_host, self.advertised_port)
+        partitions = [
+            PartitionInfo(info.name, index, self.node_id, (self.node_id,))
+            for info in self.logs.topics()
+            for index in range(info.num_partitions)
+        ]
+        return Cluster.of(self.cluster_id, [node], partitions, controller=self.node_id)
+
+    def publish_cluster_metadata(self) -> None:
+        """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and
+        whenever topics or partitions change; if it says limits changed, every quota's is re-read."""
+        self.quotas.update_cluster_metadata(self.cluster_view)
 
     def new_connection(self, peer: str, listener: str = "PLAINTEXT") -> Connection:
         self._next_connection_id += 1

@@ -30,11 +30,18 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from quotas.callback import DEFAULT, ClientQuotaEntity, DefaultQuotaCallback, QuotaType, load_callback
+from quotas.callback import (
+    DEFAULT,
+    ClientQuotaCallback,
+    ClientQuotaEntity,
+    DefaultQuotaCallback,
+    QuotaType,
+    load_callback,
+)
 from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
 from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import ProducerIdQuotaManager
@@ -43,6 +50,7 @@ from storage.log import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
+    from quotas.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +145,9 @@ class BrokerQuotas:
 
             try:
                 self.callback = load_callback(callback_class)
+                self.callback.configure(config.effective_props())
             except ValueError as exc:
                 raise ConfigError("client.quota.callback.class", str(exc)) from None
-            self.callback.configure(dict(config.props))
         else:
             self.callback = DefaultQuotaCallback()
         self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.callback, metric_config)
@@ -212,6 +220,19 @@ class BrokerQuotas:
     def forget_current_task(self) -> None:
         if len(self.task_clock):
             self.task_clock.forget(trio.lowlevel.current_task())
+
+    def update_cluster_metadata(self, cluster_view: Callable[[], Cluster]) -> bool:
+        """Pass the cluster to the callback (KIP-257); when it answers True, every live sensor's limit
+        is re-read (Kafka: `updateQuotaMetricConfigs()` on each manager). `cluster_view` is only
+        called for a callback that overrides `update_cluster_metadata` (the default ignores it, as
+        in Kafka), so an unquota'd broker never builds the view. Returns the callback's answer."""
+        if type(self.callback).update_cluster_metadata is ClientQuotaCallback.update_cluster_metadata:
+            return False
+        changed = bool(self.callback.update_cluster_metadata(cluster_view()))
+        if changed:
+            for manager in self.managers:
+                manager.refresh_quota_bounds()
+        return changed
 
     def fetch_max_bytes(self, user: str, client_id: str) -> float:
         """The most one Fetch may return: quota * (samples - 1) * window (inf when unlimited)."""

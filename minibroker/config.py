@@ -71,6 +71,9 @@ def _fault_rules(value: str):
     return parse_rules(value)
 
 
+# Settings of a custom quota callback (client.quota.callback.class) live under this prefix.
+CALLBACK_CONFIG_PREFIX = "client.quota.callback."
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -249,7 +252,14 @@ class BrokerConfig:
         return self.props.get(name, default)
 
     def unknown_keys(self) -> list[str]:
-        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS)
+        """Supplied keys nothing reads; keys under `client.quota.callback.` belong to the callback."""
+        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS
+                      and not k.startswith(CALLBACK_CONFIG_PREFIX))
+
+    def effective_props(self) -> dict[str, str]:
+        """Every known key at its configured or default value, plus every other supplied key: what a
+        pluggable class's `configure` receives (Kafka passes its plugins the whole config)."""
+        return {**{name: key.default for name, key in BROKER_CONFIGS.items()}, **self.props}
 
     def describe(self) -> list[tuple[str, str | None, bool]]:
         """(name, value, is_default) for DescribeConfigs on the broker resource; value None for a

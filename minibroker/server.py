@@ -109,6 +109,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
             bound_host, bound_port = sockets[0].socket.getsockname()[:2]
             broker.set_listener(bound_host, bound_port, entry.name)
             bound.append((entry.name, sockets))
+        broker.publish_cluster_metadata()  # KIP-257: the callback learns the cluster at start
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.run_background)
             nursery.start_soon(broker.groups.run)

@@ -280,6 +280,10 @@ class ClientQuotaManager:
     def sensor_count(self) -> int:
         return len(self._sensors)
 
+    def sensor_bounds(self) -> list[tuple[dict[str, str], float | None]]:
+        """``(metric tags, limit)`` of each live quota sensor: the limits in force right now."""
+        return [(dict(s.metric_tags), s.quota_sensor.bound) for s in self._sensors.values()]
+
 
 class ClientRequestQuotaManager(ClientQuotaManager):
     """``request_percentage`` quotas: thread time as a percentage of one thread (KIP-124).

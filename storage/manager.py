@@ -32,7 +32,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from storage.config import (
     ConfigError,
@@ -112,6 +112,9 @@ class LogManager:
         self.broker_config = broker_config
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
+        # Called with the topic's name after a topic is created or deleted (and, once the broker can
+        # add partitions, after that): the shell tells the quota callback (KIP-257).
+        self.on_topics_changed: Callable[[str], None] | None = None
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -231,6 +234,8 @@ class LogManager:
             raise
         self._topics[name] = topic
         self._by_id[info.topic_id] = topic
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
         return info
 
     def delete_topic(self, name: str) -> TopicInfo:
@@ -243,6 +248,8 @@ class LogManager:
         del self._by_id[topic.info.topic_id]
         for log in topic.logs:
             log.delete()
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
         return topic.info
 
     def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> TopicInfo:
