@@ -150,9 +150,10 @@ class BrokerQuotas:
                 raise ConfigError("client.quota.callback.class", str(exc)) from None
         else:
             self.callback = DefaultQuotaCallback()
-        self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.callback, metric_config)
-        self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config)
-        self.request = ClientRequestQuotaManager(self.callback, metric_config)
+        algorithm = config["quota.algorithm"]
+        self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.callback, metric_config, algorithm=algorithm)
+        self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config, algorithm=algorithm)
+        self.request = ClientRequestQuotaManager(self.callback, metric_config, algorithm=algorithm)
         self.managers = (self.produce, self.fetch, self.request)
         self.pid = ProducerIdQuotaManager(
             window_num=config["producer.id.quota.window.num"],

@@ -182,6 +182,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
         Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
         Key("quota.window.size.seconds", _int, "1", "Length of one client quota sample.", _at_least(1)),
+        Key("quota.algorithm", _str, "sampled", "How client byte-rate and request-time quotas are enforced: sampled (Kafka's windowed rate over quota.window.num samples) or token_bucket (KIP-599's bucket, as Redpanda: a burst of quota.window.num x quota.window.size.seconds x the quota, then the quota, with no bursts as samples expire).", _one_of("sampled", "token_bucket")),
         Key("client.quota.callback.class", _str, "", "A ClientQuotaCallback (package.module:Class) instead of the default <user, client-id> quotas (KIP-257)."),
         Key("producer.id.quota.window.num", _int, "11", "Samples (Bloom layers) of the producer-id quota window (KIP-936).", _at_least(1)),
         Key("producer.id.quota.window.size.seconds", _int, "3600", "Length of one producer-id quota sample.", _at_least(1)),

@@ -10,6 +10,7 @@ Series:
   `kafka_server_fetch_byte_rate`, `kafka_server_request_request_time` (percent of one thread) and
   `kafka_server_{produce,fetch,request}_throttle_time` (average ms; NaN when nothing was throttled in
   the last 60 s, as Kafka reports it). Sensors exist only once a quota of their type is configured.
+  With `quota.algorithm=token_bucket`, also `kafka_server_{produce,fetch,request}_tokens`.
 - Producer-id quota (KIP-936), per tracked user: `kafka_server_producer_ids_{rate,tokens,
   throttle_time,estimated_fpp,memory_bytes}`.
 - The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
@@ -41,6 +42,7 @@ _HELP = {
     "byte_rate": "bytes per second over the quota window",
     "request_time": "request handling time as a percentage of one thread",
     "throttle_time": "average throttle time in ms over the last 60 s (NaN: none)",
+    "tokens": "tokens left in the quota's bucket (quota.algorithm=token_bucket; below 0: throttled)",
 }
 
 

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from minibroker.admin_client import AdminClient
 from quotas.callback import DefaultQuotaCallback
+from tests.quota_clients import RECORD, alter_quota, produce
 
 pytestmark = pytest.mark.interop
-
-RECORD = b"r" * 1000
-
 
 class RecordingCallback(DefaultQuotaCallback):
     """Keeps every cluster view it is told about, and asks for no re-read."""
@@ -66,31 +63,6 @@ def test_the_callback_learns_the_cluster_at_start_and_on_every_topic_change(star
         finally:
             admin.close()
         assert len(views(running)) == 4  # start, auto-create, create, delete: one call each
-
-
-def produce(bootstrap: str, topic: str, client_id: str, count: int) -> float:
-    """Send `count` 1 kB records in one request; return the client's own throttle-time-max (ms)."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=200,
-                             batch_size=1 << 17, enable_idempotence=False, acks=1)
-    try:
-        futures = [producer.send(topic, RECORD, partition=0) for _ in range(count)]
-        producer.flush(30)
-        for future in futures:
-            future.get(30)
-        return producer.metrics()["producer-metrics"]["throttle-time-max"]
-    finally:
-        producer.close(timeout=5)
-
-
-def alter_quota(bootstrap: str, entity: list[tuple[str, str]], key: str, value: float | None) -> None:
-    op = {"key": key, "value": value or 0.0, "remove": value is None}
-    with AdminClient(bootstrap) as admin:
-        result = admin.call(49, {"entries": [{
-            "entity": [{"entity_type": t, "entity_name": n} for t, n in entity], "ops": [op]}],
-            "validate_only": False})
-    assert result.entries[0].error_code == 0
 
 
 def produce_bounds(running):
