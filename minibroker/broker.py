@@ -72,6 +72,10 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    # Request-time quota accounting of the request in progress (BrokerQuotas.*_request_cycle): the
+    # task's CPU up to which it has been charged, and to whom.
+    request_cpu_mark: int | None = None
+    request_charge: tuple[str, str] | None = None
 
     @property
     def quota_user(self) -> str:
@@ -322,22 +326,19 @@ class Broker:
                                   audit_mark: int = -1) -> Response:
         """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas)."""
         quotas = self.quotas
-        clock = quotas.task_clock
-        timed = quotas.request.quotas_enabled  # only the request quota needs the running time
+        conn = ctx.connection
+        timed = quotas.request.quotas_enabled  # only the request quota needs the CPU time
         if timed:
-            task = quotas.watch_current_task()
-            suspended_ns = clock.suspended_ns(task)
-            started_ns = time.perf_counter_ns()
+            quotas.mark_request_start(conn)
         result = await handle(ctx, request)
         api_key = ctx.schema.api_key
         data = self._encode(ctx, result) if api_key == FETCH_KEY and result is not None else None
         now_ms = monotonic_ms()
-        user, client_id = ctx.connection.quota_user, ctx.client_id
+        user, client_id = conn.quota_user, ctx.client_id
         request_ms = 0
         if timed and not (api_key == PRODUCE_KEY and request.acks == 0):
-            # Running time only: what the task spent suspended (purgatory, sockets) is taken out.
-            thread_ns = time.perf_counter_ns() - started_ns - (clock.suspended_ns(task) - suspended_ns)
-            request_ms = quotas.request.record_request_time_and_get_throttle_time_ms(user, client_id, thread_ns, now_ms)
+            # This request's CPU so far (read, decode, handle); the rest once it is sent (KIP-124).
+            request_ms = quotas.charge_request_time(conn, user, client_id, now_ms)
         bandwidth, bandwidth_ms = None, 0
         if api_key == PRODUCE_KEY:
             bandwidth = quotas.produce

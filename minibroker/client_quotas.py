@@ -15,10 +15,15 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
 - Fetch: the response size is recorded; if either quota throttles, the recording is taken back and
   the answer is an empty response carrying the throttle time. The fetch size is capped at
   quota * (samples - 1) * window.
-- Request time: the handler's own running time (waits in the purgatory or on sockets excluded), for
-  every request except those of the SASL exchange before authentication (Kafka's authenticator
-  answers them outside KafkaApis). ApiVersions on an authenticated connection is throttled as in
-  Kafka (KafkaApis.handleApiVersionsRequest uses sendResponseMaybeThrottle).
+- Request time (KIP-124): the CPU the broker thread spends on the request, measured per connection
+  task by the TaskClock (thread CPU time, so waits in the purgatory or on sockets cost nothing):
+  reading and decoding it and running its handler, recorded and checked when the throttle is
+  computed (Kafka's request-handler time), then encoding and sending the response, recorded
+  unchecked once it is sent (Kafka's network-thread time, `recordNoThrottle`). For every request
+  except those of the SASL exchange before authentication (Kafka's authenticator answers them
+  outside KafkaApis) and acks=0 produces (Kafka skips their request quota). ApiVersions on an
+  authenticated connection is throttled as in Kafka (KafkaApis.handleApiVersionsRequest uses
+  sendResponseMaybeThrottle).
 - KIP-219: from the versions in CLIENT_THROTTLES_FROM on, the response goes out at once and the
   client waits by itself (the broker mutes the connection anyway); for older versions, and for APIs
   whose clients never throttle themselves (Kafka's AbstractResponse default), the broker holds the
@@ -101,37 +106,45 @@ def monotonic_ms() -> int:
 
 
 class TaskClock(trio.abc.Instrument):
-    """How long each watched task has been suspended, so a request's running time excludes its waits.
+    """The thread CPU time each watched task has cost, scheduler overhead included.
 
-    Installed with `trio.lowlevel.add_instrument` once a request quota is in use; only tasks
-    passed to `watch` are timed (connection tasks), the others cost a dict probe per step.
+    After every task step (of any task) the broker thread's CPU clock is read; the CPU spent since
+    the previous step ended is charged to the task that just stepped when it is watched, so a
+    connection task pays for its own steps AND for the run loop's work that led to them (the I/O
+    poll that woke it, the scheduling). Waiting costs nothing: a thread blocked in its I/O poll or a
+    task asleep in the purgatory uses no CPU. What unwatched tasks (housekeeping, the group
+    coordinator) cost is charged to nobody.
+
+    Installed with `trio.lowlevel.add_instrument` once a request quota is in use: one CPU clock read
+    (~0.2 us) per task step.
     """
 
     def __init__(self) -> None:
-        self._suspended_ns: dict[Any, int] = {}
-        self._since: dict[Any, int] = {}
+        self._cpu_ns: dict[Any, int] = {}
+        self._mark = time.thread_time_ns()
+
+    def restart(self) -> None:
+        """Forget the CPU spent before now (call when the instrument is installed)."""
+        self._mark = time.thread_time_ns()
 
     def watch(self, task: Any) -> None:
-        self._suspended_ns.setdefault(task, 0)
+        self._cpu_ns.setdefault(task, 0)
 
     def __len__(self) -> int:
-        return len(self._suspended_ns)
+        return len(self._cpu_ns)
 
     def forget(self, task: Any) -> None:
-        self._suspended_ns.pop(task, None)
-        self._since.pop(task, None)
+        self._cpu_ns.pop(task, None)
 
-    def suspended_ns(self, task: Any) -> int:
-        return self._suspended_ns.get(task, 0)
+    def cpu_ns(self, task: Any) -> int:
+        """CPU charged to `task` so far, its current step up to now included (call it from `task`)."""
+        return self._cpu_ns.get(task, 0) + time.thread_time_ns() - self._mark
 
     def after_task_step(self, task: Any) -> None:
-        if task in self._suspended_ns:
-            self._since[task] = time.perf_counter_ns()
-
-    def before_task_step(self, task: Any) -> None:
-        since = self._since.pop(task, None)
-        if since is not None:
-            self._suspended_ns[task] += time.perf_counter_ns() - since
+        now = time.thread_time_ns()
+        if task in self._cpu_ns:
+            self._cpu_ns[task] += now - self._mark
+        self._mark = now
 
 
 class BrokerQuotas:
@@ -212,11 +225,53 @@ class BrokerQuotas:
     def watch_current_task(self) -> Any:
         """Start timing the running task (installing the TaskClock on first use); returns it."""
         if not self._clock_installed:
+            self.task_clock.restart()
             trio.lowlevel.add_instrument(self.task_clock)
             self._clock_installed = True
         task = trio.lowlevel.current_task()
         self.task_clock.watch(task)
         return task
+
+    # KIP-124 charges a request the time of the request handler thread (checked: it may throttle)
+    # plus the network thread's time for reading the request and sending the response (recorded
+    # unchecked once the response is sent; the next request pays for it). Here one task does both
+    # for its connection, so a request's cycle, from the top of the connection loop to the end of
+    # its send, is split at the moment the throttle is computed: `start_request_cycle` marks the
+    # top, `charge_request_time` records everything up to now (reading, decoding, handling) and
+    # returns the throttle, `end_request_cycle` records the rest (encoding, sending).
+
+    def start_request_cycle(self, conn: Any) -> None:
+        """At the top of a connection's loop: mark its task's CPU, when a request quota is in use."""
+        conn.request_charge = None
+        if self.request.quotas_enabled:
+            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
+        else:
+            conn.request_cpu_mark = None
+
+    def charge_request_time(self, conn: Any, user: str, client_id: str, now_ms: int) -> int:
+        """Record the cycle's CPU so far against (user, client id)'s request quota; the throttle (ms).
+
+        Only called with a request quota in use. A cycle that started before the first request
+        quota existed is charged from the handler's start (`mark_request_start`)."""
+        cpu_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task())
+        used_ns = cpu_ns - conn.request_cpu_mark
+        conn.request_cpu_mark = cpu_ns
+        conn.request_charge = (user, client_id)
+        return self.request.record_request_time_and_get_throttle_time_ms(user, client_id, used_ns, now_ms)
+
+    def mark_request_start(self, conn: Any) -> None:
+        """Before a handler runs: make sure the cycle has a CPU mark (the request quota may have
+        appeared while this request was read)."""
+        if conn.request_cpu_mark is None:
+            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
+
+    def end_request_cycle(self, conn: Any) -> None:
+        """Once the response is sent: the cycle's CPU since the charge, recorded unchecked."""
+        charge, mark = conn.request_charge, conn.request_cpu_mark
+        conn.request_charge = conn.request_cpu_mark = None
+        if charge is not None and mark is not None:
+            used_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task()) - mark
+            self.request.record_network_thread_time(charge[0], charge[1], used_ns, monotonic_ms())
 
     def forget_current_task(self) -> None:
         if len(self.task_clock):

@@ -30,8 +30,10 @@ READ_SIZE = 1 << 20
 
 async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Connection) -> None:
     decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+    quotas = broker.quotas
     try:
         while True:
+            quotas.start_request_cycle(conn)
             frame = decoder.next_frame()
             while frame is None:
                 data = await stream.receive_some(min(READ_SIZE, max(decoder.wants, 65536)))
@@ -56,6 +58,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                     await trio.sleep(delay_s)
                     delay_s = 0
                 await stream.send_all(response.data)
+            quotas.end_request_cycle(conn)  # the sending counts too (KIP-124 network-thread time)
             if response.close:
                 return
             if delay_s:

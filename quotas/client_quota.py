@@ -311,6 +311,16 @@ class ClientQuotaManager:
         """``(metric tags, limit)`` of each live quota sensor: the limits in force right now."""
         return [(dict(s.metric_tags), s.quota_sensor.bound) for s in self._sensors.values()]
 
+    def recorded_total(self, metric_tags: dict[str, str], now_ms: int) -> float | None:
+        """The sum the quota's live samples hold (the rate times its window), for the sensor with
+        these tags; ``None`` when there is none. Read from the ``Rate`` under either algorithm."""
+        for sensors in self._sensors.values():
+            if sensors.metric_tags == metric_tags:
+                sensor = sensors.quota_sensor
+                rate = sensor.observed if sensor.observed is not None else sensor.stat
+                return rate.total(now_ms) if isinstance(rate, Rate) else None
+        return None
+
 
 class ClientRequestQuotaManager(ClientQuotaManager):
     """``request_percentage`` quotas: thread time as a percentage of one thread (KIP-124).

@@ -173,6 +173,10 @@ class Rate(WindowedSum):
         total, window_ms = self._total_and_window_ms(now_ms)
         return total * 1000.0 / window_ms
 
+    def total(self, now_ms: int) -> float:
+        """What the live samples hold: the sum the rate divides by its window."""
+        return self._total_and_window_ms(now_ms)[0]
+
     def check(self, bound: float, now_ms: int) -> QuotaViolation | None:
         """Kafka's ``Quota.acceptable`` (value <= bound) and ``QuotaUtils.throttleTime``.
 
