@@ -235,43 +235,48 @@ class BrokerQuotas:
     # KIP-124 charges a request the time of the request handler thread (checked: it may throttle)
     # plus the network thread's time for reading the request and sending the response (recorded
     # unchecked once the response is sent; the next request pays for it). Here one task does both
-    # for its connection, so a request's cycle, from the top of the connection loop to the end of
-    # its send, is split at the moment the throttle is computed: `start_request_cycle` marks the
-    # top, `charge_request_time` records everything up to now (reading, decoding, handling) and
-    # returns the throttle, `end_request_cycle` records the rest (encoding, sending).
+    # for its connection, and everything that task costs is charged to its requests: from the end
+    # of one response's send (`end_request_cycle`) to the moment the next request's throttle is
+    # computed (`charge_request_time`) is that request's checked part (the wake-up after a throttle
+    # or an idle wait, reading, decoding, handling), and from there to the end of its own send its
+    # unchecked part (encoding, sending). Requests exempt from quotas (the SASL exchange, acks=0)
+    # are charged nothing, and neither is anyone for them.
 
     def start_request_cycle(self, conn: Any) -> None:
-        """At the top of a connection's loop: mark its task's CPU, when a request quota is in use."""
+        """At the top of a connection's loop: make sure its task's CPU is marked, when a request
+        quota is in use (the mark normally carries over from the previous response's send)."""
         conn.request_charge = None
-        if self.request.quotas_enabled:
-            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
-        else:
+        if not self.request.quotas_enabled:
             conn.request_cpu_mark = None
+        elif conn.request_cpu_mark is None:
+            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
+
+    def mark_request_start(self, conn: Any) -> None:
+        """Before a handler runs: make sure there is a CPU mark (the request quota may have appeared
+        while this request was read)."""
+        if conn.request_cpu_mark is None:
+            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
 
     def charge_request_time(self, conn: Any, user: str, client_id: str, now_ms: int) -> int:
-        """Record the cycle's CPU so far against (user, client id)'s request quota; the throttle (ms).
-
-        Only called with a request quota in use. A cycle that started before the first request
-        quota existed is charged from the handler's start (`mark_request_start`)."""
+        """Record the CPU since the mark against (user, client id)'s request quota; the throttle (ms)."""
         cpu_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task())
         used_ns = cpu_ns - conn.request_cpu_mark
         conn.request_cpu_mark = cpu_ns
         conn.request_charge = (user, client_id)
         return self.request.record_request_time_and_get_throttle_time_ms(user, client_id, used_ns, now_ms)
 
-    def mark_request_start(self, conn: Any) -> None:
-        """Before a handler runs: make sure the cycle has a CPU mark (the request quota may have
-        appeared while this request was read)."""
-        if conn.request_cpu_mark is None:
-            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
-
     def end_request_cycle(self, conn: Any) -> None:
-        """Once the response is sent: the cycle's CPU since the charge, recorded unchecked."""
-        charge, mark = conn.request_charge, conn.request_cpu_mark
-        conn.request_charge = conn.request_cpu_mark = None
-        if charge is not None and mark is not None:
-            used_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task()) - mark
-            self.request.record_network_thread_time(charge[0], charge[1], used_ns, monotonic_ms())
+        """Once the response is sent: the CPU since the charge, recorded unchecked (nothing for an
+        exempt request); the mark moves to now."""
+        mark = conn.request_cpu_mark
+        if mark is None:
+            return
+        cpu_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task())
+        charge = conn.request_charge
+        if charge is not None:
+            self.request.record_network_thread_time(charge[0], charge[1], cpu_ns - mark, monotonic_ms())
+            conn.request_charge = None
+        conn.request_cpu_mark = cpu_ns
 
     def forget_current_task(self) -> None:
         if len(self.task_clock):
