@@ -13,6 +13,9 @@ Series:
   With `quota.algorithm=token_bucket`, also `kafka_server_{produce,fetch,request}_tokens`.
 - Producer-id quota (KIP-936), per tracked user: `kafka_server_producer_ids_{rate,tokens,
   throttle_time,estimated_fpp,memory_bytes}`.
+- Producer state: `minibroker_producer_state_entries` and `minibroker_producer_state_bytes` (its
+  memory, sys.getsizeof over the state's objects, about 135 B per entry in lean mode and 1,380 B in
+  kafka mode; computed per scrape by walking every entry: 0.2 us (lean) to 5 us (kafka) each).
 - The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
   `minibroker_bytes_out_total`, `minibroker_connections`, `minibroker_connections_total`,
   `minibroker_connections_closed_for_protocol_errors_total`,
@@ -101,6 +104,9 @@ def render(broker: Broker, now_ms: int) -> str:
                 {"user": user}, value)
     out.add("minibroker_producer_state_entries", "gauge",
             "producer ids held in the producer state of loaded partitions", {}, broker.producer_states.entry_count)
+    out.add("minibroker_producer_state_bytes", "gauge",
+            f"bytes the producer state of loaded partitions occupies ({broker.producer_states.mode} mode)", {},
+            broker.producer_states.memory_bytes())
     m = broker.metrics
     for api, count in sorted(m.requests.items()):
         out.add("minibroker_requests_total", "counter", "requests handled, by API", {"api": api}, count)

@@ -96,6 +96,7 @@ import logging
 import os
 import re
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
@@ -323,6 +324,22 @@ class ProducerStateManager:
     def entry_count(self) -> int:
         """How many producer ids have state here."""
         return len(self._slots) if self._lean else len(self._entries)
+
+    def memory_bytes(self) -> int:
+        """The bytes this state occupies: sys.getsizeof of its containers and of every object they
+        hold (producer ids, slots, Kafka-mode entries, batch lists and batches with their fields).
+        Walks every entry: O(entries). An int shared by several fields is counted each time."""
+        if self._lean:
+            total = sys.getsizeof(self._slots) + sys.getsizeof(self._records) + sys.getsizeof(self._free)
+            total += sum(sys.getsizeof(pid) + sys.getsizeof(slot) for pid, slot in self._slots.items())
+            return total + sum(map(sys.getsizeof, self._free))
+        total = sys.getsizeof(self._entries)
+        for producer_id, entry in self._entries.items():
+            total += sys.getsizeof(producer_id) + sys.getsizeof(entry) + sys.getsizeof(entry.batches)
+            total += sys.getsizeof(entry.epoch) + sys.getsizeof(entry.last_append_ms)
+            for batch in entry.batches:
+                total += sys.getsizeof(batch) + sum(sys.getsizeof(getattr(batch, f)) for f in _KafkaBatch.__slots__)
+        return total
 
     def __contains__(self, producer_id: object) -> bool:
         return producer_id in (self._slots if self._lean else self._entries)

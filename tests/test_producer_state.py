@@ -609,3 +609,18 @@ def test_core_does_not_import_trio_or_the_broker():
     )
     root = Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_memory_bytes_grows_with_entries_and_kafka_mode_holds_five_batches():
+    """memory_bytes walks the state: 1000 producer ids cost at least their packed 26-byte records in
+    lean mode, and kafka mode, holding 5 batches each, several times what lean mode holds."""
+    sizes = {}
+    for mode in ("lean", "kafka"):
+        psm = ProducerStateManager(mode)
+        empty = psm.memory_bytes()
+        for pid in range(10**6, 10**6 + 1000):
+            for k in range(5):
+                psm.update(batch(pid=pid, first_seq=k * 10, count=10, base_offset=k * 10), 1_700_000_000_000)
+        sizes[mode] = psm.memory_bytes() - empty
+    assert sizes["lean"] >= 1000 * 26
+    assert sizes["kafka"] > 5 * sizes["lean"]
