@@ -174,7 +174,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("audit.enable", _bool, "false", "Record every produce, fetch and InitProducerId decision (quota verdicts included) in the internal topic __minibroker_audit, for the pipeline."),
         Key("audit.flush.interval.ms", _int, "1000", "How often buffered audit events are appended to __minibroker_audit.", _at_least(1)),
         Key("audit.retention.ms", _int, "604800000", "retention.ms of the __minibroker_audit topic.", lambda v: None if v == -1 or v > 0 else "must be -1 or positive"),
-        Key("fault.injection", _fault_rules, "", "Test faults, ';'-separated: API:drop|close|delay|error[:every=N][:limit=N][:delay_ms=N][:error_code=N][:client_id=ID] (see the README)."),
+        Key("fault.injection", _fault_rules, "", "Test faults, ';'-separated: API:drop|close|delay|error|lose[:every=N][:limit=N][:delay_ms=N][:error_code=N][:count=N][:client_id=ID] (see the README)."),
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),

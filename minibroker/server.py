@@ -31,6 +31,7 @@ READ_SIZE = 1 << 20
 async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Connection) -> None:
     decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
     quotas = broker.quotas
+    losing = 0  # a `lose` fault: how many more responses vanish before the connection breaks
     try:
         while True:
             quotas.start_request_cycle(conn)
@@ -50,7 +51,15 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                 if fault.action == "drop":
                     await _hang_until_peer_closes(stream)
                     return
-                await trio.sleep(fault.delay_ms / 1000)
+                if fault.action == "lose":
+                    losing = fault.count
+                else:
+                    await trio.sleep(fault.delay_ms / 1000)
+            if losing:  # handled, never answered; then the connection breaks
+                losing -= 1
+                if not losing:
+                    return
+                continue
             delay_s = response.throttle_ms / 1000
             if response.data is not None:
                 if delay_s and not response.client_throttles:

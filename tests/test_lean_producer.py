@@ -60,8 +60,9 @@ def log_values(running, topic: str, partition: int) -> list[bytes]:
     return values
 
 
-def produce_all(bootstrap: str, topic: str, count: int = COUNT, **options) -> tuple[IdempotentProducer, list]:
-    producer = IdempotentProducer(bootstrap, request_timeout_s=5.0, **options)
+def produce_all(bootstrap: str, topic: str, count: int = COUNT, request_timeout_s: float = 5.0,
+                **options) -> tuple[IdempotentProducer, list]:
+    producer = IdempotentProducer(bootstrap, request_timeout_s=request_timeout_s, **options)
     deliveries = [producer.send(topic, i % PARTITIONS, b"%d" % i) for i in range(count)]
     producer.flush(120)
     producer.close()
@@ -80,12 +81,13 @@ def assert_exactly_once_in_order(running, topic: str, deliveries, count: int = C
 CLOSE = FaultRule("Produce", "close", every=9, limit=6)
 NOT_LEADER = FaultRule("Produce", "error", every=13, limit=6, error_code=6)
 GAP = FaultRule("Produce", "error", every=41, limit=2, error_code=45)
+LOSE = FaultRule("Produce", "lose", every=60, limit=3, count=30)
 
 
 def add_faults(running, *rules: FaultRule) -> None:
     for rule in rules:
         running.broker.faults.add(FaultRule(rule.api, rule.action, every=rule.every, limit=rule.limit,
-                                            error_code=rule.error_code))
+                                            error_code=rule.error_code, count=rule.count))
 
 
 def test_lean_mode_many_batches_in_flight_through_faults(start_broker, unique):
@@ -107,6 +109,38 @@ def test_lean_mode_many_batches_in_flight_through_faults(start_broker, unique):
     assert stats.connections > 1 and stats.delivered == COUNT and stats.failed == 0
     # Records the broker said were duplicates are delivered without offsets, the others with theirs.
     assert any(d.offset == -1 for d in deliveries) and any(d.offset > 0 for d in deliveries)
+
+
+@pytest.mark.parametrize("mode, in_flight, exactly_once", [
+    ("lean", 50, True),
+    ("kafka", 5, True),
+    ("kafka", 50, False),
+])
+def test_lost_responses_and_the_window(start_broker, unique, mode, in_flight, exactly_once):
+    """Seed 003's claim. A `lose` fault writes up to 30 batches (about 10 per partition) without
+    answering them, then breaks the connection; the producer resends them all. A lean broker answers
+    every resend within its window DUPLICATE_SEQUENCE_NUMBER: exactly once with 50 in flight.
+    Kafka's state keeps 5 batches per partition: with 5 in flight every resend is one of them
+    (answered NONE, exactly once); with 50, the oldest resends are beyond them, come back
+    OUT_OF_ORDER_SEQUENCE_NUMBER with nothing earlier unresolved, and the producer can only bump its
+    epoch and write them again: duplicates. (With 5 in flight the broker waits for requests that
+    never come, so the producer's 1 s request timeout breaks the connection.)"""
+    topic = unique(f"lose-{mode}-{in_flight}")
+    with start_broker(producer_state_mode=mode) as running:
+        create_topic(running.bootstrap, topic, PARTITIONS)
+        add_faults(running, LOSE)
+        producer, deliveries = produce_all(running.bootstrap, topic, batch_records=20,
+                                           max_in_flight_batches=in_flight, request_timeout_s=1.0)
+        values = [v for p in range(PARTITIONS) for v in log_values(running, topic, p)]
+        if exactly_once:
+            assert_exactly_once_in_order(running, topic, deliveries)
+    stats = producer.stats
+    assert stats.connections > 1 and stats.resends >= in_flight and stats.delivered == COUNT
+    assert set(values) == {b"%d" % i for i in range(COUNT)}  # nothing lost, ever
+    if exactly_once:
+        assert stats.sequence_gaps == 0
+    else:
+        assert stats.sequence_gaps > 0 and len(values) > COUNT
 
 
 def test_an_unexplained_gap_bumps_the_epoch_and_loses_nothing(start_broker, unique):
