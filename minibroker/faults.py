@@ -8,10 +8,12 @@ AFTER the broker has handled the request (for Produce: after the append):
   response and carry on, so this is how a lost response looks to a client).
 - `close`: the connection is closed instead of answering (the client reconnects and retries).
 - `delay`: the response is sent `delay_ms` late.
-- `lose`: this response and the next `count - 1` are lost in transit: the broker keeps reading and
-  handling the connection's requests (appending produced batches) but writes nothing back, then the
-  connection breaks. A network fault a producer with many requests in flight meets: several of its
-  batches are written without it ever learning so, and all of them are resent.
+- `lose`: this response and those of the requests after it are lost in transit: the broker keeps
+  reading and handling the connection's requests (appending produced batches) but writes nothing
+  back, then the connection breaks, after `count` lost responses (default 10) or as soon as the
+  client has sent nothing for 50 ms. A network fault as a producer with many requests in flight
+  meets it: all the batches it had in flight are written without it learning so, and all are
+  resent.
 - `error` (Produce only): the request is NOT handled; every partition is answered `error_code`.
   For studying what clients do with each error (DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER,
   INVALID_PRODUCER_EPOCH, ...).

@@ -26,6 +26,9 @@ from protocol.messages import ProtocolError
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 20
+# A `lose` fault ends early once the client has sent nothing for this long (it has no more requests
+# in flight), so a client with few in flight meets a broken connection, not a silent one.
+LOSE_IDLE_S = 0.05
 
 
 async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Connection) -> None:
@@ -37,7 +40,14 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
             quotas.start_request_cycle(conn)
             frame = decoder.next_frame()
             while frame is None:
-                data = await stream.receive_some(min(READ_SIZE, max(decoder.wants, 65536)))
+                size = min(READ_SIZE, max(decoder.wants, 65536))
+                if losing:  # a `lose` fault lasts while the client keeps sending, then breaks
+                    with trio.move_on_after(LOSE_IDLE_S) as idle:
+                        data = await stream.receive_some(size)
+                    if idle.cancelled_caught:
+                        return
+                else:
+                    data = await stream.receive_some(size)
                 if not data:
                     if not decoder.at_frame_boundary():
                         log.info("%s closed mid-frame (%d bytes buffered)", conn.peer, decoder.buffered)

@@ -123,8 +123,7 @@ def test_lost_responses_and_the_window(start_broker, unique, mode, in_flight, ex
     Kafka's state keeps 5 batches per partition: with 5 in flight every resend is one of them
     (answered NONE, exactly once); with 50, the oldest resends are beyond them, come back
     OUT_OF_ORDER_SEQUENCE_NUMBER with nothing earlier unresolved, and the producer can only bump its
-    epoch and write them again: duplicates. (With 5 in flight the broker waits for requests that
-    never come, so the producer's 1 s request timeout breaks the connection.)"""
+    epoch and write them again: duplicates."""
     topic = unique(f"lose-{mode}-{in_flight}")
     with start_broker(producer_state_mode=mode) as running:
         create_topic(running.bootstrap, topic, PARTITIONS)
