@@ -94,10 +94,7 @@ class IdempotentProducer:
             self._disconnect()
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._selector.unregister(self._sock)
-            self._sock.close()
-            self._sock = None
+        self._drop_socket()
         self._selector.close()
 
     def __enter__(self) -> IdempotentProducer:
@@ -129,11 +126,14 @@ class IdempotentProducer:
         self._selector.register(sock, selectors.EVENT_READ)
         self.core.connection_made(_ms(time.monotonic()))
 
-    def _disconnect(self) -> None:
+    def _drop_socket(self) -> None:
         if self._sock is not None:
             self._selector.unregister(self._sock)
             self._sock.close()
             self._sock = None
+
+    def _disconnect(self) -> None:
+        self._drop_socket()
         self._out.clear()
         self.core.connection_lost()
         self._reconnect_at = time.monotonic() + self.reconnect_backoff_s

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
 
 from protocol.entities import build
 from protocol.extensions import read_max_in_flight_sequence
@@ -65,20 +66,20 @@ __all__ = [
     "WINDOW_MAX_IN_FLIGHT",
 ]
 
-NONE: Final = 0
-OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
-DUPLICATE_SEQUENCE_NUMBER: Final = 46
-UNKNOWN_PRODUCER_ID: Final = 59
+NONE: Final = ErrorCode.none.value
+OUT_OF_ORDER_SEQUENCE_NUMBER: Final = ErrorCode.out_of_order_sequence_number.value
+DUPLICATE_SEQUENCE_NUMBER: Final = ErrorCode.duplicate_sequence_number.value
+UNKNOWN_PRODUCER_ID: Final = ErrorCode.unknown_producer_id.value
 # Errors after which Kafka's producer resends the batch as it is.
-RETRIABLE: Final = frozenset({
-    5,   # LEADER_NOT_AVAILABLE
-    6,   # NOT_LEADER_OR_FOLLOWER
-    7,   # REQUEST_TIMED_OUT
-    13,  # NETWORK_EXCEPTION
-    19,  # NOT_ENOUGH_REPLICAS
-    20,  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    89,  # THROTTLING_QUOTA_EXCEEDED
-})
+RETRIABLE: Final = frozenset(code.value for code in (
+    ErrorCode.leader_not_available,
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.request_timed_out,
+    ErrorCode.network_exception,
+    ErrorCode.not_enough_replicas,
+    ErrorCode.not_enough_replicas_after_append,
+    ErrorCode.throttling_quota_exceeded,
+))
 
 KAFKA_MAX_IN_FLIGHT: Final = 5  # what Kafka's 5 retained batches allow (no window announced)
 WINDOW_MAX_IN_FLIGHT: Final = 50  # the default with a seed 003 broker
