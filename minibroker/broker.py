@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
@@ -33,7 +34,6 @@ from minibroker.sasl import UserStore, allowed_before_authentication
 from protocol.entities import build
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
-from quotas.cluster import Cluster, Node, PartitionInfo
 from protocol.messages import (
     API_VERSIONS_KEY,
     ApiSchema,
@@ -47,6 +47,8 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
+from storage.errors import DamagedFileError, storage_error_message
+from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
@@ -129,14 +131,22 @@ def _own_throttle_ms(result: dict) -> int:
 
 
 def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
-    """Keep the cluster id stable across restarts in meta.properties, as Kafka does."""
+    """Keep the cluster id stable across restarts in meta.properties, as Kafka does. A file that is
+    there but unreadable, or holds no cluster.id, stops the start (naming it): writing a fresh id over
+    it would be a guess that turns the data directory into another cluster's."""
     meta = data_dir / "meta.properties"
     props: dict[str, str] = {}
     if meta.exists():
-        for line in meta.read_text().splitlines():
+        try:
+            text = meta.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DamagedFileError(meta, f"unreadable ({exc})", _META_REMEDY) from exc
+        for line in text.splitlines():
             if "=" in line and not line.startswith("#"):
                 key, _, value = line.partition("=")
                 props[key.strip()] = value.strip()
+        if not props.get("cluster.id"):
+            raise DamagedFileError(meta, "holds no cluster.id", _META_REMEDY)
     stored = props.get("cluster.id")
     if cluster_id and stored and cluster_id != stored:
         raise ValueError(
@@ -146,6 +156,9 @@ def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
     if stored != chosen or props.get("node.id") != str(node_id):
         write_atomically(meta, f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n".encode())
     return chosen
+
+
+_META_REMEDY = "restore it (version=1, cluster.id=..., node.id=...) or remove it to start with a new cluster id"
 
 
 def _random_cluster_id() -> str:
@@ -160,11 +173,24 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # One broker per data directory (Kafka's .lock), taken before anything in it is read.
+        self.lock = DataDirLock(self.data_dir)
+        self.logs: LogManager | None = None
+        try:
+            self._open(config)
+        except BaseException:
+            if self.logs is not None:
+                self.logs.close(clean=False)
+            self.lock.release()
+            raise
+
+    def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
         self.producer_ids = ProducerIds(
             ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
         )
@@ -194,6 +220,7 @@ class Broker:
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}
+        self.bound_listeners: dict[str, tuple[str, int]] = {}  # name -> the address actually bound
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self.advertised_host = "127.0.0.1"
         self.advertised_port = 0
@@ -204,6 +231,7 @@ class Broker:
     def set_listener(self, host: str, port: int, name: str = "PLAINTEXT") -> None:
         """Record a bound listener and the address advertised for it (the first one is the default)."""
         advertised = {entry.name: (entry.host, entry.port) for entry in self.config["advertised.listeners"]}
+        self.bound_listeners[name] = (host, port)
         if name in advertised:
             endpoint = advertised[name]
         else:
@@ -212,21 +240,10 @@ class Broker:
         if len(self.listeners) == 1:
             self.advertised_host, self.advertised_port = endpoint
 
-    def cluster_view(self) -> Cluster:
-        """This broker's view of the cluster, as the quota callback receives it: one node (this
-        broker, at its first listener's advertised address) leading every partition."""
-        node = Node(self.node_id, self.advertised_host, self.advertised_port)
-        partitions = [
-            PartitionInfo(info.name, index, self.node_id, (self.node_id,))
-            for info in self.logs.topics()
-            for index in range(info.num_partitions)
-        ]
-        return Cluster.of(self.cluster_id, [node], partitions, controller=self.node_id)
-
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and
         whenever topics or partitions change; if it says limits changed, every quota's is re-read."""
-        self.quotas.update_cluster_metadata(self.cluster_view)
+        self.quotas.update_cluster_metadata(self.cluster.snapshot)
 
     def new_connection(self, peer: str, listener: str = "PLAINTEXT") -> Connection:
         self._next_connection_id += 1
@@ -244,12 +261,15 @@ class Broker:
         self.quotas.forget_current_task()
 
     def close(self) -> None:
-        if self.audit is not None:
-            self.audit.close(wall_clock_ms())
-        self.producer_states.snapshot_all()
-        self.groups.close()
-        self.quotas.close()
-        self.logs.close(clean=True)
+        try:
+            if self.audit is not None:
+                self.audit.close(wall_clock_ms())
+            self.producer_states.snapshot_all()
+            self.groups.close()
+            self.quotas.close()
+            self.logs.close(clean=True)
+        finally:
+            self.lock.release()  # even after a failed close: a restart in this process must work
 
     async def run_background(self) -> None:
         """Retention and the time-based flush policy, on their configured intervals."""
@@ -263,10 +283,17 @@ class Broker:
             now_ms = wall_clock_ms()
             if self.audit is not None:
                 self.audit.maybe_flush(now_ms)
-            self.logs.maybe_flush(now_ms)
+            try:
+                self.logs.maybe_flush(now_ms)
+            except OSError as exc:  # a disk fault must not stop the broker: tried again next time
+                log.error("flushing the logs failed: %s", storage_error_message(exc))
             if trio.current_time() >= next_retention:
                 next_retention = trio.current_time() + retention_every
-                deleted = self.logs.enforce_retention(now_ms)
+                try:
+                    deleted = self.logs.enforce_retention(now_ms)
+                except OSError as exc:
+                    log.error("retention failed: %s", storage_error_message(exc))
+                    deleted = 0
                 if deleted:
                     log.info("retention deleted %d segment(s)", deleted)
             if trio.current_time() >= next_expiry:

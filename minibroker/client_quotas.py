@@ -51,6 +51,7 @@ from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
 from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.rate import MetricConfig
+from storage.errors import KAFKA_STORAGE_ERROR, storage_error_message
 from storage.log import write_atomically
 
 if TYPE_CHECKING:
@@ -85,9 +86,14 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     22: 1,  # InitProducerId
     32: 2,  # DescribeConfigs
     33: 1,  # AlterConfigs
+    34: 1,  # AlterReplicaLogDirs
+    35: 1,  # DescribeLogDirs
     37: 1,  # CreatePartitions
     42: 1,  # DeleteGroups
+    43: 0,  # ElectLeaders
     44: 0,  # IncrementalAlterConfigs
+    45: 0,  # AlterPartitionReassignments
+    46: 0,  # ListPartitionReassignments
     47: 0,  # OffsetDelete
 }
 
@@ -95,7 +101,8 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
 def client_throttles(api_key: int, version: int) -> bool:
     """Whether a client honours `throttle_time` in this response itself (else the broker delays it).
 
-    DescribeCluster, DescribeClientQuotas and AlterClientQuotas keep Kafka's default (False)."""
+    DescribeCluster, DescribeClientQuotas, AlterClientQuotas and ListConfigResources keep Kafka's
+    default (False)."""
     first = CLIENT_THROTTLES_FROM.get(api_key)
     return first is not None and version >= first
 
@@ -202,14 +209,25 @@ class BrokerQuotas:
                 return
 
     def alter(self, entries, validate_only: bool) -> list:
-        """AlterClientQuotas: validate and apply through the store, then persist if anything changed."""
+        """AlterClientQuotas: validate and apply through the store, persisting first if anything
+        changes. The change is worked out on a copy and written before it is applied, so a file that
+        cannot be written (disk full, read-only) changes nothing: every entry is answered
+        KAFKA_STORAGE_ERROR and the client may retry."""
+        if validate_only:
+            return self.store.alter(entries, True)
         before = self.store.to_json()
-        results = self.store.alter(entries, validate_only)
-        if not validate_only:
-            after = self.store.to_json()
-            if after != before:
+        trial = QuotaConfigStore.from_json(before)
+        planned = trial.alter(entries, False)
+        after = trial.to_json()
+        if after != before:
+            try:
                 self._persist(after)
-        return results
+            except OSError as exc:
+                message = storage_error_message(exc)
+                log.error("AlterClientQuotas: %s", message)
+                return [(entity, KAFKA_STORAGE_ERROR, message) if code == 0 else (entity, code, error)
+                        for entity, code, error in planned]
+        return self.store.alter(entries, False)
 
     def _persist(self, text: str) -> None:
         write_atomically(self.path, text.encode())

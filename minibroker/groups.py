@@ -56,6 +56,7 @@ import trio
 
 from minibroker.offsets_store import OffsetAndMetadata, OffsetsStore, StoredGroup
 from minibroker.purgatory import DelayedOperation, Purgatory
+from storage.errors import storage_error_message
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 NONE = 0
 OFFSET_METADATA_TOO_LARGE = 12
 COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 ILLEGAL_GENERATION = 22
 INCONSISTENT_GROUP_PROTOCOL = 23
 INVALID_GROUP_ID = 24
@@ -787,12 +789,16 @@ class GroupCoordinator:
         group.sync_generation = group.generation_id
 
     def _persist_group(self, group: ClassicGroup) -> None:
-        self.store.store_group(
-            group.group_id,
-            StoredGroup(group.protocol_type or "", group.generation_id, group.protocol_name or "",
-                        len(group.members), group.state_timestamp_ms),
-            self.wall_clock_ms(),
-        )
+        try:
+            self.store.store_group(
+                group.group_id,
+                StoredGroup(group.protocol_type or "", group.generation_id, group.protocol_name or "",
+                            len(group.members), group.state_timestamp_ms),
+                self.wall_clock_ms(),
+            )
+        except OSError as exc:
+            # The running group is in memory; the record only lets a restart list and describe it.
+            log.error("group %s: storing the group record failed: %s", group.group_id, storage_error_message(exc))
 
     # -- SyncGroup --------------------------------------------------------------------------------
 
@@ -979,8 +985,12 @@ class GroupCoordinator:
         elif now >= self._next_retention_check:
             self._next_retention_check = now + self.config.offsets_retention_check_interval_ms / 1000
             now_ms = self.wall_clock_ms()
-            self.expire_offsets(now_ms)
-            self.store.maybe_compact(now_ms)
+            try:
+                self.expire_offsets(now_ms)
+                self.store.maybe_compact(now_ms)
+            except OSError as exc:  # tried again at the next check
+                log.error("%s: offset expiry or compaction failed: %s", "__consumer_offsets",
+                          storage_error_message(exc))
 
     def _next_due(self, group: ClassicGroup, now: float) -> Callable[[], None] | None:
         best: tuple[float, Callable[[], None]] | None = None
@@ -1053,7 +1063,14 @@ class GroupCoordinator:
                 else:
                     accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms, expire_ms)
                     errors[tp] = NONE
-            self.store.commit(group_id, accepted, now_ms)
+            try:
+                self.store.commit(group_id, accepted, now_ms)
+            except OSError as exc:
+                # Kafka's GroupMetadataManager maps a failed append to the offsets topic
+                # (KAFKA_STORAGE_ERROR) to NOT_COORDINATOR: the client finds the coordinator
+                # again and retries the commit. Nothing was stored.
+                log.error("group %s: committing offsets failed: %s", group_id, storage_error_message(exc))
+                return {tp: NOT_COORDINATOR if code == NONE else code for tp, code in errors.items()}
             return errors
         finally:
             self._after()
@@ -1098,7 +1115,12 @@ class GroupCoordinator:
         for group_id, offsets in list(self.store.offsets.items()):
             gone = [tp for tp in offsets if tp[0] == topic]
             if gone:
-                self.store.remove_offsets(group_id, gone, now_ms)
+                try:
+                    self.store.remove_offsets(group_id, gone, now_ms)
+                except OSError as exc:
+                    log.error("group %s: removing the offsets of deleted topic %s failed: %s",
+                              group_id, topic, storage_error_message(exc))
+                    continue
                 removed += len(gone)
         return removed
 

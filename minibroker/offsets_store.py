@@ -24,6 +24,8 @@ store compacts itself: when the log holds many more records than live keys, it r
 rewrites the live state there, and moves the log start past the old records (DeleteRecords), which
 deletes the old segments. A crash half-way leaves the old records in place, and replaying them
 before the new copy gives the same state. retention.ms=-1 on the topic keeps time retention away.
+A replay that had to skip unreadable records (damage) never compacts: the records it could not read
+stay in the log, where a person can still recover them.
 
 This module does no I/O of its own beyond the PartitionLog it is given and never reads a clock:
 callers pass `now_ms` (wall-clock milliseconds, the timestamps Kafka stores).
@@ -175,6 +177,7 @@ class OffsetsStore:
         self.groups: dict[str, StoredGroup] = {}
         self.records_in_log = 0  # records replayed or appended since the log start
         self.skipped_records = 0  # records that could not be decoded at load
+        self.replay_complete = True  # False when the load skipped or stopped short of anything
 
     @classmethod
     def open(cls, logs: LogManager, now_ms: int) -> OffsetsStore:
@@ -192,6 +195,8 @@ class OffsetsStore:
         self.offsets.clear()
         self.groups.clear()
         self.records_in_log = 0
+        self.skipped_records = 0
+        self.replay_complete = True
         if self.log is None:
             return
         position = self.log.log_start_offset
@@ -209,7 +214,13 @@ class OffsetsStore:
                 advanced = True
             if not advanced:
                 log.error("%s: cannot read past offset %d; stopping the replay", TOPIC, position)
+                self.replay_complete = False
                 break
+        if self.skipped_records:
+            self.replay_complete = False
+        if not self.replay_complete:
+            log.error("%s: the replay was incomplete (%d unreadable record(s)); the log is left as it "
+                      "is (no compaction) so that nothing more is lost", TOPIC, self.skipped_records)
 
     def _replay_batch(self, batch: memoryview, base_offset: int) -> None:
         try:
@@ -303,6 +314,10 @@ class OffsetsStore:
     def maybe_compact(self, now_ms: int, slack: int = COMPACT_SLACK) -> bool:
         """Rewrite the live state and drop the old records when they are mostly dead."""
         if self.log is None or self.records_in_log <= 2 * self.live_records() + slack:
+            return False
+        if not self.replay_complete:
+            # Compaction drops the old records; the ones the replay could not read would go with
+            # them, and with them any chance of recovering those commits.
             return False
         start = self.log.roll(now_ms)
         records: list[tuple[bytes, bytes | None]] = []

@@ -89,6 +89,8 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
         log.warning("closing connection from %s: %s", conn.peer, exc)
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         pass
+    except OSError as exc:  # a storage fault a handler did not answer itself: this connection only
+        log.error("storage error while serving %s, closing its connection: %s", conn.peer, exc)
     except Exception:
         log.exception("bug while serving %s; closing its connection", conn.peer)
 

@@ -3,7 +3,7 @@
 Kafka hands the callback its `org.apache.kafka.common.Cluster`: the brokers (nodes), every topic's
 partitions with their leader and replicas, the controller and the cluster id. `Cluster` here is the
 same information as an immutable value, built by the broker shell at start and whenever topics or
-partitions change (minibroker.broker.Broker.cluster_view); callbacks never see broker internals.
+partitions change (minibroker.cluster.ClusterView.snapshot); callbacks never see broker internals.
 Topics being deleted are not in it (as in Kafka).
 
 One broker leads everything today, but nothing here assumes it: a partition names its leader by

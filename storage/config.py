@@ -407,6 +407,8 @@ def describe(config: LogConfig, overrides: Mapping[str, str]) -> list[ConfigEntr
 # Topic names (Kafka's org.apache.kafka.common.internals.Topic).
 
 MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's Topic.INTERNAL_TOPICS: the topics Metadata marks is_internal and that clients may not write.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -437,6 +439,11 @@ def validate_topic_name(name: str) -> None:
 def unify_collision_chars(name: str) -> str:
     """Kafka's Topic.unifyCollisionChars: '.' and '_' collide in metric names."""
     return name.replace(".", "_")
+
+
+def is_internal(name: str) -> bool:
+    """Kafka's Topic.isInternal: one of Kafka's own topics (not merely a name starting with '__')."""
+    return name in INTERNAL_TOPICS
 
 
 def has_collision(a: str, b: str) -> bool:

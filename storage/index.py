@@ -13,17 +13,25 @@ to the file with `os.write`, so a crash leaves a prefix of whole entries plus at
   gives the segment's largest timestamp without a scan.
 
 Indexes are loaded lazily (a clean open reads nothing but the active segment's), checked on load
-(`load` returns None when the file is corrupt, and the segment rebuilds it from the log).
+as Kafka's sanityCheck does, and more strictly (`load` returns None when the file fails, and the
+segment rebuilds it from the log): whole entries only; offsets (and positions, and timestamps) in
+order; every entry inside the segment (offsets from the base offset up to, not including, the
+segment's next offset when it is known; positions inside the log file). An index can pass all that
+and still be wrong (a plausible file that belongs to other data); the segment therefore also checks
+each entry it uses against the batch header it points at (storage.segment).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from array import array
 from bisect import bisect_right
 from pathlib import Path
 import struct
+
+logger = logging.getLogger(__name__)
 
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
@@ -45,24 +53,45 @@ class _Index:
         self.max_entries = max(1, max_index_size // self.entry.size)
         self._fd: int | None = None
         self._dirty = False
+        self._stale = False  # the file lags the entries in memory (a failed write)
 
     # -- file handling ------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        if self._fd is None:
-            self._fd = _open_append(self.path)
-        os.write(self._fd, data)
+        """Append entries to the file. Best effort: the entries in memory are the truth, and a file
+        that could not be written (disk full, out of descriptors) is marked stale and rewritten from
+        memory at the next flush; meanwhile it stays a valid prefix, or fails its load check."""
+        if self._stale:
+            return
+        try:
+            if self._fd is None:
+                self._fd = _open_append(self.path)
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(f"short write to {self.path}")
+        except OSError as exc:
+            self._stale = True
+            logger.warning("%s: could not write index entries (%s); rewriting it at the next flush",
+                           self.path, exc)
+            return
         self._dirty = True
 
     def reset_file(self) -> None:
         """Rewrite the file from the entries in memory (after a rebuild or a truncation)."""
         if self._fd is not None:
-            os.close(self._fd)
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        self._stale = True  # until the rewrite below is complete
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(self._fd, self._serialize())
+        data = self._serialize()
+        if os.write(self._fd, data) != len(data):
+            raise OSError(f"short write to {self.path}")
+        self._stale = False
         self._dirty = True
 
     def flush(self) -> None:
+        if self._stale:
+            self.reset_file()
         if self._fd is not None and self._dirty:
             os.fsync(self._fd)
             self._dirty = False
@@ -103,9 +132,11 @@ class OffsetIndex(_Index):
 
     @classmethod
     def load(
-        cls, path: Path, base_offset: int, max_index_size: int, log_size: int
+        cls, path: Path, base_offset: int, max_index_size: int, log_size: int,
+        next_offset: int | None = None,
     ) -> OffsetIndex | None:
-        """Read an index file; None when it is missing or fails the sanity check."""
+        """Read an index file; None when it is missing or fails the sanity check. `next_offset`,
+        when known, bounds the entries' offsets (Kafka: the last offset must lie inside the log)."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -121,6 +152,8 @@ class OffsetIndex(_Index):
         if not _strictly_increasing(offsets) or not _strictly_increasing(positions):
             return None
         if offsets and (offsets[0] < 0 or positions[0] < 0 or positions[-1] >= log_size):
+            return None
+        if offsets and next_offset is not None and base_offset + offsets[-1] >= next_offset:
             return None
         index._relative_offsets, index._positions = offsets, positions
         return index
@@ -187,7 +220,10 @@ class TimeIndex(_Index):
         self._relative_offsets = array("i")
 
     @classmethod
-    def load(cls, path: Path, base_offset: int, max_index_size: int) -> TimeIndex | None:
+    def load(
+        cls, path: Path, base_offset: int, max_index_size: int, next_offset: int | None = None
+    ) -> TimeIndex | None:
+        """Read a time index file; None when it is missing or fails the sanity check."""
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -202,6 +238,8 @@ class TimeIndex(_Index):
         if not _non_decreasing(timestamps) or not _non_decreasing(offsets):
             return None
         if offsets and offsets[0] < 0:
+            return None
+        if offsets and next_offset is not None and base_offset + offsets[-1] >= next_offset:
             return None
         return index
 

@@ -166,6 +166,7 @@ class PartitionLog:
         else:
             log._segments = [LogSegment.open(directory, b, **segment_args) for b in bases]
             for segment, following in zip(log._segments, log._segments[1:]):
+                segment.next_offset = following.base_offset
                 segment.load_inactive()
                 segment.next_offset = following.base_offset
             active = log._segments[-1]
@@ -279,11 +280,17 @@ class PartitionLog:
             batches.append((last_offset, batch_max_timestamp, size))
             next_offset = last_offset + 1
 
-        active.append(buffers, batches, total)
+        active.append(buffers, batches, total)  # an OSError here leaves the segment as it was
         self._size += total
         self._unflushed_messages += next_offset - first_offset
         if self._unflushed_messages >= config.flush_messages:
-            self.flush(now_ms)
+            try:
+                self.flush(now_ms)
+            except OSError:
+                # Not durable, so not acknowledged: take the batches back out (the client retries).
+                self._unflushed_messages -= next_offset - first_offset
+                self.truncate_to(first_offset)
+                raise
         return AppendResult(
             base_offset=first_offset,
             last_offset=next_offset - 1,
@@ -314,6 +321,8 @@ class PartitionLog:
         return self._segments[-1].base_offset
 
     def _roll(self, now_ms: int) -> LogSegment:
+        """Start a new segment. An OSError (disk full, read-only, out of descriptors) leaves the old
+        segment the active one, and the next append tries again."""
         old = self._segments[-1]
         old.on_become_inactive()  # fsyncs: older segments need no scan after a crash
         new = LogSegment.create(
@@ -322,13 +331,21 @@ class PartitionLog:
             index_interval_bytes=self._config.index_interval_bytes,
             max_index_size=self._config.segment_index_bytes,
         )
-        fsync_directory(self.directory)
+        try:
+            fsync_directory(self.directory)
+        except BaseException:
+            new.delete()
+            raise
+        old.active = False
         self._segments.append(new)
         self._base_offsets.append(new.base_offset)
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         if self.on_roll is not None:
-            self.on_roll(new.base_offset)
+            try:
+                self.on_roll(new.base_offset)
+            except OSError:  # a producer-state snapshot: the log replay recovers without it
+                logger.exception("%s: the callback after rolling to %d failed", self.directory, new.base_offset)
         return new
 
     # -- flushing ---------------------------------------------------------------------------------
@@ -402,32 +419,24 @@ class PartitionLog:
                         yield header
             position = 0
 
-    def offset_for_timestamp(
-        self, timestamp_ms: int, *, exact: bool = False
-    ) -> tuple[int, int] | None:
-        """ListOffsets by timestamp; None when no record is that recent.
-
-        Default (batch granularity, what the ListOffsets handler uses): (base offset, max timestamp)
-        of the first batch whose max timestamp is >= `timestamp_ms` (its base offset raised to the log
-        start offset if the batch straddles it). A consumer seeking there may see a few earlier
-        records of that batch first.
-
-        `exact=True` gives Kafka's answer, the offset and timestamp of the first record whose
-        timestamp is >= `timestamp_ms`, by walking the records of that one batch; compressed
-        batches (not decompressed here) still answer at batch granularity."""
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """ListOffsets by timestamp, Kafka's answer: (offset, timestamp) of the first record at or
+        after the log start offset whose timestamp is >= `timestamp_ms`; None when no record is that
+        recent. The segment and batch are found from the indexes and batch headers; only the one
+        batch that straddles the target is read record by record (decompressed if it must be)."""
         start = self._log_start_offset
         for segment in self._segments:
             if segment.max_timestamp >= timestamp_ms and segment.next_offset > start:
-                found = segment.find_offset_by_timestamp(timestamp_ms, start, exact=exact)
+                found = segment.find_offset_by_timestamp(timestamp_ms, start)
                 if found is not None:
                     return found
         return None
 
-    def latest_timestamp(self, *, exact: bool = False) -> tuple[int, int]:
-        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) for the largest timestamp in the log,
-        or (-1, -1) when it is empty. The offset is that of the first batch holding the largest
-        timestamp (its base offset); with `exact=True`, that of the first record carrying it
-        (Kafka's answer; batch granularity again for compressed batches)."""
+    def latest_timestamp(self) -> tuple[int, int]:
+        """ListOffsets MAX_TIMESTAMP (-3, KIP-734): (offset, timestamp) of the first record carrying
+        the largest timestamp in the log (Kafka: the first segment with that largest timestamp, its
+        first batch with it, that batch's first record with it), or (-1, -1) when the log is empty.
+        An offset below the log start offset (DeleteRecords) is raised to it."""
         best: LogSegment | None = None
         for segment in self._segments:
             if segment.size and segment.next_offset > self._log_start_offset:
@@ -440,10 +449,7 @@ class PartitionLog:
         if position is not None:
             for header in best.headers(position):
                 if header.max_timestamp == target:
-                    if exact:
-                        offset = record_with_timestamp(best.read_batch(header), header, target)
-                    else:
-                        offset = header.base_offset
+                    offset = record_with_timestamp(best.read_batch(header), header, target)
                     return max(offset, self._log_start_offset), target
         return max(best.offset_of_max_timestamp, self._log_start_offset), target
 
@@ -461,6 +467,10 @@ class PartitionLog:
             deleted += 1
         if config.retention_ms >= 0:
             while len(segments) > 1 and now_ms - self._largest_timestamp(segments[0]) > config.retention_ms:
+                # The largest timestamp came from the time index: check it against the log before
+                # it deletes anything (a wrong index entry is rebuilt, and the test made again).
+                if not segments[0].verify_max_timestamp():
+                    continue
                 self._delete_oldest_segment()
                 deleted += 1
         if config.retention_bytes >= 0:
@@ -515,6 +525,7 @@ class PartitionLog:
             self._size -= segment.size
             segment.delete()
         active = self._segments[-1]
+        active.active = True
         self._size -= active.truncate_to(offset)
         active.first_append_ms = active.first_append_ms if active.size else None
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
@@ -595,11 +606,13 @@ def write_atomically(path: Path, *chunks: bytes | bytearray | memoryview) -> Non
 
 def _read_log_start_offset(directory: Path) -> int | None:
     try:
-        text = (directory / LOG_START_OFFSET_FILE).read_text()
+        data = (directory / LOG_START_OFFSET_FILE).read_bytes()
     except FileNotFoundError:
         return None
     try:
-        return int(text.strip())
+        return int(data.decode("ascii").strip())
     except ValueError:
-        logger.warning("%s: ignoring unreadable %s", directory, LOG_START_OFFSET_FILE)
+        # Recovered from what is on disk: the log starts at its first segment (records the file
+        # had hidden become readable again; nothing is deleted).
+        logger.error("%s: unreadable %s; the log starts at its first segment", directory, LOG_START_OFFSET_FILE)
         return None

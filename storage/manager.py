@@ -9,16 +9,28 @@ Layout of the data directory:
   id in each partition directory's `partition.metadata` and the configs in the metadata log; one file
   per topic serves both here.)
 * `<topic>-<partition>/`: one `PartitionLog` directory per partition (see `storage.log`).
-* Anything else (the producer-ids file, other components' files) is left alone; directories that look
-  like partitions of no known topic (e.g. a deletion interrupted by a crash) are logged and skipped,
-  and removed if a topic of that name is created again.
+* `<topic>-<partition>.<topic id hex>-delete/`: a partition of a topic being deleted (Kafka renames
+  deleted partitions the same way before removing them).
+* Anything else (the producer-ids file, other components' files) is left alone.
 
-Create: validate everything, create the partition directories, then write the topic file. Delete:
-remove the topic file, then the directories. Either way a crash leaves at worst stray directories.
+Create: validate everything, create the partition directories, then write the topic file (the commit
+point). Delete: rename the partition directories to their `-delete` names, remove the topic file (the
+commit point), then remove the directories. A crash during a deletion leaves `-delete` directories,
+and perhaps the topic file: the next open finishes the deletion. A crash during a creation leaves
+partition directories without records and without a topic file.
+
+Damage (issue 11: a damaged file stops the broker or is recovered from what is on disk, never guessed
+around and deleted): a topic file that cannot be read, or whose stored configs are no longer valid,
+stops the open with a `DamagedFileError` naming the file; nothing is deleted. A partition directory
+that holds records but belongs to no topic file (the file lost or removed by hand) is kept, logged,
+and never deleted: creating that topic again is refused with `StrayDataError` (KAFKA_STORAGE_ERROR)
+naming the directory, so an auto-creating Metadata request cannot wipe it. Directories of a topic
+that holds no records (what a crashed creation leaves) are reused.
 
 Topic name rules and the '.'/'_' collision check follow Kafka (`Topic.validate`, `Topic.hasCollision`,
 ReplicationControlManager: a name that collides with an existing topic's is INVALID_TOPIC_EXCEPTION).
-Internal topics (names starting with `__`) are ordinary topics here.
+Which topics are internal (Kafka's set, `storage.config.INTERNAL_TOPICS`) matters to the handlers only:
+here every topic is stored alike.
 """
 
 from __future__ import annotations
@@ -41,7 +53,9 @@ from storage.config import (
     has_collision,
     validate_topic_name,
 )
+from storage.errors import DamagedFileError, StrayDataError
 from storage.log import PartitionLog, fsync_directory, write_atomically
+from storage.segment import LOG_SUFFIX
 
 __all__ = [
     "ConfigError",
@@ -49,6 +63,7 @@ __all__ = [
     "InvalidTopicError",
     "LogManager",
     "MAX_PARTITIONS",
+    "StrayDataError",
     "TopicExistsError",
     "TopicInfo",
     "UnknownTopicError",
@@ -59,6 +74,8 @@ logger = logging.getLogger(__name__)
 TOPICS_DIR = "topics"
 MAX_PARTITIONS = 10_000
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_DELETED_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<topic_id>[0-9a-f]{32})-delete$")
+DELETE_SUFFIX = "-delete"
 
 
 class TopicExistsError(Exception):
@@ -120,28 +137,31 @@ class LogManager:
 
     @classmethod
     def open(cls, data_dir: Path, broker_config: LogConfig, now_ms: int) -> LogManager:
+        """Open every topic of the data directory. Raises DamagedFileError (nothing changed on disk
+        but temporary files) when a topic file cannot be used."""
         data_dir = Path(data_dir)
         topics_dir = data_dir / TOPICS_DIR
         topics_dir.mkdir(parents=True, exist_ok=True)
         manager = cls(data_dir, broker_config)
+        infos: list[TopicInfo] = []
         for name in sorted(os.listdir(topics_dir)):
             path = topics_dir / name
-            if name.endswith(".json.tmp"):
+            if name.endswith(".json.tmp"):  # a write that never reached its os.replace
                 path.unlink(missing_ok=True)
                 continue
             if not name.endswith(".json"):
                 logger.warning("ignoring stray file %s", path)
                 continue
-            try:
-                info = manager._read_topic_file(path)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                logger.error("ignoring unreadable topic file %s: %s", path, exc)
-                continue
+            infos.append(manager._read_topic_file(path))
+        infos = manager._finish_deletions(infos)
+        for info in infos:
             topic = _Topic(info)
             for partition in range(info.num_partitions):
-                topic.logs.append(
-                    PartitionLog.open(manager._partition_dir(info.name, partition), info.config, now_ms)
-                )
+                directory = manager._partition_dir(info.name, partition)
+                if not directory.is_dir():
+                    logger.warning("%s is missing: partition %d of topic %s starts empty",
+                                   directory, partition, info.name)
+                topic.logs.append(PartitionLog.open(directory, info.config, now_ms))
             manager._topics[info.name] = topic
             manager._by_id[info.topic_id] = topic
         for name in sorted(os.listdir(data_dir)):
@@ -149,28 +169,70 @@ class LogManager:
                 continue
             match = _PARTITION_DIR.match(name)
             topic = manager._topics.get(match["topic"]) if match else None
-            if topic is None or int(match["partition"]) >= topic.info.num_partitions:
+            if topic is not None and int(match["partition"]) < topic.info.num_partitions:
+                continue
+            if match and _holds_records(data_dir / name):
+                logger.error(
+                    "%s holds records, but no topic file accounts for it: kept as it is (restore "
+                    "%s/%s.json, or move the directory away)", data_dir / name, TOPICS_DIR, match["topic"],
+                )
+            else:
                 logger.warning("ignoring stray directory %s in the data directory", data_dir / name)
         return manager
 
+    def _finish_deletions(self, infos: list[TopicInfo]) -> list[TopicInfo]:
+        """Complete the deletions a crash cut short: every `-delete` directory goes, and so does a
+        topic file whose topic had begun to be deleted (its id is on a `-delete` directory)."""
+        deleting: dict[str, list[Path]] = {}
+        for name in os.listdir(self.data_dir):
+            match = _DELETED_DIR.match(name)
+            if match and (self.data_dir / name).is_dir():
+                deleting.setdefault(match["topic_id"], []).append(self.data_dir / name)
+        if not deleting:
+            return infos
+        kept = []
+        for info in infos:
+            if info.topic_id.hex in deleting:
+                logger.info("finishing the deletion of topic %s, cut short by a crash", info.name)
+                self._delete_topic_files(info)
+            else:
+                kept.append(info)
+        for directories in deleting.values():
+            for directory in directories:
+                shutil.rmtree(directory, ignore_errors=True)
+        return kept
+
     def _read_topic_file(self, path: Path) -> TopicInfo:
-        state = json.loads(path.read_text())
-        name = state["name"]
-        validate_topic_name(name)
-        if path.name != name + ".json":
-            raise ValueError(f"names topic {name!r}")
-        num_partitions = int(state["num_partitions"])
-        if not 1 <= num_partitions <= MAX_PARTITIONS:
-            raise ValueError(f"bad partition count {num_partitions}")
-        overrides = {str(k): str(v) for k, v in state.get("configs", {}).items()}
+        remedy = (
+            "the topic's partition directories are untouched; restore this file (from a backup, or "
+            "rewrite it: {\"version\": 1, \"name\", \"topic_id\", \"num_partitions\", \"configs\"}) "
+            "or move it and the topic's directories away to drop the topic"
+        )
+        try:
+            state = json.loads(path.read_bytes())
+            name = state["name"]
+            validate_topic_name(name)
+            if path.name != name + ".json":
+                raise ValueError(f"names topic {name!r}")
+            num_partitions = state["num_partitions"]
+            if type(num_partitions) is not int or not 1 <= num_partitions <= MAX_PARTITIONS:
+                raise ValueError(f"bad partition count {num_partitions!r}")
+            configs = state.get("configs", {})
+            if not isinstance(configs, dict):
+                raise ValueError(f"configs is not an object: {configs!r}")
+            overrides = {str(k): str(v) for k, v in configs.items()}
+            topic_id = uuid.UUID(state["topic_id"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DamagedFileError(path, f"unreadable topic file ({exc})", remedy) from exc
         try:
             config = self.broker_config.with_topic_overrides(overrides)
         except ConfigError as exc:
-            # Keep the topic (its data matters more than one bad setting), without that setting.
-            logger.error("topic %s: dropping invalid stored config: %s", name, exc)
-            overrides.pop(exc.key, None)
-            config = _config_skipping_invalid(self.broker_config, overrides)
-        return TopicInfo(name, uuid.UUID(state["topic_id"]), num_partitions, overrides, config)
+            # Dropping the setting would be a guess (a lost retention.ms=-1 means deleted data).
+            raise DamagedFileError(
+                path, f"stored config {exc.key} is invalid ({exc})",
+                "correct or remove that entry of \"configs\" in the file",
+            ) from exc
+        return TopicInfo(name, topic_id, num_partitions, overrides, config)
 
     def _write_topic_file(self, info: TopicInfo) -> None:
         state = {
@@ -197,9 +259,12 @@ class LogManager:
         overrides: Mapping[str, str] | None,
         now_ms: int,
         validate_only: bool = False,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicInfo:
         """Create a topic (or only check that it could be created). Raises InvalidTopicError,
-        TopicExistsError, InvalidPartitionsError or ConfigError, checked in Kafka's order."""
+        TopicExistsError, InvalidPartitionsError or ConfigError, checked in Kafka's order.
+        `topic_id` gives the new topic that id instead of a random one (a topic restored or
+        replayed elsewhere keeps its id); one already in use is refused with TopicExistsError."""
         validate_topic_name(name)
         if name in self._topics:
             raise TopicExistsError(f"Topic '{name}' already exists.")
@@ -216,16 +281,23 @@ class LogManager:
             )
         overrides = dict(overrides or {})
         config = self.broker_config.with_topic_overrides(overrides)
-        info = TopicInfo(name, new_topic_id(), num_partitions, overrides, config)
+        if topic_id is not None and topic_id in self._by_id:
+            raise TopicExistsError(f"Topic id {topic_id} is already in use.")
+        info = TopicInfo(name, topic_id or new_topic_id(), num_partitions, overrides, config)
         if validate_only:
             return info
+        existing = [self._partition_dir(name, p) for p in range(num_partitions)]
+        existing = [d for d in existing if d.exists()]
+        for directory in existing:
+            if _holds_records(directory):
+                raise StrayDataError(directory, name)
         topic = _Topic(info)
         try:
+            for directory in existing:  # what a creation cut short by a crash left: no records
+                logger.warning("reusing %s, which holds no records", directory)
+                shutil.rmtree(directory)
             for partition in range(num_partitions):
                 directory = self._partition_dir(name, partition)
-                if directory.exists():  # left over from a deletion cut short
-                    logger.warning("removing stale directory %s", directory)
-                    shutil.rmtree(directory)
                 topic.logs.append(PartitionLog.open(directory, config, now_ms))
             self._write_topic_file(info)
         except BaseException:
@@ -239,18 +311,59 @@ class LogManager:
         return info
 
     def delete_topic(self, name: str) -> TopicInfo:
+        """Delete a topic: its partition directories are renamed to `-delete` names first, so a
+        crash at any point leaves nothing a later open could mistake for a lost topic's data."""
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        self._topic_file(name).unlink()
-        fsync_directory(self.data_dir / TOPICS_DIR)
+        renamed = self._rename_for_deletion(topic.info)  # an OSError here leaves the topic as it was
+        for log in topic.logs:
+            log.close(clean=False)
         del self._topics[name]
         del self._by_id[topic.info.topic_id]
-        for log in topic.logs:
-            log.delete()
+        self._commit_deletion(topic.info, renamed)
         if self.on_topics_changed is not None:
             self.on_topics_changed(name)
         return topic.info
+
+    def _delete_topic_files(self, info: TopicInfo) -> None:
+        self._commit_deletion(info, self._rename_for_deletion(info))
+
+    def _rename_for_deletion(self, info: TopicInfo) -> list[Path]:
+        """Rename the topic's partition directories to their `-delete` names (all or, on an
+        OSError, none: the renames done are undone before it is raised)."""
+        renamed: list[tuple[Path, Path]] = []
+        try:
+            for partition in range(info.num_partitions):
+                directory = self._partition_dir(info.name, partition)
+                target = self.data_dir / f"{directory.name}.{info.topic_id.hex}{DELETE_SUFFIX}"
+                try:
+                    os.rename(directory, target)
+                except FileNotFoundError:
+                    continue
+                renamed.append((directory, target))
+            if renamed:
+                fsync_directory(self.data_dir)
+        except OSError:
+            for directory, target in reversed(renamed):
+                try:
+                    os.rename(target, directory)
+                except OSError:
+                    logger.exception("could not move %s back to %s", target, directory)
+            raise
+        return [target for _, target in renamed]
+
+    def _commit_deletion(self, info: TopicInfo, renamed: list[Path]) -> None:
+        """Remove the topic file (the deletion is then final), then the renamed directories. A
+        failure here is only logged: the next open finishes the deletion from the `-delete` names."""
+        try:
+            self._topic_file(info.name).unlink(missing_ok=True)
+            fsync_directory(self.data_dir / TOPICS_DIR)
+        except OSError:
+            logger.exception("topic %s: could not remove its topic file; the next start finishes "
+                             "the deletion", info.name)
+        for directory in renamed:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> TopicInfo:
         """Replace a topic's overrides (AlterConfigs semantics; incremental callers pass the merged
@@ -292,10 +405,22 @@ class LogManager:
     # -- housekeeping -----------------------------------------------------------------------------
 
     def enforce_retention(self, now_ms: int) -> int:
-        return sum(log.enforce_retention(now_ms) for _, _, log in self.logs())
+        """Retention over every log; a log whose files cannot be changed is logged and skipped."""
+        return self._over_logs(lambda log: log.enforce_retention(now_ms), "retention")
 
     def maybe_flush(self, now_ms: int) -> int:
-        return sum(1 for _, _, log in self.logs() if log.maybe_flush(now_ms))
+        return self._over_logs(lambda log: int(log.maybe_flush(now_ms)), "flush")
+
+    def _over_logs(self, action, what: str) -> int:
+        """Sum `action(log)` over every log; a storage error is logged (that log is tried again the
+        next time) and does not stop the others."""
+        total = 0
+        for name, partition, log in self.logs():
+            try:
+                total += action(log)
+            except OSError as exc:
+                logger.error("%s-%d: %s failed, tried again next time: %s", name, partition, what, exc)
+        return total
 
     def flush(self) -> None:
         for _, _, log in self.logs():
@@ -308,9 +433,10 @@ class LogManager:
         self._by_id.clear()
 
 
-def _config_skipping_invalid(base: LogConfig, overrides: dict[str, str]) -> LogConfig:
-    while True:
-        try:
-            return base.with_topic_overrides(overrides)
-        except ConfigError as exc:
-            overrides.pop(exc.key, None)
+def _holds_records(directory: Path) -> bool:
+    """Whether a partition directory holds any record (a non-empty segment file)."""
+    try:
+        with os.scandir(directory) as entries:
+            return any(e.name.endswith(LOG_SUFFIX) and e.stat().st_size > 0 for e in entries)
+    except FileNotFoundError:
+        return False

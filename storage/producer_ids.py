@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from storage.errors import DamagedFileError
 from storage.log import write_atomically
 
 PRODUCER_IDS_FILE = "producer-ids"
@@ -37,14 +38,20 @@ class ProducerIdAllocator:
         self.path = data_dir / PRODUCER_IDS_FILE
         self.block_size = block_size
         try:
-            state = json.loads(self.path.read_text())
-            next_block_start = int(state["next_block_start"])
+            state = json.loads(self.path.read_bytes())
+            next_block_start = state["next_block_start"]
+            if type(next_block_start) is not int or not 0 <= next_block_start <= MAX_PRODUCER_ID:
+                raise ValueError(f"next_block_start {next_block_start!r} is not a producer id")
         except FileNotFoundError:
             next_block_start = 0
         except (ValueError, KeyError, TypeError) as exc:
             # Written atomically, so this is damage from outside: reusing ids would be worse
             # than refusing to start.
-            raise ValueError(f"{self.path} is unreadable: {exc}") from exc
+            raise DamagedFileError(
+                self.path, f"unreadable ({exc})",
+                'restore it ({"version": 1, "next_block_start": N}, N above every producer id '
+                "handed out so far)",
+            ) from exc
         self._next_id = next_block_start
         self._block_end = next_block_start  # exclusive; nothing of the new block reserved yet
 

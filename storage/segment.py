@@ -5,10 +5,19 @@ the segment's base offset (the first offset it may hold) padded to 20 digits; th
 the name. Writes go through `os.writev` on an O_APPEND descriptor (data reaches the OS before the
 append returns), reads through `os.pread` bounded by the size of the whole batches written so far, so
 a read never sees a half-written batch.
+
+Indexes are checked against the log (issue 11: a plausible but wrong index made fetches skip
+records silently): on load, Kafka's sanity checks and more (storage.index); and every entry a lookup
+uses is checked against the batch header it points at (the offset-index entry (O, P) must find, at
+position P, the batch whose last offset is O; the time-index entry (T, O) the batch ending at O with
+max timestamp T), which costs nothing extra for offset lookups (that header is read anyway by the
+scan that follows). An entry that disagrees makes the segment rebuild both indexes from its log
+(without truncating anything: only the active segment's recovery truncates) and answer again.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -16,16 +25,19 @@ from typing import Iterator, Sequence
 from crc32c import crc32c
 
 from protocol.records import (
-    ATTR_COMPRESSION_MASK,
-    ATTR_TIMESTAMP_TYPE,
     BATCH_HEADER,
     CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
     OFFSET_AND_LENGTH,
     BatchHeader,
+    InvalidRecordError,
+    record_timestamps,
 )
+from protocol.compression import CODEC_NAMES, DecompressionLimitError
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+
+logger = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -74,6 +86,8 @@ class LogSegment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._dirty = False
+        self.active = False  # the log's last segment, the one appended to
+        self._torn_tail = False  # bytes past `size` from a failed write, not yet cut
 
     # -- creation and loading -----------------------------------------------------------------
 
@@ -91,10 +105,15 @@ class LogSegment:
             fd=fd,
             size=0,
         )
-        segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
-        segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
-        segment._offset_index.reset_file()
-        segment._time_index.reset_file()
+        try:
+            segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
+            segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
+            segment._offset_index.reset_file()
+            segment._time_index.reset_file()
+        except BaseException:
+            segment.close()  # no descriptor leaks when the disk refuses the index files
+            raise
+        segment.active = True
         return segment
 
     @classmethod
@@ -121,6 +140,10 @@ class LogSegment:
         index_ok = (
             self.index_path.exists() and os.stat(self.index_path).st_size % 8 == 0
         )
+        if last is not None and not 0 <= last[1] < self.next_offset - self.base_offset:
+            logger.warning("%s: its last entry (offset %d) lies outside the segment; rebuilding",
+                           self.time_index_path, self.base_offset + last[1])
+            last = None
         if last is None or not index_ok:
             if self.size == 0 and index_ok and self.time_index_path.exists():
                 return
@@ -133,6 +156,7 @@ class LogSegment:
         """Load the last segment. After a clean shutdown trust the indexes and check only the tail
         (the batches after the last offset-index entry, and the CRC of the last batch); otherwise,
         or if that check fails, `recover` the whole segment. Returns the bytes truncated."""
+        self.active = True
         if clean:
             offset_index = OffsetIndex.load(
                 self.index_path, self.base_offset, self.max_index_size, self.size
@@ -175,6 +199,8 @@ class LogSegment:
             self.next_offset = last.last_offset + 1
         if time_index.last_entry[1] >= self.next_offset and len(time_index):
             return False
+        if len(time_index) and not self._time_entry_matches(*time_index.last_entry):
+            return False
         self.bytes_since_last_index_entry = self.size - position
         return True
 
@@ -187,12 +213,25 @@ class LogSegment:
         return self._rebuild(verify=verify)
 
     def _rebuild_inactive(self) -> None:
-        self._rebuild(verify=False)
+        self._rebuild(verify=False, truncate=False)
         if self.size:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.close_indexes()
 
-    def _rebuild(self, *, verify: bool) -> int:
+    def _index_disagrees(self, what: str) -> None:
+        """An index entry in use disagrees with the log: rebuild both indexes from the log."""
+        logger.warning("%s: %s disagrees with the log; rebuilding the segment's indexes",
+                       self.log_path, what)
+        self._rebuild(verify=False, truncate=False)
+        if not self.active:
+            if self.size:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.close_indexes()
+
+    def _rebuild(self, *, verify: bool, truncate: bool = True) -> int:
+        """Rebuild both indexes from the log. `truncate` (recovery of the active segment): cut the
+        file at the first bad batch; otherwise the file is never changed, and a scan that stops
+        early (damage inside an old segment) is logged."""
         offset_index = OffsetIndex(self.index_path, self.base_offset, self.max_index_size)
         time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
         self.max_timestamp = NO_TIMESTAMP
@@ -217,11 +256,16 @@ class LogSegment:
             valid_end = header.position + header.size
             next_offset = header.last_offset + 1
         truncated = self.size - valid_end
-        if truncated:
+        if truncated and not truncate:
+            logger.error("%s: the batches after byte %d cannot be read; the file is left as it is",
+                         self.log_path, valid_end)
+            truncated = 0
+        elif truncated:
             os.ftruncate(self.fd, valid_end)
             self.size = valid_end
             self._dirty = True
-        self.next_offset = next_offset
+        if truncate or valid_end == self.size:
+            self.next_offset = next_offset
         self.bytes_since_last_index_entry = bytes_since
         if self._offset_index is not None:
             self._offset_index.close()
@@ -238,7 +282,8 @@ class LogSegment:
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
             index = OffsetIndex.load(
-                self.index_path, self.base_offset, self.max_index_size, self.size
+                self.index_path, self.base_offset, self.max_index_size, self.size,
+                self.next_offset if self.next_offset > self.base_offset else None,
             )
             if index is None:
                 self._rebuild_inactive()
@@ -250,7 +295,10 @@ class LogSegment:
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
-            index = TimeIndex.load(self.time_index_path, self.base_offset, self.max_index_size)
+            index = TimeIndex.load(
+                self.time_index_path, self.base_offset, self.max_index_size,
+                self.next_offset if self.next_offset > self.base_offset else None,
+            )
             if index is None:
                 self._rebuild_inactive()
             else:
@@ -279,11 +327,20 @@ class LogSegment:
         """Write `buffers` (whole batches, offsets assigned) at the end of the segment and index
         them. `batches` gives (last_offset, max_timestamp, size) of each batch in order."""
         start = self.size
+        if self._torn_tail:
+            # A failed write left bytes past `size` that could not be cut then: cut them first (an
+            # O_APPEND write would land after them), or fail again.
+            os.ftruncate(self.fd, start)
+            self._torn_tail = False
         try:
             _write_fully(self.fd, buffers, total_size)
         except BaseException:
-            # Never leave part of a batch behind: the next append would follow garbage.
-            os.ftruncate(self.fd, start)
+            # Never leave part of a batch behind: the next append would follow garbage. Reads
+            # never see it meanwhile (they stop at `size`).
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                self._torn_tail = True
             raise
         self._dirty = True
         offset_index = self.offset_index
@@ -354,12 +411,44 @@ class LogSegment:
         return self._scan_headers(position, self.size)
 
     def find_position(self, offset: int) -> int | None:
-        """File position of the batch holding `offset`, or None when it is past this segment."""
-        _, position = self.offset_index.lookup(offset)
-        for header in self._scan_headers(position, self.size):
-            if header.last_offset >= offset:
-                return header.position
+        """File position of the batch holding `offset`, or None when it is past this segment. The
+        index entry used is checked against the first header the scan reads (see the module
+        docstring); on disagreement the indexes are rebuilt and the lookup repeated."""
+        for attempt in range(2):
+            indexed_offset, position = self.offset_index.lookup(offset)
+            verified = position == 0
+            for header in self._scan_headers(position, self.size):
+                if not verified:
+                    if header.last_offset != indexed_offset:
+                        break
+                    verified = True
+                if header.last_offset >= offset:
+                    return header.position
+            else:
+                if verified:
+                    return None
+            if attempt == 0:
+                self._index_disagrees(f"offset index entry (offset {indexed_offset}, position {position})")
         return None
+
+    def verify_max_timestamp(self) -> bool:
+        """Whether `max_timestamp` (read from the time index) is that of the batch it names; if not,
+        the indexes are rebuilt from the log (which corrects it) and False is returned."""
+        if self.max_timestamp == NO_TIMESTAMP or not self.size:
+            return True
+        if self._time_entry_matches(self.max_timestamp, self.offset_of_max_timestamp):
+            return True
+        self._index_disagrees(f"the largest timestamp {self.max_timestamp} at offset {self.offset_of_max_timestamp}")
+        return False
+
+    def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
+        """Whether the batch whose last offset is `offset` has max timestamp `timestamp` (what a
+        time-index entry claims)."""
+        position = self.find_position(offset)
+        if position is None:
+            return False
+        header = next(self._scan_headers(position, self.size), None)
+        return header is not None and header.last_offset == offset and header.max_timestamp == timestamp
 
     def read(self, position: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
         """Whole batches from `position`, at most `max_bytes` of them unless `min_one_batch` and the
@@ -385,21 +474,22 @@ class LogSegment:
     def read_batch(self, header: BatchHeader) -> bytes:
         return os.pread(self.fd, header.size, header.position)
 
-    def find_offset_by_timestamp(
-        self, timestamp: int, start_offset: int, *, exact: bool = False
-    ) -> tuple[int, int] | None:
-        """Kafka's LogSegment.findOffsetByTimestamp: the first batch at or after `start_offset` whose
-        max timestamp is >= `timestamp`, answered as (its first offset >= start_offset, its max
-        timestamp), or with `exact` as the first such record (see `first_record_at_or_after`)."""
-        _, indexed_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """Kafka's LogSegment.findOffsetByTimestamp: (offset, timestamp) of the first record at or
+        after `start_offset` whose timestamp is >= `timestamp`, or None. Only the batches whose max
+        timestamp reaches the target are read record by record (see `first_record_at_or_after`)."""
+        indexed_timestamp, indexed_offset = self.time_index.lookup(timestamp)
+        if indexed_timestamp != NO_TIMESTAMP and not self._time_entry_matches(indexed_timestamp, indexed_offset):
+            self._index_disagrees(f"time index entry (timestamp {indexed_timestamp}, offset {indexed_offset})")
+            _, indexed_offset = self.time_index.lookup(timestamp)
+        position = self.find_position(max(indexed_offset, start_offset))
+        if position is None:
+            return None
         for header in self._scan_headers(position, self.size):
             if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
-                if not exact:
-                    return max(header.base_offset, start_offset), header.max_timestamp
-                return first_record_at_or_after(
-                    self.read_batch(header), header, timestamp, start_offset
-                )
+                found = first_record_at_or_after(self.read_batch(header), header, timestamp, start_offset)
+                if found is not None:
+                    return found
         return None
 
     # -- scanning -------------------------------------------------------------------------------
@@ -497,54 +587,46 @@ def _write_fully(fd: int, buffers: Sequence[bytes | bytearray | memoryview], tot
 
 # -- record-level helpers (only for ListOffsets by timestamp, never on the produce/fetch path) ----
 
+# A compressed batch is decompressed whole to find one record in it; one that would grow past this
+# is answered at batch granularity instead (with a warning), so no batch costs unbounded memory.
+MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
 
-def _read_varint(buf: bytes, position: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        byte = buf[position]
-        position += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-    return (raw >> 1) ^ -(raw & 1), position
+
+def _records(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]] | None:
+    """(offset, timestamp) of each record of `batch`, or None when they cannot be read (logged)."""
+    try:
+        return iter(list(record_timestamps(batch, max_decompressed=MAX_DECOMPRESSED_BATCH_BYTES)))
+    except (InvalidRecordError, DecompressionLimitError) as exc:
+        logger.warning(
+            "batch at offsets %d-%d (%s): records not readable, answering at batch granularity: %s",
+            header.base_offset, header.last_offset, CODEC_NAMES.get(header.compression, "?"), exc,
+        )
+        return None
 
 
 def first_record_at_or_after(
     batch: bytes, header: BatchHeader, timestamp: int, start_offset: int
-) -> tuple[int, int]:
-    """(offset, timestamp) of the first record in `batch` with timestamp >= `timestamp` and offset
-    >= `start_offset`. Exact for uncompressed CreateTime batches (records are walked); for a
-    LogAppendTime batch every record carries the batch's max timestamp; for a compressed batch
-    the answer has batch granularity: (its first offset >= start_offset, its max timestamp)."""
-    first = max(header.base_offset, start_offset)
-    if header.attributes & ATTR_TIMESTAMP_TYPE or header.attributes & ATTR_COMPRESSION_MASK:
-        return first, header.max_timestamp
-    try:
-        position = HEADER_SIZE
-        for _ in range(header.records_count):
-            length, position = _read_varint(batch, position)
-            record_end = position + length
-            position += 1  # attributes
-            timestamp_delta, position = _read_varint(batch, position)
-            offset_delta, position = _read_varint(batch, position)
-            record_offset = header.base_offset + offset_delta
-            record_timestamp = header.base_timestamp + timestamp_delta
-            if record_timestamp >= timestamp and record_offset >= start_offset:
-                return record_offset, record_timestamp
-            position = record_end
-    except (IndexError, ValueError):
-        pass
-    return first, header.max_timestamp
+) -> tuple[int, int] | None:
+    """Kafka's FileRecords.searchForTimestamp within one batch: (offset, timestamp) of its first
+    record with timestamp >= `timestamp` and offset >= `start_offset`, None when it has none.
+    Compressed batches are decompressed (this one batch only); a LogAppendTime batch's records all
+    carry its max timestamp."""
+    records = _records(batch, header)
+    if records is None:
+        if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+            return max(header.base_offset, start_offset), header.max_timestamp
+        return None
+    for record_offset, record_timestamp in records:
+        if record_timestamp >= timestamp and record_offset >= start_offset:
+            return record_offset, record_timestamp
+    return None
 
 
 def record_with_timestamp(batch: bytes, header: BatchHeader, timestamp: int) -> int:
-    """Offset of the first record of `batch` carrying `timestamp` (the batch's max timestamp), for
-    ListOffsets MAX_TIMESTAMP; the batch's base offset when records cannot be walked."""
-    if header.attributes & ATTR_TIMESTAMP_TYPE or header.attributes & ATTR_COMPRESSION_MASK:
-        return header.base_offset
-    offset, found = first_record_at_or_after(batch, header, timestamp, header.base_offset)
-    return offset if found == timestamp else header.base_offset
+    """Kafka's RecordBatch.offsetOfMaxTimestamp: the offset of the first record of `batch` carrying
+    `timestamp` (the batch's max timestamp), for ListOffsets MAX_TIMESTAMP; the batch's base offset
+    when its records cannot be read."""
+    for record_offset, record_timestamp in _records(batch, header) or ():
+        if record_timestamp == timestamp:
+            return record_offset
+    return header.base_offset

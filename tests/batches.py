@@ -66,9 +66,11 @@ def make_batch(
     partition_leader_epoch: int = -1,
     transactional: bool = False,
     attributes: int = 0,
+    compression: str | None = None,
 ) -> bytes:
-    """One uncompressed v2 batch of `records` (key, value). Every record gets `timestamp_ms` unless
-    `timestamps` gives one per record, and carries `headers`."""
+    """One v2 batch of `records` (key, value). Every record gets `timestamp_ms` unless
+    `timestamps` gives one per record, and carries `headers`. `compression` compresses the records
+    the way a producer does (see `compress`)."""
     if not records:
         raise ValueError("a batch holds at least one record")
     if timestamps is None:
@@ -81,6 +83,9 @@ def make_batch(
         for i, ((key, value), ts) in enumerate(zip(records, timestamps))
     )
     attrs = attributes | (ATTR_TRANSACTIONAL if transactional else 0)
+    if compression is not None:
+        codec, body = compress(compression, body)
+        attrs |= codec
     header = bytearray(
         _HEADER.pack(
             base_offset,
@@ -101,6 +106,34 @@ def make_batch(
     crc = crc32c(body, crc32c(memoryview(header)[21:]))
     struct.pack_into(">I", header, 17, crc)
     return bytes(header) + body
+
+
+CODECS = {"gzip": 1, "snappy": 2, "snappy-xerial": 2, "lz4": 3, "zstd": 4}
+
+
+def compress(name: str, data: bytes) -> tuple[int, bytes]:
+    """(codec bits, compressed bytes) as producers write them: a gzip stream; snappy as one raw
+    block (librdkafka) or in xerial framing with small blocks (Java, kafka-python); an LZ4 frame; a
+    zstd frame."""
+    import gzip
+
+    import cramjam
+
+    if name == "gzip":
+        return 1, gzip.compress(data)
+    if name == "snappy":
+        return 2, bytes(cramjam.snappy.compress_raw(data))
+    if name == "snappy-xerial":
+        out = bytearray(b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1))
+        for i in range(0, len(data), 64):  # several blocks, to cover the framing
+            block = bytes(cramjam.snappy.compress_raw(data[i : i + 64]))
+            out += struct.pack(">i", len(block)) + block
+        return 2, bytes(out)
+    if name == "lz4":
+        return 3, bytes(cramjam.lz4.compress(data))
+    if name == "zstd":
+        return 4, bytes(cramjam.zstd.compress(data))
+    raise ValueError(name)
 
 
 def make_value_batch(count: int, *, size: int = 10, tag: bytes = b"v", **kwargs) -> bytes:

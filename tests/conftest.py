@@ -23,6 +23,19 @@ def broker(tmp_path):
         yield running
 
 
+@pytest.fixture(scope="session")
+def java(tmp_path_factory):
+    """The Java client (tests/java_client.py), MiniClient compiled once per session."""
+    from tests.java_client import JavaClientError, compile_mini_client
+
+    try:
+        client = compile_mini_client(tmp_path_factory.mktemp("java-classes"))
+    except JavaClientError as exc:
+        pytest.fail(str(exc))
+    client.fail = pytest.fail
+    return client
+
+
 @pytest.fixture
 def start_broker(tmp_path):
     """start_broker(data_dir=None, **overrides) -> context manager; for restarts on one data dir."""

@@ -104,6 +104,35 @@ def test_metadata_without_auto_creation_answers_unknown_topic(broker, unique):
         assert response.topics[0].error_code == 3
 
 
+def test_metadata_by_topic_id(broker, unique):
+    """Kafka's rules: a non-zero id is looked up by id whatever the name says (Java sends the empty
+    name, not null), an unknown id answers UNKNOWN_TOPIC_ID with a null name and auto-creates
+    nothing, and ids before v12 are refused with INVALID_REQUEST."""
+    topic = unique("by-id")
+    with WireClient(broker.bootstrap) as c:
+        create_topic(c, topic, partitions=2)
+        topic_id = broker.broker.logs.topic(topic).topic_id
+        unknown = uuid.uuid4()
+
+        def ask(*topics, version=12):
+            req = schema(3, version)
+            mod = __import__(req.__module__, fromlist=["x"])
+            return c.request(req(topics=tuple(mod.MetadataRequestTopic(topic_id=i, name=n) for i, n in topics),
+                                 allow_auto_topic_creation=True, include_topic_authorized_operations=False)).topics
+
+        (found,) = ask((topic_id, ""))
+        assert (found.error_code, found.name, found.topic_id, len(found.partitions)) == (0, topic, topic_id, 2)
+        assert ask((topic_id, None)) == (found,)
+        found_again, missing = ask((topic_id, "ignored"), (unknown, ""), (topic_id, ""))
+        assert found_again == found
+        assert (missing.error_code, missing.name, missing.topic_id, missing.partitions) == (100, None, unknown, ())
+        assert broker.broker.logs.topic("ignored") is None
+        (refused,) = ask((topic_id, topic), version=11)
+        assert (refused.error_code, refused.name, refused.topic_id) == (42, topic, topic_id)
+        (by_name,) = ask((None, topic))
+        assert by_name == found
+
+
 @pytest.mark.parametrize(
     "name, partitions, configs, code",
     [
@@ -170,7 +199,7 @@ def test_produce_assigns_consecutive_offsets_and_list_offsets_sees_them(broker, 
 
         assert offset_for(-2) == 0
         assert offset_for(-1) == 5
-        assert offset_for(1_700_000_000_001) == 0  # inside the first batch: its base offset
+        assert offset_for(1_700_000_000_001) == 1  # inside the first batch: the record itself
         assert offset_for(1_800_000_000_000) == -1
 
 

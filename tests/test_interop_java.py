@@ -14,73 +14,27 @@ broker's newest versions against the client that defines them:
   the first, every record is read exactly once, and the committed offsets are the log end;
 - Admin.alterClientQuotas / describeClientQuotas round trip.
 
-tests/java/MiniClient.java is the Java side, compiled once per session; each test runs its steps in
-as few JVMs as it can (start-up dominates on 2 cores). The JDK and the jars come from
-scripts/fetch_java_clients, which scripts/test runs: without them these tests fail, they do not skip.
+tests/java/MiniClient.java is the Java side, compiled once per session (the `java` fixture, see
+tests/java_client.py); each test runs its steps in as few JVMs as it can (start-up dominates on 2
+cores).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from protocol.messages import peek_api
 from tests.clients import ALL, KafkaPython, Message
+from tests.java_client import of_type
 from tests.test_interop_clients import expected_records, make_messages, normalise
 
 pytestmark = pytest.mark.interop
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "tests" / "java" / "MiniClient.java"
-LIBS = Path(os.environ.get("MINIBROKER_JAVA_CLIENTS", ROOT / ".cache" / "java-clients")) / "libs"
-JARS = ("kafka-clients-4.3.0.jar", "slf4j-api-2.0.18.jar", "lz4-java-1.10.2.jar", "snappy-java-1.1.1.7.jar",
-        "zstd-jni-1.5.6-10.jar")
-HOW_TO_GET = "run scripts/fetch_java_clients (scripts/test runs it) to install a JDK >= 17 and the jars"
-# Short-lived JVMs: one GC thread and no C2 compile queue start faster on 2 cores.
-JVM_OPTS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
-
 PARTITIONS = 3
 COUNT = 5000
-
-
-class JavaClient:
-    def __init__(self, classes: Path):
-        self.classpath = f"{classes}{os.pathsep}{LIBS}{os.sep}*"
-
-    def run(self, *commands: list, timeout: float = 120) -> list[dict]:
-        """Run MiniClient commands in one JVM; returns its output lines as dicts."""
-        args: list[str] = []
-        for command in commands:
-            args += (["--"] if args else []) + [str(a) for a in command]
-        proc = subprocess.run(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *args],
-                              capture_output=True, text=True, timeout=timeout)
-        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-        if proc.returncode != 0:
-            stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("SLF4J"))
-            done = [line["command"] for line in lines if line["type"] == "done"]
-            pytest.fail(f"MiniClient {' '.join(args)} exited {proc.returncode} after {done}:\n{stderr[-4000:]}")
-        return lines
-
-
-@pytest.fixture(scope="session")
-def java(tmp_path_factory) -> JavaClient:
-    missing = [jar for jar in JARS if not (LIBS / jar).is_file()]
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.fail(f"no JDK (javac) on PATH: {HOW_TO_GET}")
-    if missing:
-        pytest.fail(f"missing {', '.join(missing)} in {LIBS}: {HOW_TO_GET}")
-    classes = tmp_path_factory.mktemp("java-classes")
-    proc = subprocess.run(["javac", "-d", str(classes), "-cp", f"{LIBS}{os.sep}*", str(SOURCE)],
-                          capture_output=True, text=True, timeout=180)
-    if proc.returncode != 0:
-        pytest.fail(f"javac failed (a JDK >= 17 is needed; {HOW_TO_GET}):\n{proc.stderr}")
-    return JavaClient(classes)
 
 
 class ApiVersionLog:
@@ -139,10 +93,6 @@ def records(lines, topic=None):
         for r in lines
         if r["type"] == "record" and (topic is None or r["topic"] == topic)
     ]
-
-
-def of_type(lines, kind):
-    return [line for line in lines if line["type"] == kind]
 
 
 def test_java_produce_consume_restart_and_cross_read(java, versions, start_broker, unique):

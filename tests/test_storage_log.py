@@ -238,7 +238,6 @@ def test_log_append_time_rewrites_max_timestamp_and_crc(tmp_path):
     decoded = list(DefaultRecordBatch(bytearray(data)))
     assert [r.timestamp for r in decoded] == [now] * 3
     assert log.offset_for_timestamp(now) == (0, now)
-    assert log.offset_for_timestamp(now, exact=True) == (0, now)
     log.close()
 
 
@@ -393,6 +392,8 @@ def test_unclean_open_rebuilds_active_indexes(tmp_path):
 
 
 def test_offset_for_timestamp_and_latest_timestamp(tmp_path):
+    """Kafka's answers: the first record with a timestamp >= the target, with its own timestamp, and
+    the first record carrying the largest timestamp, never the base offset of the batch."""
     directory = tmp_path / "t-0"
     log = PartitionLog.open(directory, small_config(index_interval_bytes=0), 0)
     # Batches of 3 records with timestamps ts, ts+2, ts+1; batch i starts at T0 + 10 * i, offset 3 * i.
@@ -400,25 +401,78 @@ def test_offset_for_timestamp_and_latest_timestamp(tmp_path):
         base = T0 + 10 * i
         log.append(make_batch([(None, b"x" * 20)] * 3, timestamps=[base, base + 2, base + 1]), 0)
 
-    def both(ts):
-        return log.offset_for_timestamp(ts), log.offset_for_timestamp(ts, exact=True)
-
-    assert both(T0 - 100) == ((0, T0 + 2), (0, T0))
-    assert both(T0) == ((0, T0 + 2), (0, T0))
-    assert both(T0 + 1) == ((0, T0 + 2), (1, T0 + 2))  # exact: the first record with ts >= target
-    assert both(T0 + 3) == ((3, T0 + 12), (3, T0 + 10))
-    assert both(T0 + 101) == ((30, T0 + 102), (31, T0 + 102))
-    assert both(T0 + 192) == ((57, T0 + 192), (58, T0 + 192))
-    assert both(T0 + 193) == (None, None)
-    assert log.latest_timestamp() == (57, T0 + 192)
-    assert log.latest_timestamp(exact=True) == (58, T0 + 192)
+    lookup = log.offset_for_timestamp
+    assert lookup(T0 - 100) == (0, T0)
+    assert lookup(T0) == (0, T0)
+    assert lookup(T0 + 1) == (1, T0 + 2)  # the first record with ts >= target, not record 2's T0 + 1
+    assert lookup(T0 + 3) == (3, T0 + 10)
+    assert lookup(T0 + 101) == (31, T0 + 102)
+    assert lookup(T0 + 192) == (58, T0 + 192)
+    assert lookup(T0 + 193) is None
+    assert log.latest_timestamp() == (58, T0 + 192)
     log.close()
     log = PartitionLog.open(directory, small_config(index_interval_bytes=0), 0)
-    assert log.latest_timestamp(exact=True) == (58, T0 + 192)
-    assert both(T0 + 101) == ((30, T0 + 102), (31, T0 + 102))
+    assert log.latest_timestamp() == (58, T0 + 192)
+    assert log.offset_for_timestamp(T0 + 101) == (31, T0 + 102)
     log.delete_records_before(40)
-    # Offset 39 (in the batch holding 39..41) is below the log start.
-    assert both(T0) == ((40, T0 + 132), (40, T0 + 132))
+    # Offsets 39 and 40 (in the batch holding 39..41) are searched from the log start: 40 is first.
+    assert log.offset_for_timestamp(T0) == (40, T0 + 132)
+    log.close()
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "snappy-xerial", "lz4", "zstd"])
+def test_timestamp_lookups_inside_compressed_batches(tmp_path, codec):
+    """A compressed batch is decompressed to answer the exact record: a target in the middle of a
+    10-record batch gives that record, and the largest timestamp (out of order in its batch, and on
+    a tie) gives the first record carrying it, before and after a reopen."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, LogConfig(), 0)
+    log.append(make_batch([(None, b"a%d" % i * 30) for i in range(10)],
+                          timestamps=[T0 + 10 * i for i in range(10)], compression=codec), 0)
+    # Offsets 10..19: 15 carries the largest timestamp, and so does 17 (a tie: 15 is the answer).
+    out_of_order = [T0 + 200, T0 + 150, T0 + 300, T0 + 120, T0 + 250, T0 + 900, T0 + 100, T0 + 900,
+                    T0 + 110, T0 + 130]
+    log.append(make_batch([(b"k", b"b%d" % i * 30) for i in range(10)], timestamps=out_of_order,
+                          compression=codec), 0)
+    for reopen in (False, True):
+        if reopen:
+            log.close()
+            log = PartitionLog.open(directory, LogConfig(), 0)
+        assert log.offset_for_timestamp(T0 + 45) == (5, T0 + 50)
+        assert log.offset_for_timestamp(T0 + 50) == (5, T0 + 50)
+        assert log.offset_for_timestamp(T0 + 91) == (10, T0 + 200)
+        assert log.offset_for_timestamp(T0 + 201) == (12, T0 + 300)
+        assert log.offset_for_timestamp(T0 + 301) == (15, T0 + 900)
+        assert log.offset_for_timestamp(T0 + 901) is None
+        assert log.latest_timestamp() == (15, T0 + 900)
+    log.close()
+
+
+def test_log_append_time_compressed_batch_answers_its_first_record(tmp_path):
+    """Every record of a LogAppendTime batch carries the append time (Kafka's DefaultRecord)."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(message_timestamp_type="LogAppendTime"), 0)
+    log.append(make_batch([(None, b"x")] * 4, timestamp_ms=1, compression="zstd"), T0)
+    log.append(make_batch([(None, b"y")] * 4, timestamp_ms=1, compression="gzip"), T0 + 5000)
+    assert log.offset_for_timestamp(2) == (0, T0)
+    assert log.offset_for_timestamp(T0 + 1) == (4, T0 + 5000)
+    assert log.latest_timestamp() == (4, T0 + 5000)
+    log.close()
+
+
+def test_a_batch_too_big_to_decompress_is_answered_at_batch_granularity(tmp_path, monkeypatch, caplog):
+    """The bound on decompressed bytes holds: over it, the batch's first offset and max timestamp
+    answer (and a warning says why), instead of an allocation the batch's bytes do not justify."""
+    import storage.segment
+
+    monkeypatch.setattr(storage.segment, "MAX_DECOMPRESSED_BATCH_BYTES", 1000)
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    log.append(make_batch([(None, bytes(500))] * 10, timestamps=[T0 + i for i in range(10)],
+                          compression="zstd"), 0)
+    assert log.offset_for_timestamp(T0 + 5) == (0, T0 + 9)
+    assert log.latest_timestamp() == (0, T0 + 9)
+    assert "batch granularity" in caplog.text
+    monkeypatch.setattr(storage.segment, "MAX_DECOMPRESSED_BATCH_BYTES", 10**6)
+    assert log.offset_for_timestamp(T0 + 5) == (5, T0 + 5)
     log.close()
 
 
@@ -618,4 +672,145 @@ def test_clean_open_trusts_the_log_and_unclean_open_scans_it(tmp_path):
     log.close(clean=False)
     log = PartitionLog.open(directory, config, 0)
     assert log.log_end_offset == victim_base
+    log.close()
+
+
+# -- plausible but wrong indexes (issue 11) -------------------------------------------------------
+
+
+def _index_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:
+    return list(entry.iter_unpack(path.read_bytes()))
+
+
+def _write_entries(path: Path, entry: struct.Struct, entries) -> None:
+    path.write_bytes(b"".join(entry.pack(*e) for e in entries))
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_plausible_but_wrong_offset_index_never_makes_a_read_skip_records(tmp_path, clean):
+    """Every entry's position moved to the next batch's: still in order, still inside the file,
+    so the load's sanity check passes it; the first lookup that uses an entry finds the batch at its
+    position does not end at its offset, and the indexes are rebuilt from the log."""
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    assert len(log.segments) > 1
+    log.close(clean=clean)
+    originals = {}
+    for path in sorted(directory.glob("*.index")):
+        originals[path.name] = path.read_bytes()
+        entries = _index_entries(path, struct.Struct(">ii"))
+        shifted = [(o, p) for (o, _), (_, p) in zip(entries, entries[1:])]
+        assert len(shifted) >= 3
+        _write_entries(path, struct.Struct(">ii"), shifted)
+    log = PartitionLog.open(directory, config, 0)
+    for offset in range(model.end):
+        assert log.read(offset, 1) == model.read(offset, 1), offset
+    assert_same(log, model)
+    log.close()
+    # The rebuilt files are what the log had written.
+    assert {p.name: p.read_bytes() for p in sorted(directory.glob("*.index"))} == originals
+
+
+def test_a_plausible_but_wrong_time_index_never_makes_list_offsets_skip_records(tmp_path):
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    answers = {ts: log.offset_for_timestamp(ts) for ts in range(T0 - 1, T0 + 61)}
+    log.close()
+    for path in sorted(directory.glob("*.timeindex")):
+        entries = _index_entries(path, struct.Struct(">qi"))
+        # Each timestamp paired with the next entry's offset: in order, inside the segment, wrong.
+        _write_entries(path, struct.Struct(">qi"), [(t, o) for (t, _), (_, o) in zip(entries, entries[1:])]
+                       + entries[-1:])
+    log = PartitionLog.open(directory, config, 0)
+    assert {ts: log.offset_for_timestamp(ts) for ts in answers} == answers
+    log.close()
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+def test_index_entries_past_the_segment_fail_the_sanity_check(tmp_path, suffix):
+    """Kafka's sanityCheck: the last entry's offset must lie inside the segment."""
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    first, second = log.segments[0], log.segments[1]
+    log.close()
+    path = first.index_path if suffix == ".index" else first.time_index_path
+    entry = struct.Struct(">ii" if suffix == ".index" else ">qi")
+    entries = _index_entries(path, entry)
+    beyond = second.base_offset - first.base_offset + 5
+    entries.append((beyond, entries[-1][1] + 1) if suffix == ".index" else (entries[-1][0] + 1, beyond))
+    _write_entries(path, entry, entries)
+    log = PartitionLog.open(directory, config, 0)
+    segment = log.segments[0]
+    assert segment.max_timestamp == max(struct.unpack_from(">q", d, 35)[0] for b, _, d in model.batches
+                                        if b < second.base_offset)
+    assert all(offset < second.base_offset for offset, _ in segment.offset_index.entries())
+    assert all(offset < second.base_offset for _, offset in segment.time_index.entries())
+    for offset in range(model.end):
+        assert log.read(offset, 1) == model.read(offset, 1)
+    log.close()
+
+
+def test_a_wrong_last_time_entry_of_the_active_segment_is_caught_at_a_clean_open(tmp_path):
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=10**6)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 20)
+    latest = log.latest_timestamp()
+    log.close()
+    (path,) = directory.glob("*.timeindex")
+    entries = _index_entries(path, struct.Struct(">qi"))
+    entries[-1] = (entries[-1][0] + 1000, entries[-1][1])  # a max timestamp no batch has
+    _write_entries(path, struct.Struct(">qi"), entries)
+    log = PartitionLog.open(directory, config, 0)
+    assert log.latest_timestamp() == latest
+    assert_same(log, model)
+    log.close()
+
+
+def test_retention_by_time_checks_the_largest_timestamp_against_the_log(tmp_path):
+    """A time index whose last entry claims an old timestamp must not get a segment deleted."""
+    directory = tmp_path / "t-0"
+    config = small_config(index_interval_bytes=0, segment_bytes=4000, retention_ms=1000)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 60)
+    segments = len(log.segments)
+    log.close()
+    first = sorted(directory.glob("*.timeindex"))[0]
+    entries = _index_entries(first, struct.Struct(">qi"))
+    # Every timestamp 11 days earlier: still in order and inside the segment, and wrong.
+    _write_entries(first, struct.Struct(">qi"), [(t - 10**9, o) for t, o in entries])
+    log = PartitionLog.open(directory, config, 0)
+    assert log.enforce_retention(T0 + 100) == 0
+    assert len(log.segments) == segments and log.segments[0].max_timestamp > T0
+    assert_same(log, model)
+    log.close()
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", b"\xff\xfe"])
+def test_an_unreadable_log_start_offset_is_recovered_from_the_segments(tmp_path, content):
+    """The checkpoint is rebuilt from what is on disk (the first segment's base offset): records
+    it had hidden become readable again, and nothing is deleted."""
+    directory = tmp_path / "t-0"
+    config = small_config(segment_bytes=300)
+    log = PartitionLog.open(directory, config, 0)
+    model = Model()
+    fill(log, model, 30)
+    log.delete_records_before(log.segments[2].base_offset + 1)
+    first_base = log.segments[0].base_offset
+    log.close()
+    (directory / "log-start-offset").write_bytes(content)
+    log = PartitionLog.open(directory, config, 0)
+    assert log.log_start_offset == first_base
+    assert log.read(first_base, 1 << 20) == model.read(first_base, 1 << 20)
     log.close()

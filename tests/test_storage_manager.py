@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import uuid
 
 import pytest
 
 from storage.config import ConfigError, LogConfig
+from storage.errors import DamagedFileError
 from storage.manager import (
     InvalidPartitionsError,
     InvalidTopicError,
     LogManager,
+    StrayDataError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -118,25 +122,103 @@ def test_alter_topic_config(tmp_path):
     reopened.close()
 
 
-def test_stray_directories_are_skipped_and_logged(tmp_path, caplog):
+def test_stray_directories_are_kept_logged_and_never_created_over(tmp_path, caplog):
     manager = LogManager.open(tmp_path, BROKER, 0)
     manager.create_topic("t", 1, {}, 0)
     manager.close()
     (tmp_path / "unknown-0").mkdir()
+    (tmp_path / "unknown-0" / "00000000000000000000.log").write_bytes(make_batch([(None, b"old")]))
+    (tmp_path / "empty-0").mkdir()
+    (tmp_path / "empty-0" / "00000000000000000000.log").write_bytes(b"")
     (tmp_path / "t-5").mkdir()
     (tmp_path / "not a partition").mkdir()
     (tmp_path / "producer-ids").write_text("{}")
-    (tmp_path / "topics" / "broken.json").write_text("{not json")
     with caplog.at_level(logging.WARNING, logger="storage.manager"):
         reopened = LogManager.open(tmp_path, BROKER, 0)
     assert [t.name for t in reopened.topics()] == ["t"]
     logged = caplog.text
-    assert "unknown-0" in logged and "t-5" in logged and "broken.json" in logged
-    # A topic created over a stale directory starts empty.
-    (tmp_path / "unknown-0" / "00000000000000000000.log").write_bytes(make_batch([(None, b"old")]))
-    reopened.create_topic("unknown", 1, {}, 0)
-    assert reopened.log("unknown", 0).log_end_offset == 0
+    assert "unknown-0 holds records" in logged and "t-5" in logged and "empty-0" in logged
+    # A directory with records and no topic file is never deleted to make room for a new topic.
+    with pytest.raises(StrayDataError) as stray:
+        reopened.create_topic("unknown", 1, {}, 0)
+    assert stray.value.error_code == 56 and "unknown-0" in str(stray.value)
+    assert (tmp_path / "unknown-0" / "00000000000000000000.log").stat().st_size > 0
+    assert reopened.topic("unknown") is None and not (tmp_path / "topics" / "unknown.json").exists()
+    # One that holds no records (a creation cut short by a crash) is reused.
+    reopened.create_topic("empty", 1, {}, 0)
+    assert reopened.log("empty", 0).log_end_offset == 0
     reopened.close()
+
+
+@pytest.mark.parametrize("content", [
+    b"{not json", b"\xff\xfe", b"[]", b'{"name": "t"}',
+    b'{"version": 1, "name": "t", "topic_id": "nope", "num_partitions": 1, "configs": {}}',
+    b'{"version": 1, "name": "t", "topic_id": "%s", "num_partitions": 0, "configs": {}}' % str(uuid.uuid4()).encode(),
+    b'{"version": 1, "name": "other", "topic_id": "%s", "num_partitions": 1, "configs": {}}' % str(uuid.uuid4()).encode(),
+])
+def test_a_damaged_topic_file_stops_the_open_naming_it_and_deletes_nothing(tmp_path, content):
+    """The issue's reproduction: an unreadable topic file was skipped, and the next auto-create
+    deleted the topic's directory. Now the open stops, naming the file, and no byte changes."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 2, {}, 0)
+    manager.log("t", 1).append(make_batch([(None, b"precious")]), 0)
+    manager.close()
+    (tmp_path / "topics" / "t.json").write_bytes(content)
+    before = _tree(tmp_path)
+    with pytest.raises(DamagedFileError) as damaged:
+        LogManager.open(tmp_path, BROKER, 0)
+    assert damaged.value.path == tmp_path / "topics" / "t.json"
+    assert str(tmp_path / "topics" / "t.json") in str(damaged.value) and "restore" in str(damaged.value)
+    assert _tree(tmp_path) == before
+
+
+def test_a_stored_config_that_no_longer_validates_stops_the_open(tmp_path):
+    """Dropping the setting would be a guess: a lost retention.ms=-1 is data deleted by retention."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {"retention.ms": "-1"}, 0)
+    manager.close()
+    path = tmp_path / "topics" / "t.json"
+    state = json.loads(path.read_text())
+    state["configs"]["retention.ms"] = "forever"
+    path.write_text(json.dumps(state))
+    with pytest.raises(DamagedFileError) as damaged:
+        LogManager.open(tmp_path, BROKER, 0)
+    assert "retention.ms" in str(damaged.value) and str(path) in str(damaged.value)
+
+
+def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("gone", 2, {}, 0)
+    manager.create_topic("kept", 1, {}, 0)
+    manager.log("gone", 0).append(make_batch([(None, b"v")]), 0)
+    manager.close()
+    # A crash after the first rename: one directory renamed, the topic file still there.
+    os.rename(tmp_path / "gone-0", tmp_path / f"gone-0.{info.topic_id.hex}-delete")
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert [t.name for t in reopened.topics()] == ["kept"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept-0", "topics"]
+    reopened.close()
+
+
+def test_delete_topic_leaves_nothing_a_later_open_could_take_for_lost_data(tmp_path, monkeypatch):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("gone", 2, {}, 0)
+    manager.log("gone", 1).append(make_batch([(None, b"v")]), 0)
+    # The directories are renamed before the topic file goes: stop right after the renames.
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+    manager.delete_topic("gone")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"gone-0.{info.topic_id.hex}-delete", f"gone-1.{info.topic_id.hex}-delete", "topics"]
+    monkeypatch.undo()
+    LogManager.open(tmp_path, BROKER, 0).close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["topics"]
+
+
+def _tree(root):
+    return {
+        str(path.relative_to(root)): path.read_bytes() if path.is_file() else None
+        for path in sorted(root.rglob("*"))
+    }
 
 
 def test_topic_file_format(tmp_path):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from storage.errors import DamagedFileError
 from storage.producer_ids import PRODUCER_IDS_FILE, ProducerIdAllocator
 
 
@@ -42,3 +43,11 @@ def test_unreadable_file_refuses_to_start(tmp_path):
     (tmp_path / PRODUCER_IDS_FILE).write_text("garbage")
     with pytest.raises(ValueError):
         ProducerIdAllocator(tmp_path)
+
+
+@pytest.mark.parametrize("content", ['{"version": 1, "next_block_start": -1}', '{"next_block_start": 1.5}', "[]"])
+def test_an_impossible_next_block_start_refuses_naming_the_file(tmp_path, content):
+    (tmp_path / "producer-ids").write_text(content)
+    with pytest.raises(DamagedFileError) as damaged:
+        ProducerIdAllocator(tmp_path)
+    assert str(tmp_path / "producer-ids") in str(damaged.value)

@@ -56,6 +56,13 @@ MODULES = (
     "list_groups",
     "describe_groups",
     "delete_groups",
+    "describe_log_dirs",
+    "alter_replica_log_dirs",
+    "elect_leaders",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
+    "describe_quorum",
+    "list_config_resources",
 )
 
 

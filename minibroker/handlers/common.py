@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from minibroker.broker import wall_clock_ms
-from storage.config import ConfigError
-from storage.manager import InvalidPartitionsError, InvalidTopicError, TopicExistsError
+from storage.audit_format import AUDIT_TOPIC
+from storage.config import ConfigError, is_internal
+from storage.errors import storage_error_message
+from storage.manager import InvalidPartitionsError, InvalidTopicError, StrayDataError, TopicExistsError
 
 log = logging.getLogger(__name__)
 
@@ -14,6 +17,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+REPLICA_NOT_AVAILABLE = 9
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
@@ -25,6 +29,13 @@ INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 INVALID_TXN_STATE = 48
+KAFKA_STORAGE_ERROR = 56
+LOG_DIR_NOT_FOUND = 57
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED = 84
+NO_REASSIGNMENT_IN_PROGRESS = 85
+UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
 
@@ -32,6 +43,28 @@ UNKNOWN_TOPIC_ID = 100
 NO_AUTHORIZED_OPERATIONS = -2147483648
 TOPIC_ALL_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+
+
+_storage_errors_logged: dict[str, float] = {}
+
+
+def log_storage_error(fmt: str, *args) -> None:
+    """Log a storage error, at most once a minute per distinct message (a full disk fails every
+    request until it has room again)."""
+    message = fmt % args
+    now = time.monotonic()
+    if now - _storage_errors_logged.get(message, -1e9) >= 60:
+        if len(_storage_errors_logged) > 1000:
+            _storage_errors_logged.clear()
+        _storage_errors_logged[message] = now
+        log.error("%s", message)
+
+
+def broker_owned(name: str) -> bool:
+    """A topic only the broker writes: Kafka's internal topics (committed offsets, and the
+    transaction and share-group state a later version may keep) and the audit stream. Clients may
+    read them, never produce to or delete them."""
+    return is_internal(name) or name == AUDIT_TOPIC
 
 
 def create_topic_or_error(broker, name: str, num_partitions: int | None = None, overrides=None):
@@ -51,5 +84,11 @@ def create_topic_or_error(broker, name: str, num_partitions: int | None = None, 
         return None, INVALID_PARTITIONS
     except ConfigError:
         return None, INVALID_CONFIG
+    except StrayDataError as exc:
+        log.error("not auto-creating topic %s: %s", name, exc)
+        return None, KAFKA_STORAGE_ERROR
+    except OSError as exc:
+        log.error("could not create topic %s: %s", name, storage_error_message(exc))
+        return None, KAFKA_STORAGE_ERROR
     log.info("created topic %s with %d partition(s)", name, info.num_partitions)
     return info, NONE

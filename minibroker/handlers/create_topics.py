@@ -5,7 +5,9 @@ Per topic: a legal name (INVALID_TOPIC_EXCEPTION), a name not already taken (TOP
 broker: anything more is INVALID_REPLICATION_FACTOR), manual assignments only onto this broker and
 never together with a count (INVALID_REQUEST), known topic configs with valid values
 (INVALID_CONFIG), and a name at most once per request (INVALID_REQUEST). validate_only checks
-without creating. v5+ answers the resulting partition count, replication factor and configs.
+without creating. v5+ answers the resulting partition count, replication factor and configs. A topic
+whose partition directory already holds records no topic file accounts for, or a file-system error,
+answers KAFKA_STORAGE_ERROR with a message naming the directory or file (nothing is deleted).
 """
 
 from minibroker.broker import wall_clock_ms
@@ -17,12 +19,14 @@ from minibroker.handlers.common import (
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
     TOPIC_ALREADY_EXISTS,
     log,
 )
 from minibroker.handlers.describe_configs import topic_config_entries
 from storage.config import ConfigError
-from storage.manager import InvalidPartitionsError, InvalidTopicError, TopicExistsError
+from storage.errors import storage_error_message
+from storage.manager import InvalidPartitionsError, InvalidTopicError, StrayDataError, TopicExistsError
 
 
 def _result(name, code, message=None, info=None, replication_factor=-1, configs=None) -> dict:
@@ -71,6 +75,12 @@ def _create_one(broker, topic, validate_only: bool) -> dict:
         return _result(name, INVALID_PARTITIONS, str(exc))
     except ConfigError as exc:
         return _result(name, INVALID_CONFIG, str(exc))
+    except StrayDataError as exc:
+        log.error("not creating topic %s: %s", name, exc)
+        return _result(name, KAFKA_STORAGE_ERROR, str(exc))
+    except OSError as exc:
+        log.error("could not create topic %s: %s", name, storage_error_message(exc))
+        return _result(name, KAFKA_STORAGE_ERROR, storage_error_message(exc))
     if not validate_only:
         log.info("created topic %s (%d partitions, id %s)", name, info.num_partitions, info.topic_id)
     configs = [

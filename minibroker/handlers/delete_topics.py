@@ -2,12 +2,23 @@
 
 The partition logs are closed and their directories removed at once; waiting fetches on them are
 woken (they answer UNKNOWN_TOPIC_OR_PARTITION on their next read); the topic's producer state and
-committed offsets go with it.
+committed offsets go with it. The broker's own topics (`__consumer_offsets` and Kafka's other
+internal topics, `__minibroker_audit`) are refused with INVALID_TOPIC_EXCEPTION: deleting the offsets
+topic would drop every group's committed offsets. (kafka-topics.sh refuses internal topics the same
+way, client-side; a KRaft controller would delete them.)
 """
 
 from minibroker.broker import wall_clock_ms
+from storage.errors import storage_error_message
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, log
+from minibroker.handlers.common import (
+    INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    broker_owned,
+    log,
+)
 
 
 @handler(20, 1, 6)
@@ -25,7 +36,18 @@ async def delete_topics(ctx, request):
             code = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
             results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": None})
             continue
-        broker.logs.delete_topic(info.name)
+        if broker_owned(info.name):
+            results.append({"name": info.name, "topic_id": info.topic_id, "error_code": INVALID_TOPIC_EXCEPTION,
+                            "error_message": f"Cannot delete internal topic {info.name}"})
+            continue
+        try:
+            broker.logs.delete_topic(info.name)
+        except OSError as exc:  # nothing was deleted (the renames are undone)
+            message = storage_error_message(exc)
+            log.error("could not delete topic %s: %s", info.name, message)
+            results.append({"name": info.name, "topic_id": info.topic_id, "error_code": KAFKA_STORAGE_ERROR,
+                            "error_message": message})
+            continue
         broker.producer_states.forget(info.name)
         broker.groups.forget_topic(info.name, wall_clock_ms())
         for partition in range(info.num_partitions):

@@ -7,7 +7,8 @@ partition_max_bytes; the first batch returned is always whole even when larger (
 outside [log start, log end] answers OFFSET_OUT_OF_RANGE for that partition. Fetch sessions
 (KIP-227) are not kept: session_id 0 tells clients to send full fetches, which they all support.
 v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). Reads see only committed data, which
-on one broker is everything appended (high watermark = log end).
+on one broker is everything appended (high watermark = log end). A file-system error reading a
+partition answers KAFKA_STORAGE_ERROR for that partition.
 """
 
 from __future__ import annotations
@@ -15,10 +16,17 @@ from __future__ import annotations
 
 from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
-from minibroker.handlers.common import OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers.common import (
+    KAFKA_STORAGE_ERROR,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    log_storage_error,
+)
 from minibroker.purgatory import DelayedOperation
 from protocol.entities import to_ms
 from protocol.records import iter_headers
+from storage.errors import storage_error_message
 from storage.log import OffsetOutOfRangeError
 
 
@@ -50,7 +58,10 @@ class _FetchPlan:
             if log.log_end_offset > offset:
                 if min_bytes <= 1:
                     return True
-                total += len(log.read(offset, max_bytes))
+                try:
+                    total += len(log.read(offset, max_bytes))
+                except OSError:
+                    return True  # the read below answers KAFKA_STORAGE_ERROR
                 if total >= min_bytes:
                     return True
         return False
@@ -74,6 +85,10 @@ class _FetchPlan:
                 by_topic[key]["partitions"].append(
                     _partition(part, OFFSET_OUT_OF_RANGE, log.log_end_offset, log.log_start_offset)
                 )
+                continue
+            except OSError as exc:
+                log_storage_error("%s-%d: %s", info.name, part, storage_error_message(exc))
+                by_topic[key]["partitions"].append(_partition(part, KAFKA_STORAGE_ERROR))
                 continue
             remaining -= len(data)
             by_topic[key]["partitions"].append(

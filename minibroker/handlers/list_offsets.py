@@ -1,27 +1,49 @@
-"""ListOffsets (key 2), v1-v11: earliest (-2), latest (-1), max timestamp (-3), by timestamp.
+"""ListOffsets (key 2), v1-v11: offsets by timestamp and the special timestamps, as Kafka's
+UnifiedLog.fetchOffsetByTimestamp answers them on a broker without tiered storage.
 
-Quirks: the special timestamps answer timestamp -1 (except -3, which answers the largest timestamp
-and its batch's offset); a timestamp past every record answers offset -1. Lookups by timestamp
-resolve to the first batch whose max timestamp is at or after the target (record granularity inside
-a batch is the client's to skip, as with fetches). -4 (earliest local) is the log start here.
+- a timestamp >= 0: the first record whose timestamp is at or after it, with that record's own
+  timestamp (compressed batches included: the one batch that straddles the target is decompressed);
+  offset -1 and timestamp -1 when no record is that recent;
+- LATEST (-1): the log end offset; EARLIEST (-2) and EARLIEST_LOCAL (-4, KIP-405; all of the log is
+  local here): the log start offset; both with timestamp -1;
+- MAX_TIMESTAMP (-3, KIP-734): the first record carrying the largest timestamp, with that timestamp;
+- LATEST_TIERED (-5, KIP-1005) and EARLIEST_PENDING_UPLOAD (-6, KIP-1023): nothing is tiered, so
+  offset -1, timestamp -1, leader epoch -1.
+
+A special timestamp asked at a version older than the one that introduced it, or a negative
+timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partition (Kafka's
+ReplicaManager.isListOffsetsTimestampUnsupported).
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers.common import (
+    KAFKA_STORAGE_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
+    log_storage_error,
+)
+from storage.errors import storage_error_message
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_TIERED = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+# The first ListOffsets version that may carry each special timestamp.
+MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+               EARLIEST_PENDING_UPLOAD: 11}
+LEADER_EPOCH = 0  # the one broker leads every partition in epoch 0 (as Metadata says)
 
 
-def _lookup(log, timestamp: int) -> tuple[int, int]:
+def _lookup(log, timestamp: int) -> tuple[int, int, int]:
+    """(offset, timestamp, leader epoch) for one partition."""
     if timestamp == LATEST:
-        return log.log_end_offset, -1
-    if timestamp in (EARLIEST, EARLIEST_LOCAL, EARLIEST_TIERED):
-        return log.log_start_offset, -1
+        return log.log_end_offset, -1, LEADER_EPOCH
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return log.log_start_offset, -1, LEADER_EPOCH
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1, -1
     if timestamp == MAX_TIMESTAMP:
         offset, ts = log.latest_timestamp()
-        return offset, ts
+        return offset, ts, LEADER_EPOCH if offset >= 0 else -1
     found = log.offset_for_timestamp(timestamp)
-    return found if found is not None else (-1, -1)
+    return (*found, LEADER_EPOCH) if found is not None else (-1, -1, -1)
 
 
 @handler(2, 1, 11)
@@ -32,12 +54,22 @@ async def list_offsets(ctx, request):
         partitions = []
         for p in topic.partitions:
             log = broker.logs.log(topic.name, p.partition_index)
-            if log is None:
-                partitions.append({"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+            if p.timestamp < 0 and ctx.version < MIN_VERSION.get(p.timestamp, 1 << 15):
+                error = UNSUPPORTED_VERSION
+            else:
+                error = UNKNOWN_TOPIC_OR_PARTITION if log is None else 0
+            if error:
+                partitions.append({"partition_index": p.partition_index, "error_code": error,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
-            offset, ts = _lookup(log, p.timestamp)
+            try:
+                offset, ts, epoch = _lookup(log, p.timestamp)
+            except OSError as exc:
+                log_storage_error("%s-%d: %s", topic.name, p.partition_index, storage_error_message(exc))
+                partitions.append({"partition_index": p.partition_index, "error_code": KAFKA_STORAGE_ERROR,
+                                   "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
             partitions.append({"partition_index": p.partition_index, "error_code": 0,
-                               "timestamp": ts, "offset": offset, "leader_epoch": 0})
+                               "timestamp": ts, "offset": offset, "leader_epoch": epoch})
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}

@@ -1,14 +1,22 @@
 """Metadata (key 3): the one broker, its topics, and auto-creation.
 
-Quirks: a null topic list (v1+) means every topic, and so does an empty list at v0. Topics may be
-named by id from v10 on. Auto-creation needs both `auto.create.topics.enable` and the request's
+Quirks: a null topic list (v1+) means every topic, and so does an empty list at v0. From v12 on a
+topic may be asked for by id (Java's Admin sends the id with an empty name, not a null one): as in
+Kafka's handleTopicMetadataRequest, any non-zero id in the request makes it a lookup by id (names
+alongside are ignored), and an unknown id is answered UNKNOWN_TOPIC_ID with a null name; ids in a
+v10/v11 request, which Kafka refuses, are answered INVALID_REQUEST. Auto-creation needs both `auto.create.topics.enable` and the request's
 allow_auto_topic_creation (v4+; always allowed before). Unlike KRaft Kafka, which answers
 LEADER_NOT_AVAILABLE until the new topic's leader is elected, a topic created here is answered at
-once, so producers do not need a second round trip.
+once, so producers do not need a second round trip. Only Kafka's internal topics (`__consumer_offsets`,
+`__transaction_state`, `__share_group_state`) are marked is_internal; the audit topic
+`__minibroker_audit` is an ordinary topic to clients (consumable by name or pattern, as any topic),
+though only the broker may write it.
 """
 
 from minibroker.handlers import handler
+from storage.config import is_internal
 from minibroker.handlers.common import (
+    INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     NO_AUTHORIZED_OPERATIONS,
     TOPIC_ALL_OPERATIONS,
@@ -20,24 +28,24 @@ from minibroker.handlers.common import (
 
 
 def topic_metadata(broker, info, include_ops: bool) -> dict:
-    node = broker.node_id
+    partitions = []
+    for index in range(info.num_partitions):
+        assignment = broker.cluster.partition(info.name, index)
+        partitions.append({
+            "error_code": 0,
+            "partition_index": index,
+            "leader_id": assignment.leader,
+            "leader_epoch": assignment.leader_epoch,
+            "replica_nodes": assignment.replicas,
+            "isr_nodes": assignment.isr,
+            "offline_replicas": (),
+        })
     return {
         "error_code": 0,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": info.name.startswith("__"),
-        "partitions": [
-            {
-                "error_code": 0,
-                "partition_index": p,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
-                "offline_replicas": (),
-            }
-            for p in range(info.num_partitions)
-        ],
+        "is_internal": is_internal(info.name),
+        "partitions": partitions,
         "topic_authorized_operations": TOPIC_ALL_OPERATIONS if include_ops else NO_AUTHORIZED_OPERATIONS,
     }
 
@@ -49,41 +57,47 @@ async def metadata(ctx, request):
     allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config[
         "auto.create.topics.enable"
     ]
-    topics = []
     if request.topics is None or (ctx.version == 0 and not request.topics):
         topics = [topic_metadata(broker, info, include_ops) for info in broker.logs.topics()]
     else:
-        for wanted in request.topics:
-            name = getattr(wanted, "name", None)
-            topic_id = getattr(wanted, "topic_id", None)
-            if name is None and topic_id is not None:
-                info = broker.logs.topic_by_id(topic_id)
-                if info is None:
-                    topics.append(_error_topic(None, topic_id, UNKNOWN_TOPIC_ID))
-                    continue
-            else:
-                info = broker.logs.topic(name)
-            if info is None:
-                if allow_create:
-                    info, code = create_topic_or_error(broker, name)
-                    if info is None:
-                        topics.append(_error_topic(name, None, code))
-                        continue
-                else:
-                    topics.append(_error_topic(name, None, UNKNOWN_TOPIC_OR_PARTITION))
-                    continue
-            topics.append(topic_metadata(broker, info, include_ops))
+        topic_ids = [t.topic_id for t in request.topics if getattr(t, "topic_id", None) is not None]
+        if topic_ids and ctx.version < 12:
+            topics = [_error_topic(t.name or "", t.topic_id, INVALID_REQUEST) for t in request.topics]
+        elif topic_ids:
+            topics = [_by_id(broker, topic_id, include_ops) for topic_id in dict.fromkeys(topic_ids)]
+        else:
+            topics = [_by_name(broker, t.name, allow_create, include_ops) for t in request.topics]
     return {
         "throttle_time": 0,
         "brokers": [broker.broker_endpoint(ctx.connection.listener)],
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": broker.cluster.controller_id,
         "topics": topics,
         "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
         if getattr(request, "include_cluster_authorized_operations", False)
         else NO_AUTHORIZED_OPERATIONS,
         "error_code": 0,
     }
+
+
+def _by_id(broker, topic_id, include_ops: bool) -> dict:
+    info = broker.logs.topic_by_id(topic_id)
+    if info is None:
+        return _error_topic(None, topic_id, UNKNOWN_TOPIC_ID)
+    return topic_metadata(broker, info, include_ops)
+
+
+def _by_name(broker, name: str | None, allow_create: bool, include_ops: bool) -> dict:
+    if name is None:  # v12+: neither a name nor an id
+        return _error_topic(None, None, UNKNOWN_TOPIC_OR_PARTITION)
+    info = broker.logs.topic(name)
+    if info is None:
+        if not allow_create:
+            return _error_topic(name, None, UNKNOWN_TOPIC_OR_PARTITION)
+        info, code = create_topic_or_error(broker, name)
+        if info is None:
+            return _error_topic(name, None, code)
+    return topic_metadata(broker, info, include_ops)
 
 
 def _error_topic(name, topic_id, code) -> dict:

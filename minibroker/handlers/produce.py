@@ -1,10 +1,17 @@
 """Produce (key 0), v3-v13: check each partition's batch, append it, wake waiting fetches.
 
 Behaviour: every partition is answered on its own. A partition's records must be exactly one v2
-batch (Kafka's rule from v3); framing and CRC faults answer CORRUPT_MESSAGE, other bad batches
-INVALID_RECORD, a batch over the topic's max.message.bytes MESSAGE_TOO_LARGE. acks=0 gets no
+batch (Kafka's rule from v3) whose records add up (protocol.records: count, offset deltas, record
+framing, a known codec that decompresses); framing and CRC faults answer CORRUPT_MESSAGE, records
+that do not add up INVALID_RECORD, codecs 5-7 (and zstd before v7) UNSUPPORTED_COMPRESSION_TYPE, a
+batch over the topic's max.message.bytes (or decompressing past 64 times it) MESSAGE_TOO_LARGE, a
+keyless record on a compacted topic INVALID_RECORD. A file-system error (disk full, read-only data
+directory, out of file descriptors) answers KAFKA_STORAGE_ERROR for the partition, with nothing
+appended; the next produce tries the disk again, so the broker recovers by itself. acks=0 gets no
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
-v13 names topics by id. Producing never creates a topic (Metadata does).
+v13 names topics by id. Producing never creates a topic (Metadata does). The broker's own topics
+(`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
+INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal topics.
 
 Producer-id quota (KIP-936): before anything is appended, a batch whose producer id is new for the
 connection's user while that user is over its `producer_ids_rate` is rejected for its partition (not
@@ -22,12 +29,17 @@ from minibroker.handlers import handler
 from minibroker.handlers.common import (
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
+    INVALID_TOPIC_EXCEPTION,
     INVALID_TXN_STATE,
+    KAFKA_STORAGE_ERROR,
     MESSAGE_TOO_LARGE,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    broker_owned,
+    log_storage_error as log_error,
 )
 from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
+from storage.errors import storage_error_message
 
 
 def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
@@ -50,7 +62,8 @@ class PartitionOutcome(NamedTuple):
     pid_new: bool | None = None  # what the producer-id quota made of the batch's PID (None: not asked)
 
 
-def append_partition(broker, topic, partition_index: int, records, now_ms: int, user: str) -> PartitionOutcome:
+def append_partition(broker, topic, partition_index: int, records, now_ms: int, user: str,
+                     version: int = 13) -> PartitionOutcome:
     """Check and append one partition's records."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if log is None:
@@ -63,8 +76,14 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
             MESSAGE_TOO_LARGE,
             f"batch of {len(records)} bytes exceeds max.message.bytes {log.config.max_message_bytes}",
         ))
+    config = log.config
     try:
-        header = check_produce_records(records)
+        header = check_produce_records(
+            records,
+            max_message_bytes=config.max_message_bytes,
+            require_keys="compact" in config.cleanup_policy,
+            produce_version=version,
+        )
     except InvalidRecordError as exc:
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
     if header.is_transactional:
@@ -81,7 +100,14 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
                 _partition_result(partition_index, broker.config["producer.id.quota.error.code"], message),
                 verdict.throttle_time_ms, header, pid_new,
             )
-    result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
+    try:
+        result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
+    except OSError as exc:
+        # Disk full, read-only, out of descriptors: nothing was appended (the log rolls a failed
+        # write back), so the client may retry; the next append tries the disk again.
+        message = storage_error_message(exc)
+        log_error("%s-%d: %s", topic.name, partition_index, message)
+        return PartitionOutcome(_partition_result(partition_index, KAFKA_STORAGE_ERROR, message), 0, header, pid_new)
     if isinstance(result, dict):
         return PartitionOutcome({"index": partition_index, **result}, 0, header, pid_new)
     return PartitionOutcome(_partition_result(
@@ -112,10 +138,14 @@ async def produce(ctx, request):
             partitions = [_partition_result(p.index, INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
         elif topic is None and name is None:
             partitions = [_partition_result(p.index, UNKNOWN_TOPIC_ID) for p in topic_data.partition_data]
+        elif topic is not None and broker_owned(topic.name):
+            # Kafka's ReplicaManager: "Cannot append to internal topic" (InvalidTopicException).
+            message = f"Cannot append to internal topic {topic.name}"
+            partitions = [_partition_result(p.index, INVALID_TOPIC_EXCEPTION, message) for p in topic_data.partition_data]
         else:
             partitions = []
             for p in topic_data.partition_data:
-                outcome = append_partition(broker, topic, p.index, p.records, now_ms, user)
+                outcome = append_partition(broker, topic, p.index, p.records, now_ms, user, ctx.version)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
                 if broker.audit is not None:

@@ -13,6 +13,21 @@
 //                                                  NAME "<default>" is the default entity;
 //                                                  TYPE/NAME may be comma lists (user,client-id)
 //   describe-quotas BOOTSTRAP
+//   produce-timestamps BOOTSTRAP TOPIC COMPRESSION TS[,TS...]   one record per timestamp to partition 0,
+//                                                  in one batch (linger), idempotent
+//   offsets-for-times BOOTSTRAP TOPIC TS           KafkaConsumer.offsetsForTimes on partition 0
+//   list-offsets BOOTSTRAP TOPIC SPEC              Admin.listOffsets on partition 0; SPEC is earliest,
+//                                                  latest, max-timestamp, earliest-local, latest-tiered
+//                                                  or a timestamp
+//   describe-topic-ids BOOTSTRAP ID[,ID...]        Admin.describeTopics(TopicCollection.ofTopicIds(...))
+//   describe-quorum BOOTSTRAP                      Admin.describeMetadataQuorum
+//   describe-log-dirs BOOTSTRAP BROKER             Admin.describeLogDirs and describeReplicaLogDirs
+//   list-config-resources BOOTSTRAP [TYPE,...]     Admin.listConfigResources (types by name, e.g. TOPIC)
+//   list-reassignments BOOTSTRAP                   Admin.listPartitionReassignments
+//   alter-reassignment BOOTSTRAP TOPIC PARTITION REPLICAS|cancel [no-rf-change]
+//                                                  REPLICAS is a comma list of broker ids
+//   elect-leaders BOOTSTRAP preferred|unclean TOPIC:PARTITION[,...]|all
+//   alter-log-dir BOOTSTRAP TOPIC PARTITION BROKER DIR   Admin.alterReplicaLogDirs
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
 // Record i of `produce` is deterministic (tests/test_interop_java.py computes the same bytes):
@@ -29,6 +44,7 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeSet;
@@ -99,6 +115,18 @@ public final class MiniClient {
             case "alter-quota" -> alterQuota(a[1], a[2], a[3], a[4], a[5]);
             case "produce-outcome" -> produceOutcome(a[1], a[2], Integer.parseInt(a[3]), a[4]);
             case "describe-quotas" -> describeQuotas(a[1]);
+            case "produce-timestamps" -> produceTimestamps(a[1], a[2], a[3], a[4]);
+            case "offsets-for-times" -> offsetsForTimes(a[1], a[2], Long.parseLong(a[3]));
+            case "list-offsets" -> listOffsets(a[1], a[2], a[3]);
+            case "describe-topic-ids" -> describeTopicIds(a[1], a[2]);
+            case "describe-quorum" -> describeQuorum(a[1]);
+            case "describe-log-dirs" -> describeLogDirs(a[1], Integer.parseInt(a[2]));
+            case "list-config-resources" -> listConfigResources(a[1], a.length > 2 ? a[2] : "");
+            case "list-reassignments" -> listReassignments(a[1]);
+            case "alter-reassignment" -> alterReassignment(a[1], a[2], Integer.parseInt(a[3]), a[4],
+                    a.length > 5 && a[5].equals("no-rf-change"));
+            case "elect-leaders" -> electLeaders(a[1], a[2], a[3]);
+            case "alter-log-dir" -> alterLogDir(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]), a[5]);
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
         }
         OUT.println("{\"type\":\"done\",\"command\":" + str(a[0]) + ",\"ms\":"
@@ -169,6 +197,188 @@ public final class MiniClient {
         return b.append('}').toString();
     }
 
+    /** The simple class name of what a failed admin future threw, or null when it succeeded. */
+    static String failure(org.apache.kafka.common.KafkaFuture<?> future) {
+        try {
+            future.get();
+            return null;
+        } catch (java.util.concurrent.ExecutionException e) {
+            return e.getCause().getClass().getSimpleName();
+        } catch (InterruptedException e) {
+            throw new RuntimeException(e);
+        }
+    }
+
+    static String jsonOrNull(String s) {
+        return s == null ? "null" : str(s);
+    }
+
+    static void listOffsets(String bootstrap, String topic, String spec) throws Exception {
+        org.apache.kafka.clients.admin.OffsetSpec offsetSpec = switch (spec) {
+            case "earliest" -> org.apache.kafka.clients.admin.OffsetSpec.earliest();
+            case "latest" -> org.apache.kafka.clients.admin.OffsetSpec.latest();
+            case "max-timestamp" -> org.apache.kafka.clients.admin.OffsetSpec.maxTimestamp();
+            case "earliest-local" -> org.apache.kafka.clients.admin.OffsetSpec.earliestLocal();
+            case "latest-tiered" -> org.apache.kafka.clients.admin.OffsetSpec.latestTiered();
+            default -> org.apache.kafka.clients.admin.OffsetSpec.forTimestamp(Long.parseLong(spec));
+        };
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (Admin admin = admin(bootstrap)) {
+            var info = admin.listOffsets(Map.of(tp, offsetSpec)).partitionResult(tp).get();
+            OUT.println("{\"type\":\"listed-offset\",\"spec\":" + str(spec) + ",\"offset\":" + info.offset()
+                    + ",\"timestamp\":" + info.timestamp() + ",\"leader_epoch\":"
+                    + (info.leaderEpoch().isPresent() ? info.leaderEpoch().get() : "null") + "}");
+        }
+    }
+
+    static void describeTopicIds(String bootstrap, String ids) throws Exception {
+        List<org.apache.kafka.common.Uuid> uuids = new ArrayList<>();
+        for (String id : ids.split(",")) uuids.add(org.apache.kafka.common.Uuid.fromString(id));
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.describeTopics(org.apache.kafka.common.TopicCollection.ofTopicIds(uuids)).topicIdValues();
+            for (var id : uuids) {
+                String error = failure(futures.get(id));
+                if (error != null) {
+                    OUT.println("{\"type\":\"topic-by-id\",\"topic_id\":" + str(id.toString()) + ",\"error\":" + str(error) + "}");
+                    continue;
+                }
+                TopicDescription d = futures.get(id).get();
+                OUT.println("{\"type\":\"topic-by-id\",\"topic_id\":" + str(id.toString()) + ",\"name\":" + str(d.name())
+                        + ",\"partitions\":" + d.partitions().size() + ",\"leader\":" + d.partitions().get(0).leader().id()
+                        + ",\"error\":null}");
+            }
+        }
+    }
+
+    static void describeQuorum(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            var q = admin.describeMetadataQuorum().quorumInfo().get();
+            StringBuilder voters = new StringBuilder("[");
+            for (var v : q.voters()) {
+                if (voters.length() > 1) voters.append(',');
+                voters.append("{\"id\":").append(v.replicaId()).append(",\"log_end_offset\":").append(v.logEndOffset())
+                        .append(",\"last_fetch\":").append(v.lastFetchTimestamp().orElse(-1))
+                        .append(",\"last_caught_up\":").append(v.lastCaughtUpTimestamp().orElse(-1))
+                        .append(",\"directory_id\":").append(str(v.replicaDirectoryId().toString())).append('}');
+            }
+            StringBuilder nodes = new StringBuilder("{");
+            for (var e : q.nodes().entrySet()) {
+                if (nodes.length() > 1) nodes.append(',');
+                nodes.append(str(e.getKey().toString())).append(":[");
+                boolean first = true;
+                for (var endpoint : e.getValue().endpoints()) {
+                    if (!first) nodes.append(',');
+                    first = false;
+                    nodes.append(str(endpoint.listener() + "://" + endpoint.host() + ":" + endpoint.port()));
+                }
+                nodes.append(']');
+            }
+            OUT.println("{\"type\":\"quorum\",\"leader\":" + q.leaderId() + ",\"epoch\":" + q.leaderEpoch()
+                    + ",\"high_watermark\":" + q.highWatermark() + ",\"voters\":" + voters.append(']')
+                    + ",\"observers\":" + q.observers().size() + ",\"nodes\":" + nodes.append('}') + "}");
+        }
+    }
+
+    static void describeLogDirs(String bootstrap, int broker) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            var dirs = admin.describeLogDirs(List.of(broker)).allDescriptions().get().get(broker);
+            for (var e : dirs.entrySet()) {
+                var d = e.getValue();
+                StringBuilder replicas = new StringBuilder("{");
+                for (var r : d.replicaInfos().entrySet()) {
+                    if (replicas.length() > 1) replicas.append(',');
+                    replicas.append(str(r.getKey().toString())).append(":[").append(r.getValue().size()).append(',')
+                            .append(r.getValue().offsetLag()).append(',').append(r.getValue().isFuture()).append(']');
+                }
+                OUT.println("{\"type\":\"log-dir\",\"path\":" + str(e.getKey()) + ",\"error\":"
+                        + (d.error() == null ? "null" : str(d.error().getClass().getSimpleName()))
+                        + ",\"total\":" + d.totalBytes().orElse(-1) + ",\"usable\":" + d.usableBytes().orElse(-1)
+                        + ",\"replicas\":" + replicas.append('}') + "}");
+            }
+            List<org.apache.kafka.common.TopicPartitionReplica> asked = new ArrayList<>();
+            for (var e : dirs.entrySet()) {
+                for (var tp : e.getValue().replicaInfos().keySet()) {
+                    asked.add(new org.apache.kafka.common.TopicPartitionReplica(tp.topic(), tp.partition(), broker));
+                }
+            }
+            var replicaDirs = admin.describeReplicaLogDirs(asked).all().get();
+            for (var e : replicaDirs.entrySet()) {
+                OUT.println("{\"type\":\"replica-log-dir\",\"replica\":" + str(e.getKey().topic() + "-" + e.getKey().partition())
+                        + ",\"dir\":" + jsonOrNull(e.getValue().getCurrentReplicaLogDir())
+                        + ",\"future_dir\":" + jsonOrNull(e.getValue().getFutureReplicaLogDir()) + "}");
+            }
+        }
+    }
+
+    static void listConfigResources(String bootstrap, String types) throws Exception {
+        Set<org.apache.kafka.common.config.ConfigResource.Type> wanted = new java.util.HashSet<>();
+        for (String t : types.split(",")) {
+            if (!t.isEmpty()) wanted.add(org.apache.kafka.common.config.ConfigResource.Type.valueOf(t));
+        }
+        try (Admin admin = admin(bootstrap)) {
+            var result = admin.listConfigResources(wanted, new org.apache.kafka.clients.admin.ListConfigResourcesOptions());
+            for (var r : result.all().get()) {
+                OUT.println("{\"type\":\"config-resource\",\"resource_type\":" + str(r.type().name()) + ",\"name\":"
+                        + str(r.name()) + "}");
+            }
+        }
+    }
+
+    static void listReassignments(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            var all = admin.listPartitionReassignments().reassignments().get();
+            OUT.println("{\"type\":\"reassignments\",\"count\":" + all.size() + "}");
+        }
+    }
+
+    static void alterReassignment(String bootstrap, String topic, int partition, String replicas, boolean noRfChange)
+            throws Exception {
+        Optional<org.apache.kafka.clients.admin.NewPartitionReassignment> target = Optional.empty();
+        if (!replicas.equals("cancel")) {
+            List<Integer> ids = new ArrayList<>();
+            for (String id : replicas.split(",")) ids.add(Integer.parseInt(id));
+            target = Optional.of(new org.apache.kafka.clients.admin.NewPartitionReassignment(ids));
+        }
+        TopicPartition tp = new TopicPartition(topic, partition);
+        var options = new org.apache.kafka.clients.admin.AlterPartitionReassignmentsOptions()
+                .allowReplicationFactorChange(!noRfChange);
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.alterPartitionReassignments(Map.of(tp, target), options).values();
+            OUT.println("{\"type\":\"reassigned\",\"replicas\":" + str(replicas) + ",\"error\":"
+                    + jsonOrNull(failure(futures.get(tp))) + "}");
+        }
+    }
+
+    static void electLeaders(String bootstrap, String type, String partitions) throws Exception {
+        Set<TopicPartition> tps = null;
+        if (!partitions.equals("all")) {
+            tps = new java.util.HashSet<>();
+            for (String tp : partitions.split(",")) {
+                int colon = tp.lastIndexOf(':');
+                tps.add(new TopicPartition(tp.substring(0, colon), Integer.parseInt(tp.substring(colon + 1))));
+            }
+        }
+        var election = type.equals("unclean") ? org.apache.kafka.common.ElectionType.UNCLEAN
+                : org.apache.kafka.common.ElectionType.PREFERRED;
+        try (Admin admin = admin(bootstrap)) {
+            var result = admin.electLeaders(election, tps).partitions().get();
+            for (var e : new java.util.TreeMap<>(Map.copyOf(result.entrySet().stream().collect(
+                    java.util.stream.Collectors.toMap(x -> x.getKey().toString(), Map.Entry::getValue)))).entrySet()) {
+                OUT.println("{\"type\":\"elected\",\"partition\":" + str(e.getKey()) + ",\"error\":"
+                        + jsonOrNull(e.getValue().map(t -> t.getClass().getSimpleName()).orElse(null)) + "}");
+            }
+        }
+    }
+
+    static void alterLogDir(String bootstrap, String topic, int partition, int broker, String dir) throws Exception {
+        var replica = new org.apache.kafka.common.TopicPartitionReplica(topic, partition, broker);
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.alterReplicaLogDirs(Map.of(replica, dir)).values();
+            OUT.println("{\"type\":\"log-dir-altered\",\"dir\":" + str(dir) + ",\"error\":"
+                    + jsonOrNull(failure(futures.get(replica))) + "}");
+        }
+    }
+
     // --- Producer ----------------------------------------------------------------------------
 
     static byte[] value(int i) {
@@ -178,17 +388,23 @@ public final class MiniClient {
         return v;
     }
 
-    static void produce(String bootstrap, String topic, int count, String compression) throws Exception {
+    /** An idempotent producer's settings (acks=all), as an application would set them. */
+    static Properties producerProps(String bootstrap, String compression, String lingerMs) {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-producer");
         p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
         p.put(ProducerConfig.ACKS_CONFIG, "all");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, lingerMs);
         p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, compression);
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        return p;
+    }
+
+    static void produce(String bootstrap, String topic, int count, String compression) throws Exception {
+        Properties p = producerProps(bootstrap, compression, "5");
         List<Future<RecordMetadata>> sent = new ArrayList<>(count);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             int partitions = producer.partitionsFor(topic).size();
@@ -207,6 +423,33 @@ public final class MiniClient {
                 OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"partition\":" + m.partition()
                         + ",\"offset\":" + m.offset() + "}");
             }
+        }
+    }
+
+    /** One record per timestamp to partition 0, all in one batch (a long linger, then flush). */
+    static void produceTimestamps(String bootstrap, String topic, String compression, String timestamps) throws Exception {
+        Properties p = producerProps(bootstrap, compression, "30000");
+        String[] ts = timestamps.split(",");
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            for (int i = 0; i < ts.length; i++) {
+                sent.add(producer.send(new ProducerRecord<>(topic, 0, Long.parseLong(ts[i]), null, value(i))));
+            }
+            producer.flush();
+            for (int i = 0; i < ts.length; i++) {
+                OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"offset\":" + sent.get(i).get().offset() + "}");
+            }
+        }
+    }
+
+    static void offsetsForTimes(String bootstrap, String topic, long timestamp) {
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                     new KafkaConsumer<>(consumerProps(bootstrap, "mb-java-consumer"))) {
+            var found = consumer.offsetsForTimes(Map.of(tp, timestamp), TIMEOUT).get(tp);
+            OUT.println("{\"type\":\"offset-for-time\",\"target\":" + timestamp + ",\"offset\":"
+                    + (found == null ? "null" : found.offset()) + ",\"timestamp\":"
+                    + (found == null ? "null" : found.timestamp()) + "}");
         }
     }
 

@@ -1,0 +1,71 @@
+"""AlterPartitionReassignments (key 45), v0-v1: move a partition's replicas, or cancel a move in
+progress, checked as Kafka's controller checks them (ReplicationControlManager
+.alterPartitionReassignment), each partition answered on its own:
+
+- unknown topic or partition: UNKNOWN_TOPIC_OR_PARTITION;
+- a cancel (null replicas) when no reassignment is in progress: NO_REASSIGNMENT_IN_PROGRESS;
+- an empty replica list, a broker that is not registered, or one named twice:
+  INVALID_REPLICA_ASSIGNMENT, with Kafka's message;
+- v1's allow_replication_factor_change=false and a target of another size: INVALID_REPLICATION_FACTOR
+  ("The replication factor is changed from 1 to 2");
+- a target equal to the current replicas: nothing to do, NONE.
+
+On one broker the only valid target is this broker, which already holds every partition, so a
+valid request changes nothing; with several brokers the cluster view would start the move here.
+"""
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import (
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REPLICATION_FACTOR,
+    NO_REASSIGNMENT_IN_PROGRESS,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+
+
+def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_change: bool):
+    """(error code, message) for one partition's target replicas (None cancels)."""
+    current = cluster.partition(topic, partition)
+    if current is None:
+        if not cluster.has_topic(topic):
+            return UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
+        return UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{partition}."
+    if replicas is None:
+        if not current.reassignment_in_progress:
+            return NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."
+        return 0, None  # a revert: not reachable on one broker (nothing is ever in progress)
+    if not replicas:
+        return INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
+    previous = None
+    for broker_id in sorted(replicas):
+        if not cluster.is_registered(broker_id):
+            return INVALID_REPLICA_ASSIGNMENT, (
+                f"The manual partition assignment includes broker {broker_id}, but no such broker is registered.")
+        if broker_id == previous:
+            return INVALID_REPLICA_ASSIGNMENT, (
+                f"The manual partition assignment includes the broker {broker_id} more than once.")
+        previous = broker_id
+    if not allow_rf_change and len(replicas) != len(current.replicas):
+        return INVALID_REPLICATION_FACTOR, (
+            f"The replication factor is changed from {len(current.replicas)} to {len(replicas)}")
+    return 0, None
+
+
+@handler(45, 0, 1)
+async def alter_partition_reassignments(ctx, request):
+    cluster = ctx.broker.cluster
+    allow_rf_change = getattr(request, "allow_replication_factor_change", True)
+    responses = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            code, message = check_reassignment(cluster, topic.name, p.partition_index, p.replicas, allow_rf_change)
+            partitions.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
+        responses.append({"name": topic.name, "partitions": partitions})
+    return {
+        "throttle_time": 0,
+        "allow_replication_factor_change": allow_rf_change,
+        "error_code": 0,
+        "error_message": None,
+        "responses": responses,
+    }

@@ -1,0 +1,46 @@
+"""AlterReplicaLogDirs (key 34), v1-v2: move replicas between this broker's log directories, each
+partition answered as Kafka's ReplicaManager.alterReplicaLogDirs answers it:
+
+- a topic name too long for the future log's directory name (over 255 characters):
+  INVALID_TOPIC_EXCEPTION;
+- a destination that is not one of the broker's log directories (an absolute path, compared as
+  Kafka compares it): LOG_DIR_NOT_FOUND;
+- a partition the broker does not hold: UNKNOWN_TOPIC_OR_PARTITION;
+- otherwise NONE: the replica is in its one log directory already, so nothing moves.
+
+A partition named twice answers once, for the last directory given (Kafka reads the request into a
+map). v0, which Kafka 4 removed, is not in kio.
+"""
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import INVALID_TOPIC_EXCEPTION, LOG_DIR_NOT_FOUND, UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers.describe_log_dirs import log_dir
+
+MAX_DIR_NAME = 255
+FUTURE_SUFFIX_LENGTH = 1 + 32 + len("-future")  # ".<uuid hex>-future" after "<topic>-<partition>"
+
+
+def move_replica(broker, topic: str, partition: int, destination: str) -> int:
+    if len(f"{topic}-{partition}") + FUTURE_SUFFIX_LENGTH > MAX_DIR_NAME:
+        return INVALID_TOPIC_EXCEPTION
+    if destination != log_dir(broker):
+        return LOG_DIR_NOT_FOUND
+    if broker.logs.log(topic, partition) is None:
+        return UNKNOWN_TOPIC_OR_PARTITION
+    return 0
+
+
+@handler(34, 0, 2)
+async def alter_replica_log_dirs(ctx, request):
+    broker = ctx.broker
+    destinations: dict[tuple[str, int], str] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for p in t.partitions:
+                destinations[(t.name, p)] = d.path
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, partition), destination in destinations.items():
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "error_code": move_replica(broker, topic, partition, destination)})
+    return {"throttle_time": 0,
+            "results": [{"topic_name": name, "partitions": parts} for name, parts in by_topic.items()]}

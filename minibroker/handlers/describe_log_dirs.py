@@ -1,0 +1,59 @@
+"""DescribeLogDirs (key 35), v1-v5: the broker's one log directory (the data dir) and the size of
+each partition in it, as Kafka's ReplicaManager.describeLogDirs answers.
+
+A null topic list means every partition the broker holds (internal topics included); otherwise the
+named partitions that exist, and a topic none of whose named partitions exist is left out. Sizes
+are the bytes of each partition's segments; the offset lag is 0 (the log end is the high watermark
+on one broker) and no log is a future log (nothing moves between directories). From v4 on the
+result carries the volume's total and usable bytes (statvfs, as Java's FileStore total/usable
+space); v5's `is_cordoned` is false. v0, which Kafka 4 removed, is not in kio.
+
+kafka-python infers the Kafka release a broker emulates from the versions it serves; DescribeLogDirs
+v5 is its mark of Kafka 4.3.
+"""
+
+import os
+
+from minibroker.handlers import handler
+
+
+def log_dir(broker) -> str:
+    """The log directory as Kafka names it: the absolute path of the configured directory."""
+    return os.path.abspath(broker.data_dir)
+
+
+def _volume_bytes(path: str) -> tuple[int, int]:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1, -1
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+@handler(35, 0, 5)
+async def describe_log_dirs(ctx, request):
+    broker = ctx.broker
+    if request.topics is None:
+        wanted = None
+    else:
+        wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
+    by_topic: dict[str, list[dict]] = {}
+    for topic, partition, log in broker.logs.logs():
+        if wanted is None or (topic, partition) in wanted:
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition,
+                "partition_size": log.size_bytes,
+                "offset_lag": 0,
+                "is_future_key": False,
+            })
+    path = log_dir(broker)
+    total, usable = _volume_bytes(path)
+    result = {
+        "error_code": 0,
+        "log_dir": path,
+        "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+        "total_bytes": total,
+        "usable_bytes": usable,
+        "is_cordoned": False,
+    }
+    return {"throttle_time": 0, "error_code": 0, "results": [result]}

@@ -1,0 +1,63 @@
+"""ElectLeaders (key 43), v0-v2: preferred (0) or unclean (1) leader elections, answered as Kafka's
+controller answers them (ReplicationControlManager.electLeaders):
+
+- a partition already led by its preferred replica (preferred), or that has a leader at all
+  (unclean): ELECTION_NOT_NEEDED;
+- an unknown topic or partition: UNKNOWN_TOPIC_OR_PARTITION ("No such topic as t");
+- a null partition list means every partition, and then the partitions that need no election are
+  left out of the answer (each topic is still listed);
+- an election type other than 0 or 1: INVALID_REQUEST for the request and each partition named.
+
+The cluster view says who leads: on one broker every partition is led by its only, preferred,
+replica, so no election is ever needed.
+"""
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import ELECTION_NOT_NEEDED, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION
+
+PREFERRED, UNCLEAN = 0, 1
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+
+def elect(cluster, topic: str, partition: int, election_type: int) -> tuple[int, str | None]:
+    assignment = cluster.partition(topic, partition)
+    if assignment is None:
+        if not cluster.has_topic(topic):
+            return UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}"
+        return UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{partition}"
+    if (election_type == PREFERRED and assignment.has_preferred_leader) or (
+            election_type == UNCLEAN and assignment.leader >= 0):
+        return ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE
+    return 0, None  # an election would run here once several brokers can lead
+
+
+def _result(topic: str, partitions: list[dict]) -> dict:
+    return {"topic": topic, "partition_result": partitions}
+
+
+@handler(43, 0, 2)
+async def elect_leaders(ctx, request):
+    broker = ctx.broker
+    election_type = getattr(request, "election_type", PREFERRED)  # v0 elects the preferred replica
+    if election_type not in (PREFERRED, UNCLEAN):
+        message = f"Unknown election type {election_type}"
+        results = [_result(t.topic, [{"partition_id": p, "error_code": INVALID_REQUEST, "error_message": message}
+                                     for p in t.partitions]) for t in request.topic_partitions or ()]
+        return {"throttle_time": 0, "error_code": INVALID_REQUEST, "replica_election_results": results}
+    results = []
+    if request.topic_partitions is None:
+        for info in broker.logs.topics():
+            partitions = []
+            for p in range(info.num_partitions):
+                code, message = elect(broker.cluster, info.name, p, election_type)
+                if code != ELECTION_NOT_NEEDED:
+                    partitions.append({"partition_id": p, "error_code": code, "error_message": message})
+            results.append(_result(info.name, partitions))
+    else:
+        for t in request.topic_partitions:
+            partitions = []
+            for p in t.partitions:
+                code, message = elect(broker.cluster, t.topic, p, election_type)
+                partitions.append({"partition_id": p, "error_code": code, "error_message": message})
+            results.append(_result(t.topic, partitions))
+    return {"throttle_time": 0, "error_code": 0, "replica_election_results": results}

@@ -1,0 +1,40 @@
+"""ListConfigResources (key 74), v0-v1: the resources that have configs, as Kafka 4.1+ lists them
+(KIP-1142; v0 is KIP-1000's ListClientMetricsResources).
+
+v0 lists client-metrics subscriptions only. v1 takes resource types, an empty list meaning every
+type Kafka supports there: GROUP (32), CLIENT_METRICS (16), BROKER_LOGGER (8), BROKER (4) and TOPIC
+(2), listed in that order; a type outside those fails the whole request with UNSUPPORTED_VERSION
+and no resources. This broker has no client-metrics subscriptions and no group configs (a group
+is listed here only for configs of its own, which groups cannot have here), so it lists itself as
+a broker and as a broker logger, by node id, and every topic.
+"""
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import UNSUPPORTED_VERSION
+
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
+SUPPORTED = (GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC)  # also the order of the answer
+
+
+def _resources(broker, resource_type: int) -> list[str]:
+    if resource_type in (BROKER, BROKER_LOGGER):
+        return [str(node) for node in broker.cluster.broker_ids()]
+    if resource_type == TOPIC:
+        return [info.name for info in broker.logs.topics()]
+    return []  # GROUP, CLIENT_METRICS: no such configs here
+
+
+@handler(74, 0, 1)
+async def list_config_resources(ctx, request):
+    if ctx.version == 0:
+        wanted = {CLIENT_METRICS}
+    else:
+        wanted = set(request.resource_types) or set(SUPPORTED)
+        if not wanted <= set(SUPPORTED):
+            return {"throttle_time": 0, "error_code": UNSUPPORTED_VERSION, "config_resources": ()}
+    resources = [
+        {"resource_name": name, "resource_type": resource_type}
+        for resource_type in SUPPORTED if resource_type in wanted
+        for name in _resources(ctx.broker, resource_type)
+    ]
+    return {"throttle_time": 0, "error_code": 0, "config_resources": resources}

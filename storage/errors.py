@@ -1,0 +1,51 @@
+"""What the storage layer raises when the data directory itself is the problem.
+
+Two kinds, kept apart on purpose (the issue-11 rule: a damaged file stops the broker with a message
+naming the file, or is recovered from what is on disk, never guessed around and deleted):
+
+* `DamagedFileError`: a file the broker needs at start cannot be read or makes no sense. The broker
+  refuses to start and the message names the file and what to do; nothing is deleted.
+* `StrayDataError`: a partition directory holds records but no topic file accounts for it (a topic
+  file lost or removed by hand). Nothing may be created over it: the request that would have done so
+  is answered KAFKA_STORAGE_ERROR (56), the message naming the directory.
+
+Plain `OSError`s from the file system (disk full, read-only, out of file descriptors) are not wrapped:
+the request handlers answer them with KAFKA_STORAGE_ERROR per partition (see `storage_error_message`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KAFKA_STORAGE_ERROR = 56
+
+
+class DamagedFileError(ValueError):
+    """A file in the data directory cannot be used as it is; `path` names it."""
+
+    def __init__(self, path: Path | str, problem: str, remedy: str = "") -> None:
+        self.path = Path(path)
+        message = f"{self.path}: {problem}"
+        if remedy:
+            message += f"; {remedy}"
+        super().__init__(message)
+
+
+class StrayDataError(Exception):
+    """A directory holds records of a topic the registry does not know: KAFKA_STORAGE_ERROR (56)."""
+
+    error_code = KAFKA_STORAGE_ERROR
+
+    def __init__(self, directory: Path, topic: str) -> None:
+        self.directory = directory
+        super().__init__(
+            f"{directory} holds records, but no topic file topics/{topic}.json accounts for it; "
+            f"restore that file, or move the directory away, before topic {topic!r} can be created"
+        )
+
+
+def storage_error_message(exc: OSError) -> str:
+    """A one-line description of a file-system error for an error_message field and the log."""
+    what = exc.strerror or exc.__class__.__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"storage error: {what}{where}"

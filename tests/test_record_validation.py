@@ -1,0 +1,350 @@
+"""Batches that lie are refused, with Kafka's error codes (issue 11): a record count that does not
+match the records, a garbage body under a valid CRC, offset deltas that repeat, records whose fields
+do not add up to their length, codecs 5-7, compressed data that does not decompress, and a
+decompression bomb (bounded: it never takes more memory than the bound). Real clients' batches, in
+every codec, pass. A Hypothesis property holds the record walk to a plain reference parser."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import subprocess
+import sys
+
+import cramjam
+import pytest
+from crc32c import crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.records import (
+    HEADER_SIZE,
+    InvalidRecordError,
+    check_produce_records,
+)
+from tests.batches import encode_record, make_batch, zigzag_varint
+
+INVALID_RECORD, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNSUPPORTED_COMPRESSION_TYPE = 87, 2, 10, 76
+
+
+def rebatch(template: bytes, body: bytes, *, count: int | None = None, codec: int | None = None) -> bytes:
+    """`template`'s header around a new records section, with batchLength, counts and CRC made
+    consistent: the lie is only in the records."""
+    header = bytearray(template[:HEADER_SIZE])
+    struct.pack_into(">i", header, 8, HEADER_SIZE - 12 + len(body))
+    if count is not None:
+        struct.pack_into(">i", header, 23, count - 1)  # lastOffsetDelta
+        struct.pack_into(">i", header, 57, count)
+    if codec is not None:
+        (attributes,) = struct.unpack_from(">h", header, 21)
+        struct.pack_into(">h", header, 21, (attributes & ~7) | codec)
+    struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + body))
+    return bytes(header) + body
+
+
+def records(n: int, value: bytes = b"v" * 20, **kw) -> bytes:
+    return b"".join(encode_record(i, 0, b"k%d" % i, value, **kw) for i in range(n))
+
+
+def refused(data: bytes, **kw) -> InvalidRecordError:
+    with pytest.raises(InvalidRecordError) as info:
+        check_produce_records(data, **kw)
+    return info.value
+
+
+TEMPLATE = make_batch([(b"k", b"v")])
+
+
+def test_a_record_count_that_does_not_match_the_records_is_invalid_record():
+    # Header says 5 (and lastOffsetDelta 4, so the header alone is consistent); 3 records follow.
+    error = refused(rebatch(TEMPLATE, records(3), count=5))
+    assert error.error_code == INVALID_RECORD and "declares 5 records but holds 3" in str(error)
+    error = refused(rebatch(TEMPLATE, records(5), count=3))
+    assert error.error_code == INVALID_RECORD
+
+
+def test_a_garbage_body_with_a_valid_crc_is_invalid_record():
+    for garbage in (b"\xff" * 40, bytes(range(40)), b"\x00" * 40, b"\x06\x00\x00\x00\x01\x01\x00" * 3 + b"!"):
+        assert refused(rebatch(TEMPLATE, garbage, count=3)).error_code == INVALID_RECORD
+
+
+def test_repeated_offset_deltas_are_refused():
+    """Consumers would read the same offset twice with different values."""
+    body = encode_record(0, 0, b"a", b"1") + encode_record(0, 0, b"b", b"2")
+    error = refused(rebatch(TEMPLATE, body, count=2))
+    assert error.error_code == INVALID_RECORD and "offset delta" in str(error)
+    # Past the one-byte varints too.
+    body = records(200)[: -len(encode_record(199, 0, b"k199", b"v" * 20))] + encode_record(150, 0, b"k199", b"v" * 20)
+    assert "record 199 has offset delta 150" in str(refused(rebatch(TEMPLATE, body, count=200)))
+
+
+@pytest.mark.parametrize("record", [
+    # length says 10, the fields take 9
+    zigzag_varint(10) + b"\x00" + zigzag_varint(0) + zigzag_varint(0) + zigzag_varint(1) + b"k" + zigzag_varint(2) + b"vv" + b"\x00" + b"!",
+    # a key longer than the record
+    zigzag_varint(6) + b"\x00\x00\x00" + zigzag_varint(100) + b"kk",
+    # a negative record length
+    zigzag_varint(-3) + b"\x00" * 8,
+    # a negative header count, and a header key of negative length
+    zigzag_varint(5) + b"\x00\x00\x00\x01\x01" + zigzag_varint(-1),
+    zigzag_varint(8) + b"\x00\x00\x00\x01\x01" + zigzag_varint(1) + zigzag_varint(-2) + b"\x00",
+    # a varint that never ends
+    b"\xff" * 12,
+])
+def test_records_whose_fields_do_not_add_up_are_invalid_record(record):
+    assert refused(rebatch(TEMPLATE, record, count=1)).error_code == INVALID_RECORD
+
+
+def test_bytes_after_the_last_record_are_invalid_record():
+    assert refused(rebatch(TEMPLATE, records(2) + b"\x00", count=2)).error_code == INVALID_RECORD
+
+
+def test_compacted_topics_require_keys():
+    batch = make_batch([(None, b"no key")])
+    assert check_produce_records(batch).records_count == 1
+    error = refused(batch, require_keys=True)
+    assert error.error_code == INVALID_RECORD and "compacted" in str(error)
+    assert check_produce_records(make_batch([(b"k", None)]), require_keys=True)
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_unknown_codecs_are_unsupported_compression_type(codec):
+    error = refused(rebatch(TEMPLATE, records(1), codec=codec))
+    assert error.error_code == UNSUPPORTED_COMPRESSION_TYPE and str(codec) in str(error)
+
+
+def test_zstd_before_produce_v7_is_unsupported_compression_type():
+    data = rebatch(TEMPLATE, bytes(cramjam.zstd.compress(records(2))), count=2, codec=4)
+    assert check_produce_records(data, produce_version=7).records_count == 2
+    assert refused(data, produce_version=6).error_code == UNSUPPORTED_COMPRESSION_TYPE
+
+
+def _compress(codec: int, data: bytes) -> bytes:
+    if codec == 1:
+        return gzip.compress(data)
+    if codec == 2:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data))
+    return bytes(cramjam.zstd.compress(data))
+
+
+def _xerial(data: bytes, block: int = 1000) -> bytes:
+    out = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    for i in range(0, len(data), block):
+        raw = bytes(cramjam.snappy.compress_raw(data[i : i + block]))
+        out += struct.pack(">i", len(raw)) + raw
+    return out
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_compressed_batches_are_checked_inside(codec):
+    good = rebatch(TEMPLATE, _compress(codec, records(50)), count=50, codec=codec)
+    assert check_produce_records(good).records_count == 50
+    # The same lies as uncompressed ones, under compression.
+    assert refused(rebatch(TEMPLATE, _compress(codec, records(50)), count=51, codec=codec)).error_code == INVALID_RECORD
+    assert refused(rebatch(TEMPLATE, _compress(codec, b"\x01" * 64), count=3, codec=codec)).error_code == INVALID_RECORD
+    # Data its codec cannot decode.
+    undecodable = refused(rebatch(TEMPLATE, b"\x13\x37" * 40, count=1, codec=codec))
+    assert undecodable.error_code == INVALID_RECORD and "cannot be decompressed" in str(undecodable)
+    truncated = _compress(codec, records(50))[:-7]
+    assert refused(rebatch(TEMPLATE, truncated, count=50, codec=codec)).error_code == INVALID_RECORD
+
+
+def test_snappy_in_java_clients_xerial_framing():
+    assert check_produce_records(rebatch(TEMPLATE, _xerial(records(300)), count=300, codec=2)).records_count == 300
+    torn = _xerial(records(300))[:-5]
+    assert refused(rebatch(TEMPLATE, torn, count=300, codec=2)).error_code == INVALID_RECORD
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_a_decompression_bomb_is_message_too_large(codec):
+    bomb = rebatch(TEMPLATE, _compress(codec, bytes(3 << 20)), count=1, codec=codec)
+    error = refused(bomb, max_message_bytes=32 * 1024)  # bound: 64 x 32 KiB = 2 MiB
+    assert error.error_code == MESSAGE_TOO_LARGE and "more than 2097152 bytes" in str(error)
+
+
+BOMB_PROBE = """
+import resource, sys
+import cramjam
+from protocol.records import InvalidRecordError, check_produce_records
+from tests.test_record_validation import TEMPLATE, rebatch
+codec = int(sys.argv[1])
+chunk = bytes(1 << 20)
+if codec == 1:
+    import zlib
+    c = zlib.compressobj(9, wbits=31)
+    body = b"".join(c.compress(chunk) for _ in range(2048)) + c.flush()
+else:
+    mod = {3: cramjam.lz4, 4: cramjam.zstd}[codec]
+    c = mod.Compressor()
+    for _ in range(2048):
+        c.compress(chunk)
+    body = bytes(c.finish())
+bomb = rebatch(TEMPLATE, body, count=1, codec=codec)
+del chunk, c
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    check_produce_records(bomb)  # the default bound: 64 x 1 MiB
+except InvalidRecordError as e:
+    print(e.error_code, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+@pytest.mark.parametrize("codec", [1, 4])
+def test_a_2_gib_bomb_costs_at_most_the_bound_in_memory(codec):
+    """2 GiB of zeros in a few MiB: checking it stops at the bound (64 MiB at the default
+    max.message.bytes) instead of allocating what it expands to."""
+    result = subprocess.run([sys.executable, "-c", BOMB_PROBE, str(codec)], capture_output=True, text=True,
+                            timeout=240)
+    code, grown_mb = map(int, result.stdout.split())
+    assert code == MESSAGE_TOO_LARGE
+    assert grown_mb < 200, f"peak RSS grew by {grown_mb} MiB"
+
+
+# ---- the walk against a plain reference parser ----------------------------------------------------
+
+def _reference_ok(body: bytes, count: int) -> bool:
+    """A straightforward reading of Kafka's DefaultRecord.readFrom (plus offset delta == index)."""
+    def varint(pos, max_bytes):
+        value = shift = 0
+        for k in range(max_bytes):
+            if pos + k >= len(body):
+                raise ValueError
+            b = body[pos + k]
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (value >> 1) ^ -(value & 1), pos + k + 1
+            shift += 7
+        raise ValueError
+    try:
+        pos = 0
+        for i in range(count):
+            length, pos = varint(pos, 5)
+            end = pos + length
+            if length < 0 or end > len(body):
+                return False
+            pos += 1
+            _, pos = varint(pos, 10)
+            delta, pos = varint(pos, 5)
+            if delta != i:
+                return False
+            for _ in range(2):
+                size, pos = varint(pos, 5)
+                pos += max(size, 0)
+            headers, pos = varint(pos, 5)
+            if headers < 0 or headers > end - pos:
+                return False
+            for _ in range(headers):
+                size, pos = varint(pos, 5)
+                if size < 0:
+                    return False
+                pos += size
+                size, pos = varint(pos, 5)
+                pos += max(size, 0)
+            if pos != end:
+                return False
+        return pos == len(body)
+    except ValueError:
+        return False
+
+
+record_st = st.tuples(
+    st.integers(-(2**40), 2**40), st.one_of(st.none(), st.binary(max_size=70)),
+    st.one_of(st.none(), st.binary(max_size=300)),
+    st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(record_st, min_size=1, max_size=150), st.data())
+def test_the_walk_accepts_exactly_what_the_reference_accepts(recs, data):
+    body = b"".join(encode_record(i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(recs))
+    assert check_produce_records(rebatch(TEMPLATE, body, count=len(recs))).records_count == len(recs)
+    # Damage the body: flip, drop or insert a byte; the walk and the reference must agree.
+    mutated = bytearray(body)
+    position = data.draw(st.integers(0, len(body) - 1))
+    kind = data.draw(st.sampled_from(["flip", "drop", "insert"]))
+    if kind == "flip":
+        mutated[position] ^= data.draw(st.integers(1, 255))
+    elif kind == "drop":
+        del mutated[position]
+    else:
+        mutated.insert(position, data.draw(st.integers(0, 255)))
+    count = len(recs) + data.draw(st.integers(-1, 1)) or 1
+    batch = rebatch(TEMPLATE, bytes(mutated), count=count)
+    expected = _reference_ok(bytes(mutated), count)
+    try:
+        check_produce_records(batch)
+        accepted = True
+    except InvalidRecordError as error:
+        assert error.error_code == INVALID_RECORD
+        accepted = False
+    assert accepted == expected
+
+
+# ---- real clients' compressed batches pass ---------------------------------------------------------
+
+@pytest.mark.interop
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_confluent_kafka_batches_in_every_codec_are_accepted_and_read_back(broker, unique, codec):
+    from tests.clients import Confluent, Message
+
+    client = Confluent()
+    topic = unique(f"codec-{codec}")
+    client.create_topic(broker.bootstrap, topic, 1)
+    messages = [Message(0, b"k%d" % i, (b"value %d " % i) * 20, (("h", b"x"),) if i % 7 == 0 else ())
+                for i in range(2000)]
+    offsets = client.produce(broker.bootstrap, topic, messages, **{"compression.type": codec, "linger.ms": 20})
+    assert offsets == list(range(2000))
+    got = client.consume(broker.bootstrap, topic, 1, 2000)
+    assert [(o, k, v) for _, o, k, v, _ in got] == [(i, m.key, m.value) for i, m in enumerate(messages)]
+
+
+@pytest.mark.interop
+def test_kafka_python_gzip_batches_are_accepted(broker, unique):
+    from tests.clients import KafkaPython, Message
+
+    client = KafkaPython()
+    topic = unique("gzip")
+    client.create_topic(broker.bootstrap, topic, 1)
+    offsets = client.produce(broker.bootstrap, topic, [Message(0, None, b"x" * 500, ())] * 100,
+                             compression_type="gzip")
+    assert sorted(offsets) == list(range(100))
+
+
+# ---- the fixed-shape fast path agrees with the reference too -------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(
+    count=st.integers(16, 300),
+    key=st.one_of(st.none(), st.integers(0, 70)),
+    value=st.one_of(st.none(), st.integers(0, 200)),
+    timestamps=st.lists(st.integers(0, 70), min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_the_fixed_shape_fast_path_accepts_exactly_what_the_reference_accepts(count, key, value, timestamps, data):
+    """Batches of same-sized records take the column-at-a-time check; it must agree with the plain
+    reference parser, before and after any one-byte damage."""
+    from protocol.records import _uniform_records_ok
+
+    body = b"".join(
+        encode_record(i, timestamps[i % len(timestamps)], None if key is None else bytes(key),
+                      None if value is None else b"v" * value)
+        for i in range(count)
+    )
+    # Timestamp deltas up to 63 keep one byte: the fast path takes the whole batch.
+    assert _uniform_records_ok(body, 0, len(body), count, False) == (max(timestamps) < 64)
+    assert check_produce_records(rebatch(TEMPLATE, body, count=count)).records_count == count
+    mutated = bytearray(body)
+    position = data.draw(st.integers(0, len(body) - 1))
+    mutated[position] ^= data.draw(st.integers(1, 255))
+    expected = _reference_ok(bytes(mutated), count)
+    if _uniform_records_ok(bytes(mutated), 0, len(mutated), count, False):
+        assert expected
+    try:
+        check_produce_records(rebatch(TEMPLATE, bytes(mutated), count=count))
+        accepted = True
+    except InvalidRecordError:
+        accepted = False
+    assert accepted == expected
