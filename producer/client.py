@@ -72,7 +72,7 @@ class IdempotentProducer:
                 return
         self._out += self.core.data_to_send(_ms(now))
         timeout = timeout_s
-        deadline = self.core.next_deadline_ms()
+        deadline = self.core.next_deadline_ms(_ms(now))
         if deadline is not None:
             timeout = max(0.0, min(timeout, deadline / 1000 - now))
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)

@@ -248,11 +248,11 @@ class ProducerCore:
         """The oldest request has waited longer than `timeout_ms`: give the connection up."""
         return bool(self._pending) and now_ms - self._pending[0][3] > self.timeout_ms
 
-    def next_deadline_ms(self) -> int | None:
+    def next_deadline_ms(self, now_ms: int) -> int | None:
         """When the core next needs the driver without any bytes arriving: the end of a KIP-219
-        pause with something to send, or the oldest request's timeout."""
+        pause still running with something to send, or the oldest request's timeout."""
         deadlines = []
-        if self._paused_until_ms and not self.all_done:
+        if self._paused_until_ms > now_ms and not self.all_done:
             deadlines.append(self._paused_until_ms)
         if self._pending:
             deadlines.append(self._pending[0][3] + self.timeout_ms + 1)

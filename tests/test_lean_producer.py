@@ -210,3 +210,22 @@ def test_core_arguments_are_checked():
         ProducerCore(max_in_flight_batches=0)
     with pytest.raises(ValueError, match="batch_records"):
         ProducerCore(batch_records=0)
+
+
+def test_the_producer_waits_out_a_quota_throttle(start_broker, unique):
+    """KIP-219: a response's throttle_time_ms pauses the producer. With producer_byte_rate=20000 on
+    its client id and a 2-sample window, 30 kB in 1 s is over the quota: the broker throttles, the
+    producer records the pause, and everything is still delivered once."""
+    from tests.quota_clients import alter_quota
+
+    topic, client_id = unique("throttled"), unique("ref-throttled")
+    with start_broker(quota_window_num=2) as running:
+        create_topic(running.bootstrap, topic, PARTITIONS)
+        alter_quota(running.bootstrap, [("client-id", client_id)], "producer_byte_rate", 20_000)
+        producer = IdempotentProducer(running.bootstrap, client_id=client_id, batch_records=10)
+        deliveries = [producer.send(topic, 0, b"t" * 1000) for _ in range(30)]
+        producer.flush(60)
+        producer.close()
+        values = log_values(running, topic, 0)
+    assert producer.stats.throttled_ms > 0
+    assert all(d.offset is not None for d in deliveries) and len(values) == 30
