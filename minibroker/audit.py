@@ -23,7 +23,7 @@ import logging
 from typing import Any, Callable, Mapping
 
 from protocol.records import encode_batch
-from storage.audit_format import AUDIT_FIELD_NAMES, AUDIT_TOPIC, encode_event
+from storage.audit_format import AUDIT_FIELD_NAMES, AUDIT_TOPIC, HELD_BY_PID_QUOTA, encode_event
 from storage.manager import LogManager
 
 __all__ = ["AuditLog"]
@@ -93,7 +93,8 @@ class AuditLog:
         self._append_tuple((
             now_ms, connection.principal, ctx.client_id, connection.listener, "Produce", 0, ctx.version,
             topic, partition, len(records) if records else 0, count, pid, epoch,
-            outcome.response["error_code"], throttle_ms, "producer_ids_rate" if throttle_ms else "",
+            outcome.response["error_code"], throttle_ms,
+            "producer_ids_rate" if throttle_ms else (HELD_BY_PID_QUOTA if getattr(outcome, "held", False) else ""),
             outcome.pid_new,
         ))
 

@@ -78,6 +78,9 @@ class Connection:
     # task's CPU up to which it has been charged, and to whom.
     request_cpu_mark: int | None = None
     request_charge: tuple[str, str] | None = None
+    # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
+    # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
+    held_batches: dict | None = None
 
     @property
     def quota_user(self) -> str:
@@ -191,10 +194,8 @@ class Broker:
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
         self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
-        self.producer_ids = ProducerIds(
-            ProducerIdAllocator(self.data_dir), config["producer.id.expiration.ms"]
-        )
-        self.producer_states = ProducerStates(config)
+        self.producer_states = ProducerStates(config, self.logs)
+        self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
         # versions) in a tagged field, in lean mode only (protocol.extensions).
         self.response_tags: dict[int, dict[int, bytes]] = {}

@@ -154,6 +154,23 @@ class TaskClock(trio.abc.Instrument):
         self._mark = now
 
 
+def _producer_id_quota(config: BrokerConfig) -> ProducerIdQuotaManager:
+    """The KIP-936 manager from the producer.id.quota.* settings, with errors naming the key."""
+    from minibroker.config import ConfigError
+
+    if "producer.id.quota.window.num" in config.props:
+        log.warning("producer.id.quota.window.num has no effect: the producer-id quota window is one "
+                    "producer.id.quota.window.size.seconds, in producer.id.quota.cache.layer.count layers")
+    try:
+        return ProducerIdQuotaManager(
+            window_size_seconds=config["producer.id.quota.window.size.seconds"],
+            layer_count=config["producer.id.quota.cache.layer.count"],
+            false_positive_rate=config["producer.id.quota.cache.false.positive.rate"],
+        )
+    except ValueError as exc:
+        raise ConfigError("producer.id.quota.cache.layer.count", str(exc)) from None
+
+
 class BrokerQuotas:
     """Quota managers, their callback and configuration store, for one broker."""
 
@@ -175,10 +192,8 @@ class BrokerQuotas:
         self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config, algorithm=algorithm)
         self.request = ClientRequestQuotaManager(self.callback, metric_config, algorithm=algorithm)
         self.managers = (self.produce, self.fetch, self.request)
-        self.pid = ProducerIdQuotaManager(
-            window_num=config["producer.id.quota.window.num"],
-            window_size_seconds=config["producer.id.quota.window.size.seconds"],
-        )
+        self.pid = _producer_id_quota(config)
+        self.pid_cleanup_interval_s = config["producer.id.quota.cache.cleanup.scheduler.interval.ms"] / 1000
         self.task_clock = TaskClock()
         self._clock_installed = False
         self.path = data_dir / QUOTA_STORE_FILE
@@ -324,6 +339,14 @@ class BrokerQuotas:
             manager.expire_sensors(now_ms)
         # The producer-id quota runs on the wall clock, like the audit stream that replays it.
         self.pid.cleanup(wall_ms)
+
+    async def run_pid_cache_cleanup(self) -> None:
+        """Drop expired producer-id quota layers and idle users every
+        `producer.id.quota.cache.cleanup.scheduler.interval.ms` (KIP-936's cleanup scheduler)."""
+        while True:
+            await trio.sleep(self.pid_cleanup_interval_s)
+            if self.pid.tracked_principals():
+                self.pid.cleanup(time.time_ns() // 1_000_000)
 
     async def run_housekeeping(self, every_s: float = 60.0) -> None:
         """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""

@@ -11,11 +11,16 @@ Series:
   `kafka_server_{produce,fetch,request}_throttle_time` (average ms; NaN when nothing was throttled in
   the last 60 s, as Kafka reports it). Sensors exist only once a quota of their type is configured.
   With `quota.algorithm=token_bucket`, also `kafka_server_{produce,fetch,request}_tokens`.
-- Producer-id quota (KIP-936), per tracked user: `kafka_server_producer_ids_{rate,tokens,
-  throttle_time,estimated_fpp,memory_bytes}`.
-- Producer state: `minibroker_producer_state_entries` and `minibroker_producer_state_bytes` (its
-  memory, sys.getsizeof over the state's objects, about 135 B per entry in lean mode and 1,380 B in
-  kafka mode; computed per scrape by walking every entry: 0.2 us (lean) to 5 us (kafka) each).
+- Producer-id quota (KIP-936), per tracked user: `kafka_server_producer_ids_rate` (new producer ids
+  admitted in the last `producer.id.quota.window.size.seconds`: the unit of `producer_ids_rate`),
+  `_tokens` (new ids the user may still introduce now; 0 while throttled), `_throttle_time`,
+  `_false_positives` (Bloom claims without producer state; charged as new), `_known_from_state`,
+  `_estimated_fpp`, `_memory_bytes` (the user's Bloom layers); broker-wide counters
+  `minibroker_producer_id_quota_{admitted,rejected,false_positives,known_from_state}_total`, and
+  `minibroker_producer_state_entries`.
+- Producer state: `minibroker_producer_state_bytes` (its memory, sys.getsizeof over the state's
+  objects, about 135 B per entry in lean mode and 1,380 B in kafka mode; computed per scrape by
+  walking every entry: 0.2 us (lean) to 5 us (kafka) each).
 - The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
   `minibroker_bytes_out_total`, `minibroker_connections`, `minibroker_connections_total`,
   `minibroker_connections_closed_for_protocol_errors_total`,
@@ -46,6 +51,17 @@ _HELP = {
     "request_time": "request handling time as a percentage of one thread",
     "throttle_time": "average throttle time in ms over the last 60 s (NaN: none)",
     "tokens": "tokens left in the quota's bucket (quota.algorithm=token_bucket; below 0: throttled)",
+}
+
+
+_PID_HELP = {
+    "rate": "new producer ids admitted in the last producer.id.quota.window.size.seconds",
+    "tokens": "new producer ids the user may still introduce now (0: throttled)",
+    "throttle-time": "average throttle time in ms over the last window (NaN: none)",
+    "false-positives": "Bloom filter claims without producer state, charged as new",
+    "known-from-state": "ids the filter did not hold but producer state did (not charged)",
+    "estimated-fpp": "estimated false-positive probability of the user's Bloom layers",
+    "memory-bytes": "bytes of the user's Bloom layers",
 }
 
 
@@ -100,8 +116,11 @@ def render(broker: Broker, now_ms: int) -> str:
             labels = {_TAG_LABELS.get(k, _metric_name(k)): v for k, v in sorted(tags.items(), key=_tag_order)}
             out.add(metric, "gauge", f"{group} {_HELP.get(_metric_name(name), name)}", labels, value)
     for user, name, value in quotas.pid.metrics(time.time_ns() // 1_000_000):  # wall clock, see BrokerQuotas
-        out.add(_metric_name("kafka_server_producer_ids", name), "gauge", f"ProducerIds {name} (KIP-936)",
-                {"user": user}, value)
+        out.add(_metric_name("kafka_server_producer_ids", name), "gauge",
+                f"ProducerIds {_PID_HELP.get(name, name)} (KIP-936)", {"user": user}, value)
+    for name, value in quotas.pid.totals().items():
+        out.add(_metric_name("minibroker_producer_id_quota", name, "total"), "counter",
+                f"producer-id quota: new producer ids {name.replace('-', ' ')} since start", {}, value)
     out.add("minibroker_producer_state_entries", "gauge",
             "producer ids held in the producer state of loaded partitions", {}, broker.producer_states.entry_count)
     out.add("minibroker_producer_state_bytes", "gauge",

@@ -4,15 +4,22 @@
 the first produce to that partition (so start-up stays fast however many partitions there are): the
 newest valid snapshot, then the log after it replayed without checks. A snapshot is written when the
 log rolls a segment and at clean shutdown. Idle producer ids expire every
-`producer.id.expiration.check.interval.ms`.
+`producer.id.expiration.check.interval.ms`. `holds(pid)` answers "does this producer id have live
+producer state on this broker?" for the producer-id quota (KIP-936: known ids are never throttled)
+and InitProducerId: the batch's own partition first, then every partition, loading the partitions not
+loaded yet once (the first time a producer id is looked up broker-wide after a start).
 
-`ProducerIds` answers InitProducerId. Without a transactional id, Kafka always hands out a fresh PID.
-Here, as KIP-360 describes for producers that can recover by bumping their epoch, a request that
-names its current PID and epoch gets the same PID with the epoch bumped (a fresh PID once the epoch
-would pass 32767); an older epoch is fenced (PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before).
-A PID this broker does not remember (expired, or from before a restart), or an epoch above the one it
-handed out (a client that bumped locally), is bumped as asked: its partitions' state decides what its
-batches may do.
+`ProducerIds` answers InitProducerId. Without a transactional id, Kafka blindly hands out a fresh PID
+and keeps nothing per id; so does minibroker: a fresh PID costs one counter step (and a file write per
+block of 1000), nothing per id, so a storm of InitProducerId leaves no trace the producer-id quota
+does not cover. A request that names its current PID and epoch (v3+, KIP-360) gets the same PID with
+the epoch bumped (a fresh PID once the epoch would pass 32767), as KIP-360 describes for producers
+that can recover by bumping. The epoch it is judged against comes from producer state, the source of
+truth: the highest epoch the PID holds on any partition, or the epoch this broker handed it in an
+earlier bump while it had producer state (kept only for such PIDs, and dropped with their state);
+an older epoch is fenced (PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before). A PID with no
+producer state (never produced, expired, or from a deleted topic) is bumped as asked, remembering
+nothing: its partitions' state decides what its batches may do.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import logging
 from minibroker.config import BrokerConfig
 from protocol.records import BatchHeader
 from storage.log import AppendResult, PartitionLog
+from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 from storage.producer_state import ProducerStateManager
 
@@ -34,10 +42,12 @@ PRODUCER_FENCED = 90
 
 
 class ProducerStates:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager | None = None) -> None:
         self.mode: str = config["producer.state.mode"]
         self.max_in_flight: int = config["max.in.flight.sequence.number.per.connection"]
         self.expiration_ms: int = config["producer.id.expiration.ms"]
+        self._logs = logs
+        self._all_loaded = logs is None
         self._managers: dict[tuple[str, int], tuple[PartitionLog, ProducerStateManager]] = {}
 
     def manager(self, topic: str, partition: int, plog: PartitionLog, now_ms: int) -> ProducerStateManager:
@@ -64,6 +74,33 @@ class ProducerStates:
         plog.on_roll = snapshot_at_roll
         self._managers[(topic, partition)] = (plog, psm)
         return psm
+
+    def load_all(self, now_ms: int) -> None:
+        """Load every partition's producer state not loaded yet (once: partitions created later start
+        empty and are loaded at their first produce)."""
+        if self._all_loaded:
+            return
+        self._all_loaded = True
+        before = len(self._managers)
+        for topic, partition, plog in list(self._logs.logs()):  # type: ignore[union-attr]
+            self.manager(topic, partition, plog, now_ms)
+        if len(self._managers) > before:
+            log.info("loaded the producer state of %d more partition(s) to look producer ids up broker-wide",
+                     len(self._managers) - before)
+
+    def holds(self, producer_id: int, now_ms: int, psm: ProducerStateManager | None = None) -> bool:
+        """Whether `producer_id` has producer state on any partition of this broker (`psm`, the
+        partition at hand, is asked first: it is where a producer's next batch usually goes)."""
+        if psm is not None and producer_id in psm:
+            return True
+        self.load_all(now_ms)
+        return any(producer_id in m for _, m in self._managers.values())
+
+    def latest_epoch(self, producer_id: int, now_ms: int) -> int | None:
+        """The highest epoch `producer_id` holds on any partition, None when it has no state."""
+        self.load_all(now_ms)
+        epochs = [entry.epoch for _, m in self._managers.values() if (entry := m.entry(producer_id)) is not None]
+        return max(epochs) if epochs else None
 
     @staticmethod
     def update(psm: ProducerStateManager, header: BatchHeader, result: AppendResult, now_ms: int) -> None:
@@ -96,31 +133,36 @@ class ProducerStates:
 class ProducerIds:
     """InitProducerId for idempotent producers (see the module docstring)."""
 
-    def __init__(self, allocator: ProducerIdAllocator, expiration_ms: int) -> None:
+    def __init__(self, allocator: ProducerIdAllocator, states: ProducerStates) -> None:
         self._allocator = allocator
-        self._expiration_ms = expiration_ms
-        self._epochs: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last use ms)
+        self._states = states
+        # pid -> the epoch an earlier bump handed out, only while the pid has producer state.
+        self._bumped: dict[int, int] = {}
 
     def init(self, producer_id: int, producer_epoch: int, now_ms: int, version: int) -> tuple[int, int, int]:
         """(error_code, producer_id, epoch)."""
         if producer_id < 0:
-            return self._fresh(now_ms)
-        known = self._epochs.get(producer_id)
-        if known is not None and producer_epoch < known[0]:
+            return 0, self._allocator.next_id(), 0
+        current = self._states.latest_epoch(producer_id, now_ms)
+        if current is None:
+            self._bumped.pop(producer_id, None)
+        elif producer_epoch < max(current, self._bumped.get(producer_id, -1)):
             return (PRODUCER_FENCED if version >= 4 else INVALID_PRODUCER_EPOCH), -1, -1
         if producer_epoch + 1 > MAX_EPOCH:
-            self._epochs.pop(producer_id, None)
-            return self._fresh(now_ms)
-        self._epochs[producer_id] = (producer_epoch + 1, now_ms)
+            self._bumped.pop(producer_id, None)
+            return 0, self._allocator.next_id(), 0
+        if current is not None:
+            self._bumped[producer_id] = producer_epoch + 1
         return 0, producer_id, producer_epoch + 1
 
-    def _fresh(self, now_ms: int) -> tuple[int, int, int]:
-        pid = self._allocator.next_id()
-        self._epochs[pid] = (0, now_ms)
-        return 0, pid, 0
-
     def remove_expired(self, now_ms: int) -> int:
-        stale = [pid for pid, (_, used) in self._epochs.items() if now_ms - used >= self._expiration_ms]
+        """Forget the bumps of producer ids whose producer state is gone."""
+        stale = [pid for pid in self._bumped if not self._states.holds(pid, now_ms)]
         for pid in stale:
-            del self._epochs[pid]
+            del self._bumped[pid]
         return len(stale)
+
+    @property
+    def remembered(self) -> int:
+        """Producer ids with a remembered bump (all of them have producer state)."""
+        return len(self._bumped)

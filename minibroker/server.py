@@ -5,8 +5,9 @@ then reads the next, as Kafka does by muting a channel until its response is sen
 request order for free. Clients pipeline their requests in the socket buffer meanwhile.
 
 A quota throttle (minibroker.client_quotas) extends that mute: the response goes out at once and
-the loop sleeps for the throttle time before reading on (KIP-219); for request versions whose
-clients do not throttle themselves, the response itself is held back that long. There is one
+the loop sleeps for the throttle time before reading on (KIP-219), ending early only when the client
+closes the connection; for request versions whose clients do not throttle themselves, the response
+itself is held back that long. There is one
 listener per entry of `listeners` (PLAINTEXT, SASL_PLAINTEXT), and optionally the /metrics server.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import time
 
 import trio
@@ -80,10 +82,8 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
             quotas.end_request_cycle(conn)  # the sending counts too (KIP-124 network-thread time)
             if response.close:
                 return
-            if delay_s:
-                # KIP-219: the response is out; read nothing more from this client until the
-                # quota throttle is over (Kafka mutes the channel).
-                await trio.sleep(delay_s)
+            if delay_s and not await _wait_out_throttle(stream, delay_s):
+                return  # the client went away during its throttle
     except (FrameError, ProtocolError) as exc:
         broker.metrics.closed_for_protocol_errors += 1
         log.warning("closing connection from %s: %s", conn.peer, exc)
@@ -93,6 +93,26 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
         log.error("storage error while serving %s, closing its connection: %s", conn.peer, exc)
     except Exception:
         log.exception("bug while serving %s; closing its connection", conn.peer)
+
+
+async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float) -> bool:
+    """KIP-219: the response is out; read nothing more from this client until the quota throttle is
+    over (Kafka mutes the channel). False when the client closed the connection meanwhile: a peek
+    (MSG_PEEK reads nothing) notices it, so a crash-looping client's muted connections do not pile
+    up for the whole throttle (the producer-id quota's can last a window). If the client sent more
+    requests instead, they wait in the socket until the throttle is over."""
+    sock = getattr(stream, "socket", None)
+    if sock is None:  # not a socket (tests' in-memory streams): just wait
+        await trio.sleep(delay_s)
+        return True
+    with trio.move_on_after(delay_s):
+        try:
+            if not await sock.recv(1, socket.MSG_PEEK):
+                return False
+        except OSError:
+            return False
+        await trio.sleep_forever()
+    return True
 
 
 async def _hang_until_peer_closes(stream: trio.SocketStream) -> None:
@@ -140,6 +160,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
             for name, sockets in bound:
                 nursery.start_soon(trio.serve_listeners, _connection_task_for(broker, name), sockets)
             nursery.start_soon(broker.quotas.run_housekeeping)
+            nursery.start_soon(broker.quotas.run_pid_cache_cleanup)
             if config["metrics.listen"] is not None:
                 from minibroker.metrics_http import serve_metrics
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from pipeline.model import StateMemoryModel, measure_entry_bytes
 from pipeline.replay import QuotaSettings
 from pipeline.whatif import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from quotas.producer_id_quota import DEFAULT_WINDOW_NUM, DEFAULT_WINDOW_SIZE_SECONDS
+from quotas.producer_id_quota import DEFAULT_LAYER_COUNT, DEFAULT_WINDOW_SIZE_SECONDS
 from storage.audit_format import AUDIT_TOPIC
 
 
@@ -37,12 +37,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="report", help="report directory (default ./report)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--rates", type=_rates, default=[10.0, 50.0, 100.0],
-                   help="candidate producer_ids_rate values, new PIDs per second (default 10,50,100)")
+                   help="candidate producer_ids_rate values, new PIDs per --pid-window-seconds, fractions "
+                        "allowed as the broker accepts them (default 10,50,100)")
     p.add_argument("--window-seconds", type=float, default=60.0, help="report window (default 60)")
-    p.add_argument("--pid-window-num", type=int, default=DEFAULT_WINDOW_NUM,
-                   help=f"producer.id.quota.window.num (default {DEFAULT_WINDOW_NUM})")
     p.add_argument("--pid-window-seconds", type=float, default=DEFAULT_WINDOW_SIZE_SECONDS,
                    help=f"producer.id.quota.window.size.seconds (default {DEFAULT_WINDOW_SIZE_SECONDS})")
+    p.add_argument("--pid-layer-count", type=int, default=DEFAULT_LAYER_COUNT,
+                   help=f"producer.id.quota.cache.layer.count (default {DEFAULT_LAYER_COUNT})")
     p.add_argument("--producer-byte-rate", type=float, default=None,
                    help="also apply this producer_byte_rate (bytes/s, user default) in every candidate")
     p.add_argument("--producer-id-expiration-ms", type=int, default=DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -59,14 +60,14 @@ QUOTA_STORE_FILE = "client-quotas.json"
 
 
 def settings_from(args) -> list[QuotaSettings]:
-    common = dict(pid_window_num=args.pid_window_num, pid_window_size_seconds=args.pid_window_seconds)
+    common = dict(pid_window_size_seconds=args.pid_window_seconds, pid_layer_count=args.pid_layer_count)
     settings = [QuotaSettings("no quota", **common)]
     store = Path(args.data_dir) / QUOTA_STORE_FILE
     if args.trace is None and store.is_file():
         settings.append(QuotaSettings.from_quota_store("broker's quotas", store.read_bytes(), **common))
     for rate in args.rates:
         settings.append(QuotaSettings(
-            f"producer_ids_rate={rate:g}/s", producer_ids_rate=rate,
+            f"producer_ids_rate={rate:g}", producer_ids_rate=rate,
             producer_byte_rate=args.producer_byte_rate, **common,
         ))
     return settings

@@ -6,8 +6,9 @@ Windows are fixed, aligned to the epoch: `window_start_ms = floor(ts / window_ms
   partitions share its `ts`), produce/fetch bytes and records, distinct producer ids exact and
   approximate (HyperLogLog++), and the throttle-time distribution over events.
 * `new_pid_events`: when each principal's producer ids are NEW to the producer-id quota: at the first
-  sighting, and again after more than (window.num - 1) * window.size of silence (the quota guarantees
-  to remember a PID that long after its last batch). This is the demand the quota meters.
+  sighting, and again after a silence longer than `memory_ms` (the report passes
+  producer.id.expiration.ms: the quota knows a PID as long as it has producer state). This is the
+  demand the quota meters.
 * `recommendations`: per principal, the smallest producer_ids_rate that would not have throttled it
   and the smallest candidate that did not, with the headroom.
 """
@@ -77,7 +78,7 @@ def summary(events: DataFrame, window_ms: int) -> DataFrame:
 
 def new_pid_events(events: DataFrame, memory_ms: int) -> DataFrame:
     """(principal, producer_id, ts, seq) of each Produce event at which its PID is new (see module
-    docstring); `memory_ms` = (window.num - 1) * window.size in ms."""
+    docstring); `memory_ms`: how long a silent PID stays known."""
     produce = events.where((F.col("api_key") == PRODUCE_KEY) & (F.col("producer_id") >= 0))
     order = Window.partitionBy("principal", "producer_id").orderBy("ts", "seq")
     previous = F.lag("ts").over(order)
@@ -97,11 +98,11 @@ def new_pids_per_window(new_pids: DataFrame, window_ms: int) -> DataFrame:
     )
 
 
-def _needed_rate_group(pdf: pd.DataFrame, window_num: int, window_size_seconds: float) -> pd.DataFrame:
+def _needed_rate_group(pdf: pd.DataFrame, window_size_seconds: float, layer_count: int) -> pd.DataFrame:
     return pd.DataFrame({
         "principal": [pdf["principal"].iat[0]],
         "new_pids": [len(pdf)],
-        "needed_rate": [needed_rate(pdf["ts"].to_numpy(), window_num, window_size_seconds)],
+        "needed_rate": [needed_rate(pdf["ts"].to_numpy(), window_size_seconds, layer_count)],
     })
 
 
@@ -118,13 +119,13 @@ def recommendations(
     recommended / needed."""
     if not candidates:
         raise ValueError("recommendations need at least one candidate setting")
-    window_num = candidates[0].pid_window_num
     window_size = candidates[0].pid_window_size_seconds
+    layer_count = candidates[0].pid_layer_count
     needed = (
         new_pids.select("principal", "ts")
         .groupBy("principal")
         .applyInPandas(
-            lambda pdf: _needed_rate_group(pdf, window_num, window_size),
+            lambda pdf: _needed_rate_group(pdf, window_size, layer_count),
             schema="principal string, new_pids long, needed_rate double",
         )
         .toPandas()

@@ -11,16 +11,14 @@ ids, CPython 3.11; `measure_entry_bytes()` re-measures on the running interprete
 * kafka (Kafka's ProducerStateEntry, the last 5 batches): 444.4 bytes with one batch retained, then
   704.4, 908.4, 1112.4 and 1316.4 with 2..5 (an entry object, a list, a slotted object per batch).
 
-Needed rate. The producer-id quota is a KIP-599 token bucket: burst B = W * q with W = window.num *
-window.size seconds, refilled at q per second, starting full, and a new PID is admitted while the
-balance is >= 0 (then costs one token). If the bucket was last full before new PID i, the balance
-before new PID j is B - (j - i) + q * (t_j - t_i); so no new PID is ever rejected iff, for all i < j,
-
-    j - i <= q * (W + t_j - t_i),
-
-and the smallest such q is max over i < j of (j - i) / (W + t_j - t_i). `needed_rate` finds it by
-bisection, each test O(n) with a running maximum (numpy), so millions of new PIDs take well under a
-second.
+Needed rate. The producer-id quota (quotas.producer_id_quota) admits a new PID at t while the new
+PIDs admitted in the slots of W / L (fixed grid, slot = floor(t L / W)) that overlap (t - T, t] are
+fewer than the allowance: floor(q) over T = W for q >= 1, one over T = ceil(W / q) below 1. Every
+new PID of a trace is admitted iff each finds fewer than the allowance before it in its lookback, so
+with c_j = the earlier new PIDs in the slots overlapping (t_j - W, t_j], the smallest q >= 1 is
+max(c_j) + 1; when every c_j is 0, rates below 1 work down to W / T_max, with T_max the longest
+lookback that still separates each PID's slot from the previous one's. `needed_rate` computes both
+with numpy (sorted slots and searchsorted), so millions of new PIDs take well under a second.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ __all__ = [
     "StateMemoryModel",
     "measure_entry_bytes",
     "needed_rate",
-    "rejects_any",
 ]
 
 KAFKA_BATCHES_TO_RETAIN = 5
@@ -88,28 +85,21 @@ def measure_entry_bytes(entries: int = 20_000) -> StateMemoryModel:
     return StateMemoryModel(per_entry("lean", 1), kafka)
 
 
-def rejects_any(times_s: np.ndarray, rate: float, window_s: float) -> bool:
-    """Would a bucket of `rate` (burst window_s * rate) reject any of these new-PID times?"""
-    if len(times_s) == 0:
-        return False
-    index = np.arange(len(times_s), dtype=np.float64)
-    g = rate * times_s - index  # balance before j relative to i: B + g_j - g_i
-    return bool(np.any(g - np.maximum.accumulate(g) < -rate * window_s - 1e-9))
-
-
-def needed_rate(times_ms, window_num: int, window_size_seconds: float, rel_tol: float = 1e-6) -> float:
-    """The smallest producer_ids_rate (new PIDs per second) that admits every new PID at these times
-    (ms, any order), for a quota window of window_num * window_size_seconds."""
-    times_s = np.sort(np.asarray(times_ms, dtype=np.float64)) / 1000.0
-    n = len(times_s)
-    if n <= 1:
-        return 0.0  # a full bucket admits one PID more than its tokens: any rate takes a single PID
-    window_s = window_num * window_size_seconds
-    low, high = 0.0, n / window_s  # at n / W the burst alone covers every PID
-    while high - low > rel_tol * high:
-        mid = (low + high) / 2
-        if rejects_any(times_s, mid, window_s):
-            low = mid
-        else:
-            high = mid
-    return high
+def needed_rate(times_ms, window_size_seconds: float, layer_count: int) -> float:
+    """The smallest producer_ids_rate (new PIDs per window of `window_size_seconds`, split in
+    `layer_count` slots) that admits every new PID at these times (ms, any order); 0 for at most one
+    PID (any rate admits a single one)."""
+    times = np.sort(np.asarray(times_ms, dtype=np.int64))
+    if len(times) <= 1:
+        return 0.0
+    window_ms = round(window_size_seconds * 1000)
+    slots = times * layer_count // window_ms
+    first = (times - window_ms + 1) * layer_count // window_ms  # first slot overlapping (t - W, t]
+    before = np.arange(len(times)) - np.searchsorted(slots, first, side="left")
+    most = int(before.max())
+    if most > 0:
+        return float(most + 1)
+    # One PID per lookback at most: how long may the lookback be? T <= t_j + 1 - start(slot_{j-1} + 1).
+    next_start = -(-(slots[:-1] + 1) * window_ms // layer_count)
+    longest = int((times[1:] + 1 - next_start).min())
+    return window_ms / longest

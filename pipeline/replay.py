@@ -4,10 +4,14 @@ For every candidate `QuotaSettings`, a principal's Produce events go, in the bro
 by `ts`, then `seq`), through a fresh `quotas.producer_id_quota.ProducerIdQuotaManager` and a
 byte-rate `quotas.client_quota.ClientQuotaManager` (Produce), exactly as the broker calls them:
 
-* `track(user, producer_id, ts)` for each event with `producer_id >= 0` (user = principal without
-  "User:"), except those the broker refused before asking the quota (transactional batches). Known -> `pid_new` false; new and admitted -> true; new and rejected -> true with
+* `track(user, producer_id, ts, has_state)` for each event with `producer_id >= 0` (user = principal
+  without "User:"), except those the broker refused before asking the quota (transactional batches,
+  and batches held back behind a throttled earlier batch of their producer id).
+  Known -> `pid_new` false; new and admitted -> true; new and rejected -> true with
   `pid_throttle_ms` > 0, and the PID is not recorded (the manager's own rule), so its retry is new
-  again. Untracked (no quota for the user) -> null.
+  again. Untracked (no quota for the user) -> null. `has_state` models the broker's producer state
+  (the authority on known ids): the PIDs this replay has appended so far for the principal. Not
+  modelled: producer state from before the trace, and its expiry (producer.id.expiration.ms).
 * `record_and_get_throttle_time_ms(user, client_id, bytes, ts)` for each event: the byte-rate
   throttle after this event. A request's byte-rate throttle is that of its last event (recording is
   additive at one `ts`, so it equals recording the request's bytes at once). Approximate where the
@@ -43,12 +47,12 @@ from quotas.client_quota import ClientQuotaManager, QuotaType
 from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import (
     DEFAULT_FALSE_POSITIVE_RATE,
-    DEFAULT_WINDOW_NUM,
+    DEFAULT_LAYER_COUNT,
     DEFAULT_WINDOW_SIZE_SECONDS,
     ProducerIdQuotaManager,
 )
 from quotas.rate import MetricConfig
-from storage.audit_format import API_PRODUCE, REFUSED_BEFORE_PID_QUOTA, user_of
+from storage.audit_format import API_PRODUCE, HELD_BY_PID_QUOTA, REFUSED_BEFORE_PID_QUOTA, user_of
 
 __all__ = ["INPUT_COLUMNS", "QuotaSettings", "REPLAY_COLUMNS", "REPLAY_SCHEMA", "replay", "replay_principal"]
 
@@ -68,17 +72,18 @@ INPUT_COLUMNS = [
 
 @dataclass(frozen=True)
 class QuotaSettings:
-    """One candidate configuration. Rates: `producer_ids_rate` in new PIDs per second (KIP-936 as
-    implemented in quotas.producer_id_quota), `producer_byte_rate` in bytes per second; `None` =
-    unlimited. The plain fields are the user default; `user_*` give per-user values, which win."""
+    """One candidate configuration. Rates: `producer_ids_rate` in new PIDs per
+    `pid_window_size_seconds` (KIP-936 as implemented in quotas.producer_id_quota: fractions as the
+    broker accepts them), `producer_byte_rate` in bytes per second; `None` = unlimited. The plain
+    fields are the user default; `user_*` give per-user values, which win."""
 
     name: str
     producer_ids_rate: float | None = None
     user_producer_ids_rates: tuple[tuple[str, float], ...] = ()
     producer_byte_rate: float | None = None
     user_producer_byte_rates: tuple[tuple[str, float], ...] = ()
-    pid_window_num: int = DEFAULT_WINDOW_NUM  # producer.id.quota.window.num
     pid_window_size_seconds: float = DEFAULT_WINDOW_SIZE_SECONDS  # producer.id.quota.window.size.seconds
+    pid_layer_count: int = DEFAULT_LAYER_COUNT  # producer.id.quota.cache.layer.count
     false_positive_rate: float = DEFAULT_FALSE_POSITIVE_RATE
     quota_window_num: int = 11  # quota.window.num
     quota_window_size_seconds: float = 1.0  # quota.window.size.seconds
@@ -113,8 +118,8 @@ class QuotaSettings:
 
     def pid_manager(self) -> ProducerIdQuotaManager:
         manager = ProducerIdQuotaManager(
-            window_num=self.pid_window_num,
             window_size_seconds=self.pid_window_size_seconds,
+            layer_count=self.pid_layer_count,
             false_positive_rate=self.false_positive_rate,
         )
         if self.producer_ids_rate is not None:
@@ -151,7 +156,7 @@ def replay_principal(pdf: pd.DataFrame, settings: Sequence[QuotaSettings]) -> pd
     ts_list = pdf["ts"].astype("int64").tolist()
     # -1 where the broker does not ask the producer-id quota.
     pid_list = pdf["producer_id"].astype("int64").where(
-        ~pdf["error_code"].isin(REFUSED_BEFORE_PID_QUOTA), -1
+        ~pdf["error_code"].isin(REFUSED_BEFORE_PID_QUOTA) & (pdf["throttle_quota"] != HELD_BY_PID_QUOTA), -1
     ).tolist()
     bytes_list = pdf["bytes"].astype("int64").tolist()
     client_list = pdf["client_id"].fillna("").astype(str).tolist()
@@ -164,13 +169,16 @@ def replay_principal(pdf: pd.DataFrame, settings: Sequence[QuotaSettings]) -> pd
         byte_throttle = np.zeros(n, dtype=np.int32)
         if setting.pid_rate_for(user) is not None:
             track = setting.pid_manager().track
+            with_state: set[int] = set()  # the PIDs appended so far: the producer-state model
             for i in range(n):
                 pid = pid_list[i]
                 if pid >= 0:
-                    result = track(user, pid, ts_list[i])
+                    result = track(user, pid, ts_list[i], lambda: pid in with_state)  # noqa: B023 (called at once)
                     if result.tracked:
                         pid_new[i] = 0 if result.known else 1
                         pid_throttle[i] = result.throttle_time_ms
+                    if appendable[i] and result.throttle_time_ms == 0:
+                        with_state.add(pid)
         byte_manager = setting.byte_manager()
         if byte_manager is not None:
             record = byte_manager.record_and_get_throttle_time_ms

@@ -134,7 +134,8 @@ def build_report(
     baseline, candidates = settings[0], list(settings[1:])
     # Uniform candidates (one producer_ids_rate for every user) are what a recommendation picks from.
     uniform = [c for c in candidates if c.producer_ids_rate is not None and not c.user_producer_ids_rates]
-    memory_ms = (baseline.pid_window_num - 1) * round(baseline.pid_window_size_seconds * 1000)
+    # A PID stays known to the quota as long as it has producer state: producer.id.expiration.ms.
+    memory_ms = expiration_ms
 
     with timer("read"):
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
@@ -235,7 +236,9 @@ def _window_label(window_ms: int) -> str:
 
 
 def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, recs: pd.DataFrame, candidates, window_ms, path: Path):
-    window_s = window_ms / 1000
+    # producer_ids_rate is per quota window (pid_window_size_seconds); the plot's windows may differ.
+    per_report_window = {c.name: c.producer_ids_rate * window_ms / (c.pid_window_size_seconds * 1000)
+                         for c in candidates}
     if not recs.empty:
         order = list(recs["principal"])
     else:
@@ -254,12 +257,13 @@ def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, recs: pd.DataFrame, 
         ax.step(clock.times(edges), [*data.values, data.values[-1]], where="post", color="black", lw=1.2,
                 label="new producer IDs")
         for i, candidate in enumerate(candidates):
-            ax.axhline(candidate.producer_ids_rate * window_s, color=colors[(i + 1) % len(colors)], ls="--",
-                       lw=1.2, label=f"producer_ids_rate={candidate.producer_ids_rate:g}/s "
-                                     f"(= {candidate.producer_ids_rate * window_s:g} per window)")
+            ax.axhline(per_report_window[candidate.name], color=colors[(i + 1) % len(colors)], ls="--",
+                       lw=1.2, label=f"producer_ids_rate={candidate.producer_ids_rate:g} per "
+                                     f"{_window_label(round(candidate.pid_window_size_seconds * 1000))} "
+                                     f"(= {per_report_window[candidate.name]:g} per window)")
         ax.set_title(principal, fontsize=10)
         ax.set_ylabel(f"new PIDs per {_window_label(window_ms)}")
-        top = max(float(data.max()), max((c.producer_ids_rate * window_s for c in candidates), default=1))
+        top = max(float(data.max()), max(per_report_window.values(), default=1))
         if top > 50 * max(1.0, float(data[data > 0].min()) if (data > 0).any() else 1.0):
             ax.set_yscale("symlog", linthresh=1)
         ax.set_ylim(bottom=0)
@@ -279,8 +283,8 @@ def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, recs: pd.DataFrame, 
     caption = (
         f"Black: how many producer IDs each user started (or brought back after a long silence) in each "
         f"{_window_label(window_ms)} window; the dashed lines are what each candidate producer_ids_rate "
-        "admits per window in the long run. A user whose black line stays above a dashed line runs its "
-        "burst allowance down and is then throttled under that candidate (next plot). The first and last "
+        "admits per window in the long run. A user whose black line stays above a dashed line uses up "
+        "its allowance and is then throttled under that candidate (next plot). The first and last "
         "windows may be partial. Up to "
         f"{MAX_PANELS} users, those needing the highest rate first."
     )
@@ -326,8 +330,8 @@ def _plot_throttle(clock: _Clock, windows: pd.DataFrame, observed: pd.DataFrame,
         "any throttling). Each point adds up the throttle times a user's throttled produce requests were "
         "given in that window (seconds its clients were told to wait, by the producer-id quota for a "
         "rejected new producer ID, or by the byte-rate quota); the legend gives the longest single "
-        "throttle. A producer-id rejection asks for the time until one token is back, 1/rate seconds, "
-        "so under a tighter quota there are more, shorter throttles. Users never throttled do not appear."
+        "throttle. A producer-id rejection asks for the time until the quota window frees a slot (up to "
+        "the window plus one layer). Users never throttled do not appear."
     )
     return path.name, "Throttle time over time", caption
 
@@ -428,8 +432,9 @@ def _page(source, n_events, span, settings, window_ms, model, expiration_ms, pri
         f"{span}. "
         f"Report windows: {_window_label(window_ms)}.</p>",
         "<p class=note>Producer-id quota (KIP-936) as the broker implements it: <code>producer_ids_rate</code> is "
-        f"new producer IDs per second per user; the burst is {baseline.pid_window_num} windows of "
-        f"{window_s:g} s times the rate (producer.id.quota.window.num / .window.size.seconds); a new "
+        f"the number of new producer IDs a user may introduce per window of {window_s:g} s "
+        "(producer.id.quota.window.size.seconds): at most floor(rate) in any such window, one per "
+        "window / rate below 1. A producer ID with producer state is never new; a new "
         "producer ID over the quota is rejected, not appended, and its batch is answered with a throttle "
         "time. Each candidate below replays every user's produce requests through the broker's own quota "
         "classes.</p>",
@@ -438,7 +443,7 @@ def _page(source, n_events, span, settings, window_ms, model, expiration_ms, pri
         parts += [
             "<h2>Recommendation per user</h2>",
             "<p class=note><b>needed rate</b>: the smallest producer_ids_rate that would not have throttled "
-            "this user in any window of the trace (exact token-bucket arithmetic on its new producer "
+            "this user in any window of the trace (the quota's own slot arithmetic on its new producer "
             "IDs). <b>recommended</b>: the smallest candidate under which the replay rejected none of its "
             "batches; <b>headroom</b> = recommended / needed. A user no candidate covers is creating "
             "producers far faster than the others: fix the client (reuse one producer) rather than raise "
@@ -446,7 +451,8 @@ def _page(source, n_events, span, settings, window_ms, model, expiration_ms, pri
             _table(recs, {
                 "principal": "user", "new_pids": "new producer IDs",
                 "peak_new_pids_per_window": f"peak per {_window_label(window_ms)}",
-                "needed_rate": "needed rate (PIDs/s)", "recommended_rate": "recommended (PIDs/s)",
+                "needed_rate": f"needed rate (PIDs per {window_s:g} s)",
+                "recommended_rate": f"recommended (PIDs per {window_s:g} s)",
                 "headroom": "headroom (x)", "note": "note",
             }),
         ]

@@ -11,7 +11,10 @@ to the quota managers (``ClientQuotaManager.apply_config_change``) and the produ
 
 Where this differs from Kafka, on purpose:
 
-- ``producer_ids_rate`` (KIP-936, not in Kafka) is valid for a user and the user default only.
+- ``producer_ids_rate`` (KIP-936, not in Kafka) is valid for a user and the user default only. It is
+  a DOUBLE, as the KIP's QuotaConfigs defines it: new producer ids per
+  ``producer.id.quota.window.size.seconds``, fractions allowed (quotas.producer_id_quota says what
+  a fraction means). Unlike Kafka's other doubles it must also be finite.
 - An ``ip`` entity must be an IP literal (or the default): Kafka also accepts a host name it can
   resolve, which would need DNS, i.e. I/O.
 - A NaN value is rejected (Kafka lets NaN through for double keys).
@@ -71,6 +74,7 @@ class QuotaKey:
 
     kind: ValueKind
     entity_shapes: frozenset[frozenset[str]]
+    finite: bool = False  # reject +inf too (Kafka lets it through for doubles)
 
 
 _USER_OR_CLIENT = frozenset({frozenset({USER}), frozenset({CLIENT_ID}), frozenset({USER, CLIENT_ID})})
@@ -83,8 +87,9 @@ QUOTA_KEYS: dict[str, QuotaKey] = {
     "request_percentage": QuotaKey(ValueKind.DOUBLE, _USER_OR_CLIENT),
     "controller_mutation_rate": QuotaKey(ValueKind.DOUBLE, _USER_OR_CLIENT),
     "connection_creation_rate": QuotaKey(ValueKind.INT, _IP_ONLY),
-    # KIP-936, read by the producer-id quota: set on a user or the user default only.
-    "producer_ids_rate": QuotaKey(ValueKind.LONG, _USER_ONLY),
+    # KIP-936, read by the producer-id quota: set on a user or the user default only; new producer
+    # ids per producer.id.quota.window.size.seconds, a double as in the KIP's QuotaConfigs.
+    "producer_ids_rate": QuotaKey(ValueKind.DOUBLE, _USER_ONLY, finite=True),
 }
 
 _ENTITY_TYPES = (USER, CLIENT_ID, IP)
@@ -134,6 +139,8 @@ def _validate_key_value(shape: frozenset[str], key: str, value: float) -> None:
         raise _Rejected(f"Quota {key} must be a number")
     if value <= 0.0:
         raise _Rejected(f"Quota {key} must be greater than 0")
+    if quota_key.finite and math.isinf(value):
+        raise _Rejected(f"Quota {key} must be a finite number")
     if quota_key.kind is ValueKind.DOUBLE:
         return
     if value > _MAX_FOR_KIND[quota_key.kind]:

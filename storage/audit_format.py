@@ -26,13 +26,14 @@ batches, so any Kafka client can consume them and `pipeline/` can read the data 
 | `producer_epoch` | int | its epoch; -1 if none |
 | `error_code` | int | the partition's (or response's) Kafka error code; 0 = NONE |
 | `throttle_time_ms` | int | the throttle time the broker decided for this request (0 = none) |
-| `throttle_quota` | string | which quota set it: `""`, `"producer_byte_rate"`, `"consumer_byte_rate"`, `"request_percentage"`, `"producer_ids_rate"` |
+| `throttle_quota` | string | which quota set it: `""`, `"producer_byte_rate"`, `"consumer_byte_rate"`, `"request_percentage"`, `"producer_ids_rate"`; `"producer_ids_rate:held"` for a batch refused because an earlier batch of its producer id to the same partition was throttled and has not come back yet (the quota is not asked) |
 | `pid_new` | boolean or null | Produce with a producer id under a `producer_ids_rate`: true when the PID quota saw the PID as new (admitted or rejected), false when known; null when not tracked |
 
 Replay contract (what `pipeline.replay` relies on to reproduce the broker's decisions exactly): the
 broker calls `ProducerIdQuotaManager.track(user, producer_id, ts)` for exactly the Produce events with
 `producer_id >= 0` (except transactional batches, refused with INVALID_TXN_STATE before the quota
-sees them), once per event, in the order the events are recorded, with `user` = the principal
+sees them, and batches held back behind a throttled earlier one, `throttle_quota` HELD_BY_PID_QUOTA),
+once per event, in the order the events are recorded, with `user` = the principal
 without its `User:` prefix; and events are recorded in the order the decisions were made.
 
 Pure: no I/O, no clock. Both the broker and the pipeline import this module.
@@ -47,6 +48,7 @@ __all__ = [
     "AUDIT_FIELDS",
     "AUDIT_FIELD_NAMES",
     "AUDIT_TOPIC",
+    "HELD_BY_PID_QUOTA",
     "REFUSED_BEFORE_PID_QUOTA",
     "API_FETCH",
     "API_INIT_PRODUCER_ID",
@@ -88,7 +90,10 @@ THROTTLE_QUOTAS: Final = (
     "consumer_byte_rate",
     "request_percentage",
     "producer_ids_rate",
+    "producer_ids_rate:held",
 )
+# throttle_quota of a batch held back behind a throttled earlier batch of its producer id.
+HELD_BY_PID_QUOTA: Final = "producer_ids_rate:held"
 
 API_PRODUCE: Final = ("Produce", 0)
 API_FETCH: Final = ("Fetch", 1)

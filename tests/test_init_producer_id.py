@@ -52,3 +52,24 @@ def test_pids_are_never_reused_across_restarts(start_broker):
             pids = {init(c)[1] for _ in range(5)}
         assert len(pids) == 5 and not seen & pids
         seen |= pids
+
+
+def test_fresh_producer_ids_leave_nothing_behind(broker, unique):
+    """Kafka allocates a non-transactional PID blindly and keeps nothing per id; so does minibroker:
+    a storm of InitProducerId costs no memory per id. Only a KIP-360 bump of a PID that has producer
+    state is remembered (to fence the epoch it replaced), and a PID without state is bumped as asked."""
+    topic = unique("fresh")
+    with AdminClient(broker.bootstrap) as c:
+        c.call(19, {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1,
+                                "assignments": (), "configs": ()}], "timeout": 5000, "validate_only": False})
+        pids = [init(c)[1] for _ in range(300)]
+        assert len(set(pids)) == 300
+        assert broker.broker.producer_ids.remembered == 0
+        idle = pids[0]  # never produced: no producer state, so nothing to fence with
+        assert init(c, idle, 0, version=4) == (0, idle, 1)
+        assert init(c, idle, 0, version=4) == (0, idle, 1)
+        assert broker.broker.producer_ids.remembered == 0
+        active = pids[1]
+        assert produce(c, topic, active, 0, 0) == 0
+        assert init(c, active, 0, version=4) == (0, active, 1)
+        assert broker.broker.producer_ids.remembered == 1

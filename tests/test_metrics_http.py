@@ -4,7 +4,6 @@ while a client is being throttled, the producer-id quota series, and the broker'
 from __future__ import annotations
 
 import datetime
-import math
 import re
 import socket
 import urllib.error
@@ -87,14 +86,22 @@ def test_producer_id_quota_series(metered):
     broker = metered.broker
 
     def track():
-        broker.pid_quota.update_quota("dave", 10)
-        broker.pid_quota.track("dave", 42, wall_clock_ms())  # the PID quota runs on the wall clock
+        broker.pid_quota.update_quota("dave", 2.5)  # 2 new ids per window (ids are whole)
+        now = wall_clock_ms()  # the PID quota runs on the wall clock
+        for pid in (42, 43, 44):
+            broker.pid_quota.track("dave", pid, now, lambda: False)
+        broker.pid_quota.track("dave", 42, now, lambda: False)  # claimed by the filter, no state
 
     metered.in_broker(track)
     samples = scrape(metered.metrics_url)
-    assert samples['kafka_server_producer_ids_rate{user="dave"}'] > 0
+    assert samples['kafka_server_producer_ids_rate{user="dave"}'] == 2  # ids per window, the quota's unit
+    assert samples['kafka_server_producer_ids_tokens{user="dave"}'] == 0
+    assert samples['kafka_server_producer_ids_throttle_time{user="dave"}'] > 0
+    assert samples['kafka_server_producer_ids_false_positives{user="dave"}'] == 1
     assert samples['kafka_server_producer_ids_memory_bytes{user="dave"}'] > 0
-    assert math.isnan(samples['kafka_server_producer_ids_throttle_time{user="dave"}'])
+    assert samples["minibroker_producer_id_quota_admitted_total"] == 2
+    assert samples["minibroker_producer_id_quota_rejected_total"] == 2
+    assert samples["minibroker_producer_id_quota_false_positives_total"] == 1
 
 
 @pytest.mark.parametrize("request_line, status", [

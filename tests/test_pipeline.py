@@ -67,8 +67,8 @@ HAND = [
     ev(1100, "User:bob", api="Fetch", client="b2", nbytes=0, records=0, throttle=250,
        quota="consumer_byte_rate"),
 ]
-PID_WINDOW = dict(pid_window_num=2, pid_window_size_seconds=1.0)  # burst = 2 s x rate
-ALICE_1 = QuotaSettings("alice=1/s", user_producer_ids_rates=(("alice", 1.0),), **PID_WINDOW)
+PID_WINDOW = dict(pid_window_size_seconds=1.0, pid_layer_count=2)  # W = 1 s, slots of 500 ms
+ALICE_3 = QuotaSettings("alice=3", user_producer_ids_rates=(("alice", 3.0),), **PID_WINDOW)
 
 
 def types(schema):
@@ -155,18 +155,18 @@ def test_summary_by_hand(spark):
 
 # -- replay ---------------------------------------------------------------------------------------
 
-# Under producer_ids_rate=1/s for alice with 2 windows of 1 s: burst B = 2 tokens, bucket full at t=0.
-# t=0 PIDs 1,2,3 admitted (2 -> 1 -> 0 -> -1: admitted while >= 0); PID 4 rejected, wait 1 s (1000 ms).
-# t=100 PID 1 known. t=500 PID 4: -1 + 0.5 = -0.5 -> rejected, 500 ms. t=1000 PID 4: 0 -> admitted
-# (-> -1); PID 5: -1 -> rejected, 1000 ms.
+# Under producer_ids_rate=3 for alice, W = 1 s in slots of 500 ms: 3 new PIDs in any second.
+# t=0 PIDs 1,2,3 admitted (slot 0 holds 3); PID 4 rejected until slot 0 leaves the lookback (t - W + 1
+# reaches 500: t = 1499). t=100 PID 1 known (it has producer state). t=500 PID 4 (no state: its batch
+# was never appended) rejected, 999 ms. t=1000 PID 4 and PID 5 rejected, 499 ms each.
 ALICE_EXPECTED = [  # (ts, pid, pid_new, pid_throttle_ms)
-    (0, 1, True, 0), (0, 2, True, 0), (0, 3, True, 0), (0, 4, True, 1000),
-    (100, 1, False, 0), (500, 4, True, 500), (1000, 4, True, 0), (1000, 5, True, 1000),
+    (0, 1, True, 0), (0, 2, True, 0), (0, 3, True, 0), (0, 4, True, 1499),
+    (100, 1, False, 0), (500, 4, True, 999), (1000, 4, True, 499), (1000, 5, True, 499),
 ]
 
 
 def test_replay_reproduces_hand_computed_pid_quota_decisions(spark):
-    decisions = replay(frame(spark, HAND), [ALICE_1])
+    decisions = replay(frame(spark, HAND), [ALICE_3])
     alice = sorted((r for r in decisions.collect() if r.principal == "User:alice"), key=lambda r: r.seq)
     assert [(r.ts - T0, r.producer_id, r.pid_new, r.pid_throttle_ms) for r in alice] == ALICE_EXPECTED
     assert [r.appended for r in alice] == [t == 0 for *_, t in ALICE_EXPECTED]
@@ -175,25 +175,25 @@ def test_replay_reproduces_hand_computed_pid_quota_decisions(spark):
 
 
 def test_replay_totals_and_windows_by_hand(spark):
-    default_1 = QuotaSettings("all=1/s", producer_ids_rate=1.0, **PID_WINDOW)
-    aggregates = whatif(frame(spark, HAND), [ALICE_1, default_1], 1000, StateMemoryModel()).cache()
+    default_3 = QuotaSettings("all=3", producer_ids_rate=3.0, **PID_WINDOW)
+    aggregates = whatif(frame(spark, HAND), [ALICE_3, default_3], 1000, StateMemoryModel()).cache()
     totals = rows_by(totals_table(aggregates), "setting", "principal")
-    alice = totals[("alice=1/s", "User:alice")]
+    alice = totals[("alice=3", "User:alice")]
     assert alice == {
-        "setting": "alice=1/s", "principal": "User:alice",
+        "setting": "alice=3", "principal": "User:alice",
         "produce_events": 8, "produce_requests": 4,  # (client, ts): 0, 100, 500, 1000
         "new_pid_events": 7, "new_pids": 5, "pid_throttled_pids": 2,  # PIDs 4 and 5
-        "pid_rejected_batches": 3, "byte_throttled_events": 0,
-        "throttled_requests": 3, "max_throttle_ms": 1000, "sum_throttle_ms": 2500,
+        "pid_rejected_batches": 4, "byte_throttled_events": 0,
+        "throttled_requests": 3, "max_throttle_ms": 1499, "sum_throttle_ms": 1499 + 999 + 499,
     }
-    bob = totals[("all=1/s", "User:bob")]  # PID 7: new at 0 (bucket 2 -> 1), then known
+    bob = totals[("all=3", "User:bob")]  # PID 7: new at 0, then known (it has producer state)
     assert (bob["new_pid_events"], bob["new_pids"], bob["pid_rejected_batches"]) == (1, 1, 0)
-    assert totals[("alice=1/s", "User:bob")]["new_pid_events"] == 0
+    assert totals[("alice=3", "User:bob")]["new_pid_events"] == 0
 
     windows = rows_by(windows_table(aggregates), "setting", "principal", "window_start_ms")
-    w0, w1 = windows[("alice=1/s", "User:alice", T0)], windows[("alice=1/s", "User:alice", T0 + 1000)]
-    assert (w0["pid_rejected_batches"], w0["throttled_requests"], w0["sum_throttle_ms"]) == (2, 2, 1500)
-    assert (w1["pid_rejected_batches"], w1["throttled_requests"], w1["sum_throttle_ms"]) == (1, 1, 1000)
+    w0, w1 = windows[("alice=3", "User:alice", T0)], windows[("alice=3", "User:alice", T0 + 1000)]
+    assert (w0["pid_rejected_batches"], w0["throttled_requests"], w0["sum_throttle_ms"]) == (2, 2, 1499 + 999)
+    assert (w1["pid_rejected_batches"], w1["throttled_requests"], w1["sum_throttle_ms"]) == (2, 1, 499)
 
 
 def test_replay_byte_rate_quota_by_hand(spark):
@@ -229,36 +229,36 @@ def test_state_over_time_by_hand(spark):
 
 def test_rejected_pids_hold_no_state(spark):
     model = StateMemoryModel()
-    aggregates = whatif(frame(spark, HAND), [QuotaSettings("none", **PID_WINDOW), ALICE_1], 1000, model,
+    aggregates = whatif(frame(spark, HAND), [QuotaSettings("none", **PID_WINDOW), ALICE_3], 1000, model,
                         expiration_ms=60_000)
     state = state_table(aggregates, model)
     entries = {(r.setting, r.window_start_ms): r.entries for r in state.collect()}
     # Entries are (PID, partition). No quota: alice's (1,p0) (2,p1) (3,p2) (4,p3), then (4,p0) at 500
-    # and (5,p0) at 1000, and bob's (7,p0): 7 by window 1. alice=1/s: (4,p3) and (4,p0)@500 and
-    # (5,p0) are rejected, so window 0 holds (1,p0) (2,p1) (3,p2) (7,p0), window 1 adds (4,p0)@1000.
+    # and (5,p0) at 1000, and bob's (7,p0): 7 by window 1. alice=3: every batch of PIDs 4 and 5 is
+    # rejected, so both windows hold (1,p0) (2,p1) (3,p2) and bob's (7,p0).
     assert entries[("none", T0 + 1000)] == 7
-    assert entries[("alice=1/s", T0)] == 4  # PIDs 1-3 and bob's 7; PID 4 rejected at 0 and 500
-    assert entries[("alice=1/s", T0 + 1000)] == 5
+    assert entries[("alice=3", T0)] == 4
+    assert entries[("alice=3", T0 + 1000)] == 4
 
 
 def test_recommendations_by_hand(spark):
     """alice's new PIDs: 1-4 at 0 and 5 at 1000 (PID 4's retries are not new: it was seen 500 ms
-    before, within the quota's memory of (2 - 1) x 1 s). With W = 2 s the rate that admits them all is
-    max over pairs of (j - i) / (W + dt): 3 / 2 = 1.5 (4 PIDs at once need B >= 3). Candidate 1/s
-    rejects some of her batches, 2/s none: recommended 2, headroom 2 / 1.5."""
-    candidates = [QuotaSettings("1/s", producer_ids_rate=1.0, **PID_WINDOW),
-                  QuotaSettings("2/s", producer_ids_rate=2.0, **PID_WINDOW)]
+    before, within the memory given). With W = 1 s in slots of 500 ms, PID 5 at 1000 still counts
+    slot 0 (it overlaps (0, 1000]), which holds 4: the rate that admits them all is 5. Candidate 3
+    rejects some of her batches, 6 none: recommended 6, headroom 6 / 5."""
+    candidates = [QuotaSettings("3", producer_ids_rate=3.0, **PID_WINDOW),
+                  QuotaSettings("6", producer_ids_rate=6.0, **PID_WINDOW)]
     events = frame(spark, HAND)
     new_pids = jobs.new_pid_events(events, memory_ms=1000)
     totals = totals_table(whatif(events, candidates, 1000, StateMemoryModel())).toPandas()
     recs = jobs.recommendations(new_pids, totals, candidates, window_ms=1000).set_index("principal")
     alice = recs.loc["User:alice"]
     assert alice.new_pids == 5 and alice.peak_new_pids_per_window == 4
-    assert alice.needed_rate == pytest.approx(1.5, rel=1e-5)
-    assert alice.recommended_rate == 2.0 and alice.headroom == pytest.approx(2 / 1.5, rel=1e-5)
-    bob = recs.loc["User:bob"]  # one new PID: a full bucket admits tokens + 1, so any rate does
+    assert alice.needed_rate == 5
+    assert alice.recommended_rate == 6.0 and alice.headroom == pytest.approx(6 / 5)
+    bob = recs.loc["User:bob"]  # one new PID: any rate admits it
     assert bob.new_pids == 1 and bob.needed_rate == 0
-    assert bob.recommended_rate == 1.0
+    assert bob.recommended_rate == 3.0
 
 
 # -- the whole report -----------------------------------------------------------------------------
@@ -269,16 +269,15 @@ def test_report_end_to_end(spark, tmp_path):
     new-producer-per-batch user is throttled under every candidate and flagged, the long-lived
     producers never are, and the page, plots and tables are all written."""
     trace = write_trace(generate(8000, seed=11), tmp_path / "trace.parquet")
-    settings = [QuotaSettings("no quota", pid_window_num=3, pid_window_size_seconds=1.0)] + [
-        QuotaSettings(f"producer_ids_rate={r}/s", producer_ids_rate=r, pid_window_num=3,
-                      pid_window_size_seconds=1.0) for r in (2, 20)
+    settings = [QuotaSettings("no quota", pid_window_size_seconds=1.0)] + [
+        QuotaSettings(f"producer_ids_rate={r}", producer_ids_rate=r, pid_window_size_seconds=1.0) for r in (3, 30)
     ]
     out = tmp_path / "report"
     result = build_report(read_trace(spark, trace), out=out, settings=settings, window_ms=2000,
                           source=str(trace))
     assert result.events == 8000
     page = (out / "index.html").read_text()
-    for text in ("Recommendation per user", "producer_ids_rate=2/s", "producer_ids_rate=20/s",
+    for text in ("Recommendation per user", "producer_ids_rate=3", "producer_ids_rate=30",
                  "pids_per_window.png", "throttle_over_time.png", "state_size.png"):
         assert text in page
     for png in ("pids_per_window.png", "throttle_over_time.png", "state_size.png"):
@@ -289,17 +288,17 @@ def test_report_end_to_end(spark, tmp_path):
 
     recs = result.recommendations.set_index("principal")
     assert recs.index[0] == "User:lambda-ingest"  # the highest needed rate first
-    assert recs.loc["User:lambda-ingest", "note"] and recs.loc["User:lambda-ingest", "recommended_rate"] != 2.0
+    assert recs.loc["User:lambda-ingest", "note"] and recs.loc["User:lambda-ingest", "recommended_rate"] != 3.0
     svc = recs[recs.index.str.startswith("User:svc-")]
-    assert len(svc) == 10 and (svc.recommended_rate == 2.0).all()
+    assert len(svc) == 10 and (svc.recommended_rate == 3.0).all()
     totals = result.totals
     assert totals[totals.principal.str.startswith("User:svc-")].pid_rejected_batches.sum() == 0
     lam = totals[(totals.principal == "User:lambda-ingest")].set_index("setting")
-    assert lam.loc["producer_ids_rate=2/s", "pid_rejected_batches"] > 0
+    assert lam.loc["producer_ids_rate=3", "pid_rejected_batches"] > 0
     assert lam.loc["no quota", "pid_rejected_batches"] == 0
     state = pq.read_table(out / "state_over_time").to_pandas()
     last = state.sort_values("window_start_ms").groupby("setting").last()
-    assert last.loc["no quota", "entries"] > last.loc["producer_ids_rate=2/s", "entries"]
+    assert last.loc["no quota", "entries"] > last.loc["producer_ids_rate=3", "entries"]
     assert (last.kafka_bytes > last.lean_bytes).all()
 
 
@@ -325,7 +324,7 @@ def test_settings_from_the_brokers_quota_store(tmp_path):
     assert [code for _, code, _ in results] == [0, 0, 0, 0]
     (tmp_path / QUOTA_STORE_FILE).write_text(store.to_json())
     settings = settings_from(parser().parse_args(["--data-dir", str(tmp_path), "--rates", "10"]))
-    assert [s.name for s in settings] == ["no quota", "broker's quotas", "producer_ids_rate=10/s"]
+    assert [s.name for s in settings] == ["no quota", "broker's quotas", "producer_ids_rate=10"]
     own = settings[1]
     assert own.producer_ids_rate == 1.0 and own.user_producer_ids_rates == (("alice", 2.0),)
     assert own.producer_byte_rate is None and own.user_producer_byte_rates == (("bob", 1e6),)
@@ -335,10 +334,12 @@ def test_settings_from_the_brokers_quota_store(tmp_path):
 def test_cli_settings():
     from pipeline.cli import parser, settings_from
 
-    args = parser().parse_args(["--rates", "50,10", "--pid-window-seconds", "60", "--producer-byte-rate", "1e6"])
+    args = parser().parse_args(["--rates", "50,0.5,10", "--pid-window-seconds", "60", "--producer-byte-rate", "1e6"])
     settings = settings_from(args)
-    assert [s.name for s in settings] == ["no quota", "producer_ids_rate=10/s", "producer_ids_rate=50/s"]
+    assert [s.name for s in settings] == ["no quota", "producer_ids_rate=0.5", "producer_ids_rate=10",
+                                          "producer_ids_rate=50"]
     assert settings[0].producer_ids_rate is None and settings[0].producer_byte_rate is None
-    assert settings[1].producer_ids_rate == 10 and settings[1].producer_byte_rate == 1e6
-    assert all(s.pid_window_size_seconds == 60 and s.pid_window_num == 11 for s in settings)
+    assert settings[1].producer_ids_rate == 0.5  # per window, fractions as the broker accepts them
+    assert settings[2].producer_ids_rate == 10 and settings[2].producer_byte_rate == 1e6
+    assert all(s.pid_window_size_seconds == 60 and s.pid_layer_count == 4 for s in settings)
     assert Path(args.data_dir) == Path("data") and args.out == "report" and args.master == "local[*]"

@@ -1,5 +1,5 @@
 """The pipeline's Spark-free parts: the needed-rate arithmetic against the real ProducerIdQuotaManager,
-the replay's ordering rule, and the synthetic trace generator."""
+the replay's ordering rule and producer-state model, and the synthetic trace generator."""
 
 from __future__ import annotations
 
@@ -8,60 +8,79 @@ import pandas as pd
 import pytest
 
 from pipeline.gen import generate
-from pipeline.model import needed_rate, rejects_any
+from pipeline.model import needed_rate
 from pipeline.replay import QuotaSettings, replay_principal
 from quotas.producer_id_quota import ProducerIdQuotaManager
 
-WINDOW_NUM, WINDOW_S = 3, 2.0
+WINDOW_S, LAYERS = 2.0, 4  # W = 2 s in slots of 500 ms
 
 
 def rejections(times_ms, rate) -> int:
-    """New PIDs (all distinct) at these times through the broker's own quota class."""
-    manager = ProducerIdQuotaManager(window_num=WINDOW_NUM, window_size_seconds=WINDOW_S)
+    """New PIDs (all distinct, none with producer state) at these times through the broker's own
+    quota class."""
+    manager = ProducerIdQuotaManager(window_size_seconds=WINDOW_S, layer_count=LAYERS)
     manager.update_quota("u", rate)
-    return sum(manager.track("u", 10_000 + i, int(t)).throttle_time_ms > 0 for i, t in enumerate(times_ms))
+    return sum(manager.track("u", 10_000 + i, int(t), lambda: False).throttle_time_ms > 0
+               for i, t in enumerate(times_ms))
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_needed_rate_is_the_boundary_of_the_real_quota(seed):
-    """At the computed rate (plus a hair) the broker's ProducerIdQuotaManager rejects none of the new
-    PIDs; 3% below it, it rejects some. Bursts and quiet spells, so the cap on the bucket matters."""
+    """At the computed rate the broker's ProducerIdQuotaManager rejects none of the new PIDs; just
+    below it (one id fewer per window, or a longer lookback below 1), it rejects some. Bursts and
+    quiet spells (seeds 0-3), and sparse PIDs that need a rate below 1 (seeds 4-7)."""
     rng = np.random.default_rng(seed)
-    bursts = [t0 + rng.integers(0, 200, rng.integers(1, 40)) for t0 in np.sort(rng.integers(0, 60_000, 12))]
-    times = np.sort(np.concatenate(bursts))
-    rate = needed_rate(times, WINDOW_NUM, WINDOW_S)
-    assert rate > 0
-    assert rejections(times, rate * 1.0001) == 0
-    assert rejections(times, rate * 0.97) > 0
-    assert not rejects_any(times / 1000, rate * 1.0001, WINDOW_NUM * WINDOW_S)
+    if seed < 4:
+        bursts = [t0 + rng.integers(0, 200, rng.integers(1, 40)) for t0 in np.sort(rng.integers(0, 60_000, 12))]
+        times = np.sort(np.concatenate(bursts))
+    else:
+        times = np.cumsum(rng.integers(2_500, 9_000, 20))
+    rate = needed_rate(times, WINDOW_S, LAYERS)
+    assert rate > 0 and (seed < 4) == (rate >= 1)
+    assert rejections(times, rate) == 0
+    below = rate - 1 if rate >= 2 else rate * 0.999
+    assert rejections(times, below) > 0
 
 
 def test_needed_rate_small_cases():
-    w = WINDOW_NUM * WINDOW_S  # 6 s of burst per unit of rate
-    assert needed_rate([], WINDOW_NUM, WINDOW_S) == 0
-    assert needed_rate([5], WINDOW_NUM, WINDOW_S) == 0  # a full bucket admits one PID more than it holds
-    assert needed_rate([0, 0, 0], WINDOW_NUM, WINDOW_S) == pytest.approx(2 / w, rel=1e-5)
-    # Two PIDs 4 s apart: 1 / (6 + 4).
-    assert needed_rate([0, 4000], WINDOW_NUM, WINDOW_S) == pytest.approx(1 / 10, rel=1e-5)
-    # A steady 5 PIDs per second for 100 s: (n - 1) / (W + span) with span = 99.8 s.
+    assert needed_rate([], WINDOW_S, LAYERS) == 0
+    assert needed_rate([5], WINDOW_S, LAYERS) == 0  # any rate admits a single PID
+    assert needed_rate([0, 0, 0], WINDOW_S, LAYERS) == 3
+    # Two PIDs 4 s apart: a lookback up to 4000 + 1 - 500 (the end of the first one's slot) keeps
+    # them apart, so W / 3501 per window.
+    assert needed_rate([0, 4000], WINDOW_S, LAYERS) == pytest.approx(2000 / 3501)
+    # A steady 5 PIDs per second: 10 in any 2 s, but the quota's lookback reaches up to one slot of
+    # 500 ms further back: at t = 2400 it counts slot 0 from 0, 12 PIDs before this one, so 13.
     steady = np.arange(500) * 200
-    assert needed_rate(steady, WINDOW_NUM, WINDOW_S) == pytest.approx(499 / (w + 99.8), rel=1e-5)
+    assert needed_rate(steady, WINDOW_S, LAYERS) == 13
+    assert rejections(steady, 13) == 0 and rejections(steady, 12) > 0
 
 
 def test_replay_orders_by_ts_then_seq_not_by_input_order():
     """Events arrive in any order (Spark gives a group's rows unordered); the replay sorts by (ts, seq)
-    the way the broker made its decisions: the second PID at the same ms is the one rejected."""
+    the way the broker made its decisions: the third PID at the same ms is the one rejected."""
     pdf = pd.DataFrame({
         "principal": "User:u", "client_id": "c", "seq": [3, 1, 2, 0], "ts": [1000, 0, 0, 0], "topic": "t",
         "partition": 0, "producer_id": [9, 8, 7, 6], "bytes": 10, "error_code": 0, "throttle_quota": "",
     })
-    setting = QuotaSettings("q", producer_ids_rate=0.5, pid_window_num=2, pid_window_size_seconds=1.0)
+    setting = QuotaSettings("q", producer_ids_rate=2, pid_window_size_seconds=1.0, pid_layer_count=2)
     out = replay_principal(pdf, [setting])
-    # burst 1 token: PID 6 (seq 0) 1 -> 0, PID 8 (seq 1) 0 -> -1, PID 7 (seq 2) rejected: wait 2 s;
-    # at 1000, -1 + 0.5 = -0.5: PID 9 rejected, 1 s.
+    # 2 per second in slots of 500 ms: PIDs 6 and 8 (seq 0, 1) fill slot 0; PID 7 (seq 2) waits until
+    # slot 0 leaves the lookback at 1499; PID 9 at 1000 waits 499 ms.
     assert list(out.seq) == [0, 1, 2, 3]
     assert list(out.producer_id) == [6, 8, 7, 9]
-    assert list(out.pid_throttle_ms) == [0, 0, 2000, 1000]
+    assert list(out.pid_throttle_ms) == [0, 0, 1499, 499]
+
+
+def test_replay_knows_the_pids_it_appended():
+    """The replay's producer-state model: a PID whose batch it appended is known from then on, even
+    after the quota's Bloom layers forgot it (W = 1 s here; PID 1 comes back after 5 s)."""
+    pdf = pd.DataFrame({
+        "principal": "User:u", "client_id": "c", "seq": [0, 1, 2], "ts": [0, 5000, 5000], "topic": "t",
+        "partition": 0, "producer_id": [1, 1, 2], "bytes": 10, "error_code": 0, "throttle_quota": "",
+    })
+    out = replay_principal(pdf, [QuotaSettings("q", producer_ids_rate=1, pid_window_size_seconds=1.0)])
+    assert list(out.pid_new) == [True, False, True] and list(out.pid_throttle_ms) == [0, 0, 0]
 
 
 def test_replay_counts_a_pid_rejected_by_the_broker_as_appendable():

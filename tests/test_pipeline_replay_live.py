@@ -1,9 +1,9 @@
 """The strongest check of the pipeline: a live broker's own audit, replayed through the pipeline with
 the broker's own settings, reproduces the broker's producer-id quota decisions exactly.
 
-1. A broker with `audit.enable=true`, SASL users, and producer_ids_rate = 1 new PID/s for alice
-   (set with AlterClientQuotas over SASL, as an operator would), with 2 quota windows of 1 s: a burst
-   of 2 tokens, so the third new producer at once is still admitted and the fourth is rejected.
+1. A broker with `audit.enable=true`, SASL users, and producer_ids_rate = 3 new PIDs per window of
+   1 s for alice (set with AlterClientQuotas over SASL, as an operator would): the long-lived
+   producer and two short-lived ones are admitted, the other short-lived ones rejected.
 2. Real idempotent clients (confluent-kafka / librdkafka) authenticated as alice: one long-lived
    producer sending throughout (its PID stays known) and a string of short-lived ones (each a new
    PID), some of which the quota rejects; and bob, who has no quota.
@@ -38,9 +38,9 @@ pytestmark = [
 ]
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
-RATE = 1.0
-WINDOW_NUM = 2
+RATE = 3.0
 WINDOW_SIZE_S = 1
+LAYERS = 4
 SHORT_LIVED = 6
 
 
@@ -75,7 +75,7 @@ def drive(bootstrap: str, topic: str) -> None:
     send(long_lived, topic, 2)
     bob = idempotent_producer(bootstrap, "bob", "bob")
     send(bob, topic, 4)
-    time.sleep(1.2)  # a token back: the next new PID of alice is admitted again
+    time.sleep(1.6)  # past the window plus one layer: alice's next new PID is admitted again
     late = idempotent_producer(bootstrap, "alice", "alice-late")
     send(late, topic, 2)
     send(long_lived, topic, 2)
@@ -91,7 +91,10 @@ def test_replaying_the_broker_audit_reproduces_its_pid_quota_decisions(spark, tm
     topic = "audited"
     with running_broker(
         data_dir, sasl_users=USERS, audit_enable="true",
-        producer_id_quota_window_num=str(WINDOW_NUM), producer_id_quota_window_size_seconds=str(WINDOW_SIZE_S),
+        producer_id_quota_window_size_seconds=str(WINDOW_SIZE_S), producer_id_quota_cache_layer_count=str(LAYERS),
+        # 89: librdkafka does not retry it, so each short-lived producer's fate is settled at once (with
+        # the default, 19, they would retry into the late producer's window).
+        producer_id_quota_error_code="89",
     ) as broker:
         with MiniAdmin(broker.sasl_bootstrap, sasl_mechanism="PLAIN", sasl_username="alice",
                        sasl_password=USERS["alice"]) as admin:
@@ -111,7 +114,7 @@ def test_replaying_the_broker_audit_reproduces_its_pid_quota_decisions(spark, tm
     # The settings come from the broker's own quota store, as scripts/pipeline reads them.
     setting = QuotaSettings.from_quota_store(
         "broker's quotas", (data_dir / QUOTA_STORE_FILE).read_bytes(),
-        pid_window_num=WINDOW_NUM, pid_window_size_seconds=WINDOW_SIZE_S,
+        pid_window_size_seconds=WINDOW_SIZE_S, pid_layer_count=LAYERS,
     )
     assert setting.user_producer_ids_rates == (("alice", RATE),) and setting.producer_ids_rate is None
     decisions = {r.seq: r for r in replay(events, [setting]).collect()}

@@ -58,7 +58,8 @@ ALTER_ERRORS = [
     (ALICE, [("request_percentage", -0.5, False)], "Quota request_percentage must be greater than 0"),
     (ALICE, [("request_percentage", float("nan"), False)], "Quota request_percentage must be a number"),
     (ALICE, [("producer_byte_rate", 1.5, False)], "producer_byte_rate cannot be a fractional value."),
-    (ALICE, [("producer_ids_rate", 2.25, False)], "producer_ids_rate cannot be a fractional value."),
+    (ALICE, [("producer_ids_rate", 0.0, False)], "Quota producer_ids_rate must be greater than 0"),
+    (ALICE, [("producer_ids_rate", float("inf"), False)], "Quota producer_ids_rate must be a finite number"),
     (
         ALICE,
         [("consumer_byte_rate", 36893488147419103232.4, False)],
@@ -98,6 +99,8 @@ def test_alter_rejects(entity, ops, message):
         (ALICE, [("request_percentage", 12.5, False)]),
         ([("user", None)], [("producer_ids_rate", 1000.0, False)]),
         (ALICE, [("producer_ids_rate", 1000.0, False)]),
+        (ALICE, [("producer_ids_rate", 2.5, False)]),  # a double: fractions are accepted
+        ([("user", None)], [("producer_ids_rate", 0.5, False)]),
         ([("user", "alice"), ("client-id", None)], [("producer_byte_rate", 1024.0, False)]),
         ([("client-id", "c")], [("controller_mutation_rate", 0.5, False)]),
         ([("ip", "10.0.0.1")], [("connection_creation_rate", 10.0, False)]),
@@ -175,7 +178,8 @@ def test_entity_identity_ignores_pair_order():
 
 
 def test_key_table_is_a_dict():
-    assert QUOTA_KEYS["producer_ids_rate"].kind.value == "LONG"
+    # KIP-936's QuotaConfigs defines producer_ids_rate as a DOUBLE (new ids per window).
+    assert QUOTA_KEYS["producer_ids_rate"].kind.value == "DOUBLE"
     assert QUOTA_KEYS["request_percentage"].kind.value == "DOUBLE"
 
 

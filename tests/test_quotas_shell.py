@@ -373,11 +373,51 @@ def test_quotas_take_effect_live_and_removal_frees_the_client(tmp_path):
 
 def test_producer_ids_rate_reaches_the_pid_quota(tmp_path):
     broker = new_broker(tmp_path)
-    set_quota(broker, [("user", "alice")], "producer_ids_rate", 2)
+    set_quota(broker, [("user", "alice")], "producer_ids_rate", 2.5)
     set_quota(broker, [("user", None)], "producer_ids_rate", 1)
-    assert broker.pid_quota.quota_for("alice") == 2 and broker.pid_quota.quota_for("bob") == 1
+    assert broker.pid_quota.quota_for("alice") == 2.5 and broker.pid_quota.quota_for("bob") == 1
     set_quota(broker, [("user", None)], "producer_ids_rate", None)
     assert broker.pid_quota.quota_for("bob") is None
+    broker.close()
+
+
+def test_producer_id_quota_settings(tmp_path):
+    broker = new_broker(tmp_path, producer_id_quota_window_size_seconds=60, producer_id_quota_cache_layer_count=6,
+                        producer_id_quota_cache_false_positive_rate=0.01)
+    quota = broker.pid_quota
+    assert (quota.window_ms, quota.layer_count, quota.false_positive_rate) == (60_000, 6, 0.01)
+    broker.close()
+    defaults = new_broker(tmp_path / "other")
+    quota = defaults.pid_quota
+    assert (quota.window_ms, quota.layer_count, quota.false_positive_rate) == (3_600_000, 4, 0.001)
+    assert defaults.quotas.pid_cleanup_interval_s == 0.010  # KIP-936's table
+    assert defaults.config["producer.id.quota.error.code"] == 19
+    defaults.close()
+
+
+@pytest.mark.parametrize("key, value, reason", [
+    ("producer.id.quota.cache.false.positive.rate", "1.5", "between 0 and 1"),
+    ("producer.id.quota.cache.false.positive.rate", "often", "expected a number"),
+    ("producer.id.quota.cache.layer.count", "0", "at least 1"),
+    ("producer.id.quota.window.size.seconds", "0", "at least 1"),
+    ("producer.id.quota.cache.cleanup.scheduler.interval.ms", "0", "at least 1"),
+    ("producer.id.quota.error.code", "0", "between 1 and 32767"),
+])
+def test_bad_producer_id_quota_settings_name_the_key(key, value, reason):
+    with pytest.raises(ConfigError, match=reason) as info:
+        BrokerConfig({key: value})
+    assert info.value.key == key
+
+
+def test_more_layers_than_milliseconds_in_the_window_names_the_key(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        new_broker(tmp_path, producer_id_quota_window_size_seconds=1, producer_id_quota_cache_layer_count=1001)
+    assert info.value.key == "producer.id.quota.cache.layer.count"
+
+
+def test_window_num_is_accepted_with_a_warning(tmp_path, caplog):
+    broker = new_broker(tmp_path, producer_id_quota_window_num=11)
+    assert "producer.id.quota.window.num has no effect" in caplog.text
     broker.close()
 
 

@@ -13,11 +13,21 @@ v13 names topics by id. Producing never creates a topic (Metadata does). The bro
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
 INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal topics.
 
-Producer-id quota (KIP-936): before anything is appended, a batch whose producer id is new for the
-connection's user while that user is over its `producer_ids_rate` is rejected for its partition (not
-appended, so no producer state is created) with `producer.id.quota.error.code`
-(THROTTLING_QUOTA_EXCEEDED by default) and the response's throttle_time set; the connection is then
-muted for that long (KIP-219). Producer ids the quota already knows are never throttled by it.
+Producer-id quota (KIP-936, quotas.producer_id_quota): before anything is appended, a batch whose
+producer id is new for the connection's user while that user's window is full is rejected for its
+partition (not appended, so no producer state is created) with `producer.id.quota.error.code` and
+the response's throttle_time set; the connection is then muted for that long (KIP-219). A producer
+id with producer state on this broker (this partition's, else any partition's) is known and never
+throttled; the quota asks producer state only for users it tracks.
+
+A throttled batch holds back the later batches of its producer id to the same partition on the same
+connection (same epoch, higher sequence): they are refused with the same error code, throttle 0 and
+without asking the quota, until the throttled batch comes back. Otherwise a client with several
+batches in flight (Java, librdkafka) would have its SECOND batch admitted once the window frees (it
+waited in the socket during the mute) and appended as the producer's first (KIP-360: an unknown
+producer id may start at any sequence); the retried first batch would then sit below the latest
+sequence and be answered DUPLICATE_SEQUENCE_NUMBER, which every client takes for a success: a record
+silently lost. At most HELD_PER_CONNECTION entries per connection (the oldest goes first).
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ from minibroker.handlers.common import (
 )
 from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
 from storage.errors import storage_error_message
+from storage.producer_state import SEQUENCE_SPACE
+
+HELD_PER_CONNECTION = 256
 
 
 def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
@@ -60,11 +73,35 @@ class PartitionOutcome(NamedTuple):
     throttle_ms: int = 0  # producer-id quota throttle for this partition's batch
     header: BatchHeader | None = None
     pid_new: bool | None = None  # what the producer-id quota made of the batch's PID (None: not asked)
+    held: bool = False  # refused behind a throttled earlier batch of its producer id (see above)
 
 
-def append_partition(broker, topic, partition_index: int, records, now_ms: int, user: str,
+def _later_than_held(held: dict, key: tuple, header: BatchHeader) -> bool:
+    """True when a throttled earlier batch of this producer id to this partition is still to come
+    back (`held`: the connection's entries); forgets the entry when this batch is that one (or an
+    earlier one, or another epoch)."""
+    entry = held.get(key)
+    if entry is None:
+        return False
+    epoch, sequence = entry
+    if header.producer_epoch == epoch and 0 < (header.base_sequence - sequence) % SEQUENCE_SPACE < SEQUENCE_SPACE // 2:
+        return True
+    del held[key]
+    return False
+
+
+def _hold(conn, key: tuple, header: BatchHeader) -> None:
+    held = conn.held_batches
+    if held is None:
+        held = conn.held_batches = {}
+    elif key not in held and len(held) >= HELD_PER_CONNECTION:
+        del held[next(iter(held))]
+    held[key] = (header.producer_epoch, header.base_sequence)
+
+
+def append_partition(broker, topic, partition_index: int, records, now_ms: int, conn,
                      version: int = 13) -> PartitionOutcome:
-    """Check and append one partition's records."""
+    """Check and append one partition's records (`conn`: the Connection they came on)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if log is None:
         return PartitionOutcome(_partition_result(partition_index, UNKNOWN_TOPIC_OR_PARTITION))
@@ -92,14 +129,26 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
         ), header=header)
     pid_new = None
     if header.has_producer_id:
-        verdict = broker.pid_quota.track(user, header.producer_id, now_ms)
+        producer_id = header.producer_id
+        held = conn.held_batches
+        if held and _later_than_held(held, (topic.name, partition_index, producer_id), header):
+            message = (f"an earlier batch of producer id {producer_id} to this partition was throttled by the "
+                       "producer id quota: retry it first")
+            return PartitionOutcome(_partition_result(partition_index, broker.config["producer.id.quota.error.code"],
+                                                      message), 0, header, None, True)
+        user = conn.quota_user
+        states = broker.producer_states
+
+        def has_state() -> bool:
+            return states.holds(producer_id, now_ms, states.manager(topic.name, partition_index, log, now_ms))
+
+        verdict = broker.pid_quota.track(user, producer_id, now_ms, has_state)
         pid_new = None if not verdict.tracked else not verdict.known
         if verdict.throttle_time_ms > 0:
-            message = f"producer id quota exceeded for user {user!r}: new producer id {header.producer_id} throttled"
-            return PartitionOutcome(
-                _partition_result(partition_index, broker.config["producer.id.quota.error.code"], message),
-                verdict.throttle_time_ms, header, pid_new,
-            )
+            _hold(conn, (topic.name, partition_index, producer_id), header)
+            message = f"producer id quota exceeded for user {user!r}: new producer id {producer_id} throttled"
+            return PartitionOutcome(_partition_result(partition_index, broker.config["producer.id.quota.error.code"],
+                                                      message), verdict.throttle_time_ms, header, pid_new)
     try:
         result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
     except OSError as exc:
@@ -124,7 +173,6 @@ async def produce(ctx, request):
     broker = ctx.broker
     now_ms = wall_clock_ms()
     acks = request.acks
-    user = ctx.connection.quota_user
     injected = broker.faults.before_request("Produce", ctx.client_id) if broker.faults.rules else None
     throttle_ms = 0
     responses = []
@@ -145,7 +193,7 @@ async def produce(ctx, request):
         else:
             partitions = []
             for p in topic_data.partition_data:
-                outcome = append_partition(broker, topic, p.index, p.records, now_ms, user, ctx.version)
+                outcome = append_partition(broker, topic, p.index, p.records, now_ms, ctx.connection, ctx.version)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
                 if broker.audit is not None:

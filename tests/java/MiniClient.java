@@ -13,6 +13,7 @@
 //                                                  NAME "<default>" is the default entity;
 //                                                  TYPE/NAME may be comma lists (user,client-id)
 //   describe-quotas BOOTSTRAP
+//   produce-outcome BOOTSTRAP TOPIC COUNT DELIVERY_TIMEOUT_MS [BATCH_SIZE]   one outcome line per send
 //   produce-timestamps BOOTSTRAP TOPIC COMPRESSION TS[,TS...]   one record per timestamp to partition 0,
 //                                                  in one batch (linger), idempotent
 //   offsets-for-times BOOTSTRAP TOPIC TS           KafkaConsumer.offsetsForTimes on partition 0
@@ -113,7 +114,8 @@ public final class MiniClient {
             case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
                     a.length > 5 ? Integer.parseInt(a[5]) : 1);
             case "alter-quota" -> alterQuota(a[1], a[2], a[3], a[4], a[5]);
-            case "produce-outcome" -> produceOutcome(a[1], a[2], Integer.parseInt(a[3]), a[4]);
+            case "produce-outcome" -> produceOutcome(a[1], a[2], Integer.parseInt(a[3]), a[4],
+                    a.length > 5 ? a[5] : null);
             case "describe-quotas" -> describeQuotas(a[1]);
             case "produce-timestamps" -> produceTimestamps(a[1], a[2], a[3], a[4]);
             case "offsets-for-times" -> offsetsForTimes(a[1], a[2], Long.parseLong(a[3]));
@@ -454,8 +456,10 @@ public final class MiniClient {
     }
 
     /** Produce COUNT records to partition 0 and report each send's outcome, failures included
-     *  (what the Java client does with a broker error is what the caller studies). */
-    static void produceOutcome(String bootstrap, String topic, int count, String deliveryTimeoutMs) throws Exception {
+     *  (what the Java client does with a broker error is what the caller studies). BATCH_SIZE, when
+     *  given, is batch.size in bytes (small: many batches in flight at once). */
+    static void produceOutcome(String bootstrap, String topic, int count, String deliveryTimeoutMs, String batchSize)
+            throws Exception {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-outcome");
@@ -464,6 +468,7 @@ public final class MiniClient {
         p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, Integer.toString(Integer.parseInt(deliveryTimeoutMs) / 2));
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, deliveryTimeoutMs);
+        if (batchSize != null) p.put(ProducerConfig.BATCH_SIZE_CONFIG, batchSize);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         List<Future<RecordMetadata>> sent = new ArrayList<>(count);
