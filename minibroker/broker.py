@@ -24,6 +24,7 @@ import trio
 from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
+from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
 from minibroker.audit import AuditLog
@@ -31,6 +32,7 @@ from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore, allowed_before_authentication
+from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
@@ -189,6 +191,9 @@ class Broker:
 
     def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
+        # Settings changed at runtime (KIP-226), kept in the data dir, over the properties.
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.data_dir, config)
+        self.config = config = self.dynamic_configs.current()
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
@@ -218,6 +223,8 @@ class Broker:
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
+        # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
+        self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}

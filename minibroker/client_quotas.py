@@ -83,6 +83,7 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     18: 2,  # ApiVersions
     19: 3,  # CreateTopics
     20: 2,  # DeleteTopics
+    21: 1,  # DeleteRecords
     22: 1,  # InitProducerId
     32: 2,  # DescribeConfigs
     33: 1,  # AlterConfigs
@@ -95,6 +96,9 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     45: 0,  # AlterPartitionReassignments
     46: 0,  # ListPartitionReassignments
     47: 0,  # OffsetDelete
+    50: 0,  # DescribeUserScramCredentials
+    51: 0,  # AlterUserScramCredentials
+    75: 0,  # DescribeTopicPartitions
 }
 
 
@@ -243,6 +247,13 @@ class BrokerQuotas:
                 return [(entity, KAFKA_STORAGE_ERROR, message) if code == 0 else (entity, code, error)
                         for entity, code, error in planned]
         return self.store.alter(entries, False)
+
+    def reconfigure_window(self, window_num: int, window_size_seconds: int) -> None:
+        """quota.window.num / quota.window.size.seconds changed at runtime (a dynamic broker config):
+        the managers measure in the new window from now on."""
+        metric_config = MetricConfig(window_num, window_size_seconds * 1000)
+        for manager in self.managers:
+            manager.reconfigure(metric_config)
 
     def _persist(self, text: str) -> None:
         write_atomically(self.path, text.encode())

@@ -166,6 +166,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
+        Key("max.request.partition.size.limit", _int, "2000", "Most partitions one DescribeTopicPartitions response holds (the client pages for more).", _at_least(1)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
         Key("max.in.flight.sequence.number.per.connection", _int, "10000000", "lean mode: how far below the latest sequence a resent batch counts as a duplicate, in sequence numbers (seed 003's default, 10 million); sent to producers in a tagged field of ApiVersions and InitProducerId responses.", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
         Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
@@ -264,14 +265,6 @@ class BrokerConfig:
         """Every known key at its configured or default value, plus every other supplied key: what a
         pluggable class's `configure` receives (Kafka passes its plugins the whole config)."""
         return {**{name: key.default for name, key in BROKER_CONFIGS.items()}, **self.props}
-
-    def describe(self) -> list[tuple[str, str | None, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource; value None for a
-        sensitive key (as Kafka, which never returns passwords)."""
-        return [
-            (name, None if key.sensitive else self.props.get(name, key.default), name not in self.props)
-            for name, key in sorted(BROKER_CONFIGS.items())
-        ]
 
     @property
     def data_dir(self) -> Path:

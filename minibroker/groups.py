@@ -28,9 +28,11 @@ Offsets: a commit by a member of the current generation, or with generation -1 a
 while the group is Empty (a "simple" group of assign() consumers), is stored in `OffsetsStore`
 (the `__consumer_offsets` log). Offsets of a group Empty for `offsets.retention.minutes` expire
 (KIP-211), as do those of a simple group that long after their commit, on the check interval; a
-group left Empty without offsets is then dropped. Not done: expiring offsets of topics a Stable
-group no longer subscribes to (Kafka parses the consumer protocol for that), OffsetDelete, group
-max size, the KIP-848 consumer protocol, and transactional offset commits.
+group left Empty without offsets is then dropped. OffsetDelete removes offsets of topics the group's
+consumers do not subscribe to (their subscriptions are read from the consumer protocol metadata at
+each generation, as Kafka's computeSubscribedTopics). Not done: expiring offsets of topics a Stable
+group no longer subscribes to, group max size, the KIP-848 consumer protocol, and transactional
+offset commits.
 
 Shape: the state machine is plain methods that take `now` (trio clock, seconds) and return either a
 result or a `Pending` the handler waits on; timers are deadlines on the group and its members (also
@@ -78,8 +80,10 @@ NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 CLASSIC = "classic"  # ListGroups v5 group type
+CONSUMER_PROTOCOL_TYPE = "consumer"  # the Java consumer's (and every client's) protocol type
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000  # Kafka's classicGroupNewMemberJoinTimeoutMs
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 
@@ -266,6 +270,8 @@ class ClassicGroup:
         self.initial_remaining_ms = 0
         self.sync_deadline: float | None = None
         self.sync_generation = -1
+        # The topics the members subscribe to, as of the current generation (None: not known).
+        self.subscribed_topics: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         return f"<ClassicGroup {self.group_id} {self.state.value} gen {self.generation_id} {list(self.members)}>"
@@ -400,7 +406,36 @@ class ClassicGroup:
         else:
             self.protocol_name = None
             self.transition_to(EMPTY, now_ms)
+        self.subscribed_topics = self.compute_subscribed_topics()
         self.pending_sync.clear()
+
+    def compute_subscribed_topics(self) -> frozenset[str] | None:
+        """Kafka's ClassicGroup.computeSubscribedTopics: for a group of consumers, the topics of every
+        member's subscription (read as ConsumerProtocolSubscription v0, the prefix of every version);
+        None when the group is not a consumer group, has no protocol yet, or a subscription does not
+        parse."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return frozenset()
+        if self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            subscription = consumer_subscription_topics(member.metadata(self.protocol_name))
+            if subscription is None:
+                log.warning("group %s: member %s's subscription does not parse; its subscribed topics are "
+                            "unknown", self.group_id, member.member_id)
+                return None
+            topics.update(subscription)
+        return frozenset(topics)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        """Kafka's isSubscribedToTopic: when the subscriptions are unknown, a consumer group counts as
+        subscribed to everything (its offsets are not to be deleted under it)."""
+        if self.subscribed_topics is not None:
+            return topic in self.subscribed_topics
+        return self.protocol_type == CONSUMER_PROTOCOL_TYPE
 
 
 # --- the purgatory side ----------------------------------------------------------------------------
@@ -472,6 +507,7 @@ class GroupCoordinator:
                 group.generation_id = stored.generation
                 if stored.members == 0 and stored.state_timestamp_ms >= 0:
                     group.state_timestamp_ms = stored.state_timestamp_ms
+            group.subscribed_topics = group.compute_subscribed_topics()
             self.groups[group_id] = group
 
     def close(self) -> None:
@@ -1153,6 +1189,42 @@ class GroupCoordinator:
                 del self.groups[group_id]
         return expired_total
 
+    def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (Kafka's OffsetMetadataManager.deleteOffsets): (group error, error per partition).
+
+        The group must exist (GROUP_ID_NOT_FOUND) and, unless Empty, be a consumer group
+        (NON_EMPTY_GROUP otherwise). A topic the members subscribe to keeps its offsets: each of its
+        partitions answers GROUP_SUBSCRIBED_TO_TOPIC. Elsewhere an offset is removed (a tombstone in
+        __consumer_offsets) and a partition without one is answered NONE all the same."""
+        try:
+            if not group_id:
+                return INVALID_GROUP_ID, {}
+            group = self.groups.get(group_id)
+            if group is None or group.is_(DEAD):
+                return GROUP_ID_NOT_FOUND, {}
+            if not group.is_(EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return NON_EMPTY_GROUP, {}
+            committed = self.store.offsets.get(group_id, {})
+            errors: dict[tuple[str, int], int] = {}
+            removed = []
+            for topic, partitions in topics.items():
+                subscribed = group.is_subscribed_to_topic(topic)
+                for partition in partitions:
+                    errors[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC if subscribed else NONE
+                    if not subscribed and (topic, partition) in committed:
+                        removed.append((topic, partition))
+            if removed:
+                try:
+                    self.store.remove_offsets(group_id, removed, self.wall_clock_ms())
+                except OSError as exc:
+                    # As a failed commit: Kafka maps the storage error to NOT_COORDINATOR, top-level.
+                    log.error("group %s: deleting offsets failed: %s", group_id, storage_error_message(exc))
+                    return NOT_COORDINATOR, {}
+                log.info("group %s: deleted %d committed offset(s)", group_id, len(removed))
+            return NONE, errors
+        finally:
+            self._after()
+
     # -- ListGroups / DescribeGroups / DeleteGroups -----------------------------------------------
 
     def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()
@@ -1262,6 +1334,34 @@ class _JoinRequest:
     require_known_member_id: bool
     supports_skip_assignment: bool
     reason: str | None
+
+
+def consumer_subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a ConsumerProtocolSubscription (the JoinGroup metadata of protocol type
+    "consumer"), read as v0, the prefix every version keeps: version int16, then an array (int32
+    count) of int16-length strings. None when the bytes do not hold that (lengths are checked
+    against the bytes there before anything is read)."""
+    view = memoryview(metadata)
+    if len(view) < 6:
+        return None
+    count = int.from_bytes(view[2:6], "big", signed=True)
+    if count < 0 or count * 2 > len(view) - 6:
+        return None
+    position = 6
+    topics = []
+    for _ in range(count):
+        if position + 2 > len(view):
+            return None
+        length = int.from_bytes(view[position:position + 2], "big", signed=True)
+        position += 2
+        if length < 0 or position + length > len(view):
+            return None
+        try:
+            topics.append(bytes(view[position:position + length]).decode())
+        except UnicodeDecodeError:
+            return None
+        position += length
+    return topics
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

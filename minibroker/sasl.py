@@ -12,7 +12,8 @@ SaslHandshake v0 (raw tokens without Kafka framing) is not served: none of the c
 sends it (kafka-python, librdkafka and aiokafka all use v1), so ApiVersions advertises v1 only.
 
 SCRAM credentials are derived once at start from `sasl.users` (a random salt, 4096 iterations, as
-Kafka's minimum for both hashes); the passwords stay in memory for PLAIN. Usernames are compared as
+Kafka's minimum for both hashes); the passwords stay in memory for PLAIN. AlterUserScramCredentials
+adds and removes SCRAM credentials while the broker runs (minibroker.scram_credentials keeps them). Usernames are compared as
 given (no SASLprep, as Kafka's ScramFormatter).
 """
 
@@ -62,14 +63,20 @@ class ScramCredential:
     @classmethod
     def derive(cls, mechanism: str, password: str, salt: bytes, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
         """RFC 5802 section 3: SaltedPassword = Hi(password, salt, i), then the client and server keys."""
+        salted = hashlib.pbkdf2_hmac(_HASHES[mechanism], password.encode(), salt, iterations)
+        return cls.from_salted_password(mechanism, salted, salt, iterations)
+
+    @classmethod
+    def from_salted_password(cls, mechanism: str, salted_password: bytes, salt: bytes, iterations: int) -> ScramCredential:
+        """The stored and server keys from SaltedPassword, which is what AlterUserScramCredentials
+        carries (the password itself never reaches the broker): Kafka's ScramFormatter."""
         name = _HASHES[mechanism]
-        salted = hashlib.pbkdf2_hmac(name, password.encode(), salt, iterations)
-        client_key = hmac.digest(salted, b"Client Key", name)
+        client_key = hmac.digest(salted_password, b"Client Key", name)
         return cls(
             salt,
             iterations,
             hashlib.new(name, client_key).digest(),
-            hmac.digest(salted, b"Server Key", name),
+            hmac.digest(salted_password, b"Server Key", name),
         )
 
 
@@ -104,6 +111,18 @@ class UserStore:
 
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         return self._scram.get((mechanism, user))
+
+    def scram_credentials(self) -> dict[tuple[str, str], ScramCredential]:
+        """Every SCRAM credential, by (mechanism, user)."""
+        return dict(self._scram)
+
+    def set_scram_credential(self, mechanism: str, user: str, credential: ScramCredential) -> None:
+        """Create or replace a user's credential for one mechanism (AlterUserScramCredentials); the
+        next authentication uses it."""
+        self._scram[(mechanism, user)] = credential
+
+    def remove_scram_credential(self, mechanism: str, user: str) -> bool:
+        return self._scram.pop((mechanism, user), None) is not None
 
     def new_server(self, mechanism: str) -> PlainServer | ScramServer:
         if mechanism == "PLAIN":

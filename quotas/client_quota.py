@@ -232,6 +232,13 @@ class ClientQuotaManager:
         self.callback.update_quota(self.quota_type, entity, value)
         self.refresh_quota_bounds(entity)
 
+    def reconfigure(self, metric_config: MetricConfig) -> None:
+        """A new rate window (the broker's quota.window.* changed at runtime): every client starts
+        afresh in it, as a sensor's samples cannot be re-cut to another window."""
+        self.metric_config = metric_config
+        self._sensors.clear()
+        self._by_client.clear()
+
     def remove_quota(self, entity: ClientQuotaEntity) -> None:
         self.quotas_enabled = True
         self.callback.remove_quota(self.quota_type, entity)
@@ -340,6 +347,10 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         **kwargs: object,
     ) -> None:
         super().__init__(QuotaType.REQUEST, callback, metric_config, **kwargs)  # type: ignore[arg-type]
+        self.max_throttle_time_ms = metric_config.window_ms
+
+    def reconfigure(self, metric_config: MetricConfig) -> None:
+        super().reconfigure(metric_config)
         self.max_throttle_time_ms = metric_config.window_ms
 
     @staticmethod

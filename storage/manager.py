@@ -36,6 +36,7 @@ here every topic is stored alike.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -129,8 +130,8 @@ class LogManager:
         self.broker_config = broker_config
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
-        # Called with the topic's name after a topic is created or deleted (and, once the broker can
-        # add partitions, after that): the shell tells the quota callback (KIP-257).
+        # Called with the topic's name after a topic is created, grown or deleted: the shell tells
+        # the quota callback (KIP-257).
         self.on_topics_changed: Callable[[str], None] | None = None
 
     # -- opening ----------------------------------------------------------------------------------
@@ -234,6 +235,15 @@ class LogManager:
             ) from exc
         return TopicInfo(name, topic_id, num_partitions, overrides, config)
 
+    def _leftover_directories(self, name: str, partitions: Iterable[int]) -> list[Path]:
+        """The directories already there for these partitions of `name` (a creation or addition cut
+        short by a crash); StrayDataError when one holds records, which must not be created over."""
+        existing = [d for d in (self._partition_dir(name, p) for p in partitions) if d.exists()]
+        for directory in existing:
+            if _holds_records(directory):
+                raise StrayDataError(directory, name)
+        return existing
+
     def _write_topic_file(self, info: TopicInfo) -> None:
         state = {
             "version": 1,
@@ -286,11 +296,7 @@ class LogManager:
         info = TopicInfo(name, topic_id or new_topic_id(), num_partitions, overrides, config)
         if validate_only:
             return info
-        existing = [self._partition_dir(name, p) for p in range(num_partitions)]
-        existing = [d for d in existing if d.exists()]
-        for directory in existing:
-            if _holds_records(directory):
-                raise StrayDataError(directory, name)
+        existing = self._leftover_directories(name, range(num_partitions))
         topic = _Topic(info)
         try:
             for directory in existing:  # what a creation cut short by a crash left: no records
@@ -379,6 +385,68 @@ class LogManager:
         for log in topic.logs:
             log.update_config(config)
         return info
+
+    def add_partitions(self, name: str, count: int, now_ms: int, validate_only: bool = False) -> TopicInfo:
+        """CreatePartitions: grow a topic to `count` partitions (never shrink it). Raises
+        UnknownTopicError, or InvalidPartitionsError with Kafka's messages (ReplicationControlManager).
+
+        The new partition directories are created first and the topic file, the commit point, is
+        written last: a crash in between leaves directories without records, which the next
+        addition reuses. A directory there that holds records is StrayDataError, as at creation."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        current = topic.info.num_partitions
+        if count == current:
+            raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+        if count < current:
+            raise InvalidPartitionsError(
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase."
+            )
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"Number of partitions {count} is above the limit of {MAX_PARTITIONS}.")
+        info = dataclasses.replace(topic.info, num_partitions=count)
+        if validate_only:
+            return info
+        existing = self._leftover_directories(name, range(current, count))
+        added: list[PartitionLog] = []
+        try:
+            for directory in existing:  # what an addition cut short by a crash left: no records
+                logger.warning("reusing %s, which holds no records", directory)
+                shutil.rmtree(directory)
+            for partition in range(current, count):
+                added.append(PartitionLog.open(self._partition_dir(name, partition), info.config, now_ms))
+            self._write_topic_file(info)
+        except BaseException:
+            for log in added:
+                log.delete()
+            raise
+        topic.logs.extend(added)
+        topic.info = info
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
+        return info
+
+    def check_broker_config(self, broker_config: LogConfig) -> None:
+        """Raise ConfigError (naming the topic) if some topic's overrides would be invalid over these
+        broker-level defaults (min.compaction.lag.ms above a new max.compaction.lag.ms, say)."""
+        for name, topic in self._topics.items():
+            try:
+                broker_config.with_topic_overrides(topic.info.overrides)
+            except ConfigError as exc:
+                raise ConfigError(exc.key, f"{exc.reason} (for topic {name})") from None
+
+    def set_broker_config(self, broker_config: LogConfig) -> None:
+        """New broker-level log defaults (a dynamic broker config changed, after check_broker_config):
+        every topic's effective config is derived afresh from them and its own overrides, and applied
+        to its open logs."""
+        self.broker_config = broker_config
+        for topic in self._topics.values():
+            config = broker_config.with_topic_overrides(topic.info.overrides)
+            if config != topic.info.config:
+                topic.info = dataclasses.replace(topic.info, config=config)
+                for log in topic.logs:
+                    log.update_config(config)
 
     def topic(self, name: str) -> TopicInfo | None:
         topic = self._topics.get(name)

@@ -38,8 +38,10 @@ def layout(view) -> dict[str, list[int | None]]:
 
 
 def test_the_callback_learns_the_cluster_at_start_and_on_every_topic_change(start_broker, unique):
+    """At start, then after auto-creation (Metadata), CreateTopics, CreatePartitions and
+    DeleteTopics, each once: the view lists every topic's partitions, led by this node (node.id 7)."""
     from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 
     auto, created = unique("auto"), unique("created")
     with start_broker(client_quota_callback_class="tests.test_quota_callbacks_live:RecordingCallback",
@@ -58,11 +60,13 @@ def test_the_callback_learns_the_cluster_at_start_and_on_every_topic_change(star
         try:
             admin.create_topics([NewTopic(created, 3, 1)])
             assert layout(views(running)[-1])[created] == [7, 7, 7]
+            admin.create_partitions({created: NewPartitions(5)})
+            assert layout(views(running)[-1])[created] == [7, 7, 7, 7, 7]
             admin.delete_topics([auto])
-            assert layout(views(running)[-1]) == {"__consumer_offsets": [7], created: [7, 7, 7]}
+            assert layout(views(running)[-1]) == {"__consumer_offsets": [7], created: [7, 7, 7, 7, 7]}
         finally:
             admin.close()
-        assert len(views(running)) == 4  # start, auto-create, create, delete: one call each
+        assert len(views(running)) == 5  # start, auto-create, create, add partitions, delete: one each
 
 
 def produce_bounds(running):
@@ -94,8 +98,8 @@ def test_partition_quota_follows_the_clients_partitions(start_broker, unique):
     limit is 1000: 15 kB (1.4-1.5 kB/s) is throttled. Creating a 3-partition topic of its own makes
     4 partitions, and the live limit becomes 4000 without any quota change: 5 kB more (20 kB in all,
     1.8-2 kB/s) is not throttled. Deleting that topic brings the limit back to 1000: 1 kB more
-    (21 kB, 1.9-2.1 kB/s) is throttled again."""
-    from kafka.admin import KafkaAdminClient, NewTopic
+    (21 kB, 1.9-2.1 kB/s) is throttled again. Growing its first topic to 2 partitions makes 2000."""
+    from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 
     prefix = unique("pq")
     first, more = f"{prefix}-a", f"{prefix}-more"
@@ -116,5 +120,8 @@ def test_partition_quota_follows_the_clients_partitions(start_broker, unique):
             admin.delete_topics([more])
             assert produce_bounds(running) == [(tags, 1000.0)]
             assert produce(running.bootstrap, first, "pq-client", 1) > 0
+
+            admin.create_partitions({first: NewPartitions(2)})  # CreatePartitions moves it too
+            assert produce_bounds(running) == [(tags, 2000.0)]
         finally:
             admin.close()

@@ -26,7 +26,7 @@ partitions of the user's topics whose leader is this broker (``node.id``) and ``
   is the value.
 
 The counts are recomputed in ``update_cluster_metadata``, which the broker calls at start and
-whenever a topic is created (CreateTopics, auto-creation) or deleted; it returns True when any
+whenever a topic is created (CreateTopics, auto-creation), grown (CreatePartitions) or deleted; it returns True when any
 user's counts changed, and the broker then re-reads every live quota's limit (Kafka's
 ``updateQuotaMetricConfigs``), so a client's limit follows its topics without a quota change.
 
