@@ -27,6 +27,7 @@ from minibroker.config import BrokerConfig
 from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
+from minibroker.limits import ConnectionQuotas, RequestMemoryPool, max_broker_partitions, open_file_limit
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
@@ -116,6 +117,7 @@ class BrokerMetrics:
     connections: int = 0
     connections_total: int = 0
     closed_for_protocol_errors: int = 0
+    closed_idle: int = 0  # connections.max.idle.ms
     requests_with_trailing_bytes: int = 0
 
 
@@ -133,6 +135,19 @@ def _own_throttle_ms(result: dict) -> int:
     """The throttle time a handler put in its response itself (ms), 0 when none."""
     own = result.get("throttle_time", 0)
     return own if type(own) is int and own > 0 else 0
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
+
+
+def _prepare_data_dir(data_dir: Path) -> None:
+    if data_dir.exists() and not data_dir.is_dir():
+        raise StartupError(f"log.dirs {data_dir} is not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create log.dirs {data_dir}: {exc.strerror or exc}") from exc
 
 
 def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
@@ -154,9 +169,7 @@ def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
             raise DamagedFileError(meta, "holds no cluster.id", _META_REMEDY)
     stored = props.get("cluster.id")
     if cluster_id and stored and cluster_id != stored:
-        raise ValueError(
-            f"cluster.id {cluster_id!r} does not match {stored!r} stored in {meta}"
-        )
+        raise StartupError(f"cluster.id {cluster_id!r} does not match {stored!r} stored in {meta}")
     chosen = cluster_id or stored or _random_cluster_id()
     if stored != chosen or props.get("node.id") != str(node_id):
         write_atomically(meta, f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n".encode())
@@ -177,7 +190,7 @@ class Broker:
         self.config = config
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_data_dir(self.data_dir)
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
         self.lock = DataDirLock(self.data_dir)
         self.logs: LogManager | None = None
@@ -199,6 +212,11 @@ class Broker:
             log.warning("config %s was supplied but isn't a known config", key)
         self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
         self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
+        self.max_partitions = max_broker_partitions(config["max.broker.partitions"], open_file_limit())
+        self.connection_quotas = ConnectionQuotas(
+            config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"]
+        )
+        self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
@@ -471,4 +489,4 @@ class Broker:
         return monotonic_ms()
 
 
-__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "wall_clock_ms"]
+__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError", "wall_clock_ms"]

@@ -132,6 +132,37 @@ def _optional_host_port(value: str) -> tuple[str, int] | None:
     return _host_port(value) if value.strip() else None
 
 
+def _ip_overrides(value: str) -> dict[str, int]:
+    """Kafka's `host:count,...`; a host name counts for each address it resolves to at start."""
+    import socket
+
+    out: dict[str, int] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"expected HOST:COUNT, got {item!r}")
+        limit = _int(count)
+        if limit < 0:
+            raise ValueError(f"{item!r}: the count must be at least 0")
+        try:
+            infos = socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)
+        except OSError as exc:
+            raise ValueError(f"cannot resolve {host!r}: {exc}") from None
+        for info in infos:
+            out[info[4][0]] = limit
+    return out
+
+
+def _optional_int(value: str) -> int | None:
+    return _int(value) if value.strip() else None
+
+
+def _positive_or_none(v: int | None) -> str | None:
+    return None if v is None or v >= 1 else "must be at least 1 (or empty)"
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -160,8 +191,15 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
         Key("num.partitions", _int, "1", "Partitions of an auto-created topic.", _at_least(1)),
         Key("auto.create.topics.enable", _bool, "true", "Create unknown topics named in Metadata requests."),
+        Key("max.broker.partitions", _optional_int, "", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. Empty: what the open-file limit affords, (RLIMIT_NOFILE - reserve) / 4 with reserve 1024 or half the limit if less (128 at a limit of 1024), as each partition keeps 3 or more files open.", _positive_or_none),
         Key("default.replication.factor", _int, "1", "Only 1 is possible with one broker.", _one_of(1)),
         Key("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted.", _at_least(1)),
+        Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),
+        Key("max.connections.per.ip", _int, "2147483647", "Most connections from one address; one more is closed as soon as it is accepted.", _at_least(0)),
+        Key("max.connections.per.ip.overrides", _ip_overrides, "", "Per-address limits, HOST:COUNT,... (host names are resolved at start)."),
+        Key("connections.max.idle.ms", _int, "600000", "Close a connection that has not completed a request for this long: time since its last response (or since it connected), so a client that dribbles a frame byte by byte is closed too. -1: never."),
+        Key("queued.max.request.bytes", _int, "-1", "Most bytes of requests read and not yet handled, all connections together; a connection whose next request does not fit waits, reading nothing. -1: unbounded. Must be at least socket.request.max.bytes when set."),
+        Key("sasl.server.max.receive.size", _int, "524288", "Largest request frame on a SASL listener before authentication completes.", _at_least(1)),
         Key("message.max.bytes", _int, "1048588", "Largest record batch accepted (topic: max.message.bytes).", _at_least(0)),
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
@@ -233,11 +271,26 @@ class BrokerConfig:
             if key.check is not None and (reason := key.check(value)) is not None:
                 raise ConfigError(name, f"{raw!r} {reason}")
             self._values[name] = value
+        self._check_together()
         # The log.* keys belong to storage, which validates them; fail here, at load, with the key.
         try:
             self.log_config = LogConfig.from_broker(self.props)
         except StorageConfigError as exc:
             raise ConfigError(exc.key, exc.reason) from None
+
+    def _check_together(self) -> None:
+        """Kafka's KafkaConfig.validateValues for the keys that constrain each other."""
+        queued, frame = self["queued.max.request.bytes"], self["socket.request.max.bytes"]
+        if 0 < queued < frame:
+            raise ConfigError("queued.max.request.bytes",
+                              f"{queued} must be -1 or at least socket.request.max.bytes ({frame})")
+        if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
+            raise ConfigError("max.connections.per.ip",
+                              "0 is allowed only with max.connections.per.ip.overrides")
+        idle, delay = self["connections.max.idle.ms"], self["connection.failed.authentication.delay.ms"]
+        if idle >= 0 and delay >= idle:
+            raise ConfigError("connection.failed.authentication.delay.ms",
+                              f"{delay} must be less than connections.max.idle.ms ({idle})")
 
     @classmethod
     def load(

@@ -26,6 +26,11 @@ Series:
   `minibroker_connections_closed_for_protocol_errors_total`,
   `minibroker_requests_with_trailing_bytes_total` (bytes after a well-formed body, ignored as Kafka
   ignores them).
+- Limits (minibroker.limits): `minibroker_connections_closed_idle_total` (connections.max.idle.ms),
+  `minibroker_connections_rejected_total` (max.connections.per.ip),
+  `minibroker_connection_accept_waits_total` (max.connections), `minibroker_request_memory_bytes`
+  and `minibroker_request_memory_waits_total` (queued.max.request.bytes). Frames over
+  sasl.server.max.receive.size count in `minibroker_connections_closed_for_protocol_errors_total`.
 """
 
 from __future__ import annotations
@@ -138,6 +143,19 @@ def render(broker: Broker, now_ms: int) -> str:
     out.add("minibroker_requests_with_trailing_bytes_total", "counter",
             "requests with bytes after the fields of their body (ignored, as Kafka does)", {},
             m.requests_with_trailing_bytes)
+    quotas, memory = broker.connection_quotas, broker.request_memory
+    out.add("minibroker_connections_closed_idle_total", "counter",
+            "connections closed after connections.max.idle.ms without a completed request", {}, m.closed_idle)
+    out.add("minibroker_connections_rejected_total", "counter",
+            "connections closed on accept because their address was at max.connections.per.ip", {},
+            quotas.rejected_per_ip)
+    out.add("minibroker_connection_accept_waits_total", "counter",
+            "times the broker stopped accepting at max.connections until a connection closed", {},
+            quotas.accept_waits)
+    out.add("minibroker_request_memory_bytes", "gauge",
+            "bytes of requests read and not yet handled (bounded by queued.max.request.bytes)", {}, memory.used)
+    out.add("minibroker_request_memory_waits_total", "counter",
+            "times a connection waited for queued.max.request.bytes to read its next request", {}, memory.waits)
     return "\n".join(out.lines()) + "\n"
 
 
@@ -195,7 +213,9 @@ async def handle_http(broker: Broker, stream: trio.abc.Stream) -> None:
 
 async def serve_metrics(broker: Broker, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve GET /metrics until cancelled; reports the bound (host, port)."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    from minibroker.server import bind
+
+    listeners = await bind(host, port, "metrics.listen")
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     if bound_host in ("0.0.0.0", "::"):
         bound_host = "127.0.0.1"

@@ -181,6 +181,14 @@ def _attributes(message: str) -> dict[str, str]:
     return out
 
 
+def _required(attributes: dict[str, str], name: str) -> str:
+    """A mandatory attribute (n=, r=, c=): its absence is a malformed message, never a KeyError."""
+    value = attributes.get(name)
+    if value is None:
+        raise ValueError(f"SCRAM message without {name}=")
+    return value
+
+
 def _sasl_name_to_user(name: str) -> str:
     """RFC 5802 saslname: ',' and '=' travel as '=2C' and '=3D'; any other '=' is an error."""
     user = name.replace("=2C", ",").replace("=3D", "=")
@@ -213,12 +221,15 @@ class ScramServer:
         self.authorization_id: str | None = None
 
     def evaluate(self, token: bytes) -> bytes:
+        """The answer to one client message. Whatever the bytes, the only exception is
+        SaslAuthenticationFailed: a malformed message fails as a wrong password does (Kafka's
+        SaslException, answered with the generic message), never as a bug."""
         try:
             if self._state == "client-first":
                 return self._client_first(token.decode())
             if self._state == "client-final":
                 return self._client_final(token.decode())
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:  # UnicodeDecodeError and binascii.Error (bad base64) included
             self._state = "failed"
             raise SaslAuthenticationFailed(_generic(self.mechanism)) from None
         except SaslAuthenticationFailed:
@@ -239,8 +250,8 @@ class ScramServer:
         attributes = _attributes(bare)
         if "m" in attributes:
             raise ValueError("mandatory extension not supported")
-        user = _sasl_name_to_user(attributes["n"])
-        client_nonce = attributes["r"]
+        user = _sasl_name_to_user(_required(attributes, "n"))
+        client_nonce = _required(attributes, "r")
         if not client_nonce:
             raise ValueError("empty nonce")
         credential = self._credentials(user)
@@ -267,9 +278,9 @@ class ScramServer:
         if not sep:
             raise ValueError("client-final message has no proof")
         attributes = _attributes(without_proof)
-        if base64.b64decode(attributes["c"], validate=True) != self._gs2_header.encode():
+        if base64.b64decode(_required(attributes, "c"), validate=True) != self._gs2_header.encode():
             raise ValueError("channel binding mismatch")
-        if attributes["r"] != self._nonce_value:
+        if _required(attributes, "r") != self._nonce_value:
             raise ValueError("Invalid client nonce in the final client message.")
         proof = base64.b64decode(proof_part, validate=True)
         credential = self._credential

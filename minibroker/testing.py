@@ -23,7 +23,7 @@ import trio
 
 from minibroker.broker import Broker
 from minibroker.config import BrokerConfig
-from minibroker.server import serve
+from minibroker.server import serve, sole_exception
 
 
 @dataclass
@@ -50,6 +50,8 @@ def running_broker(
 
     `sasl_users={"alice": "pw"}` adds a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256/512) with
     those users, as `.sasl_bootstrap`; `metrics_listen="127.0.0.1:0"` serves `.metrics_url`.
+    A broker that cannot start raises what stopped it (a StartupError naming the address, path or
+    file; a ConfigError naming the key), not the exception group trio wraps it in.
     """
     with contextlib.ExitStack() as stack:
         if data_dir is None:
@@ -73,8 +75,8 @@ def running_broker(
         def run() -> None:
             try:
                 trio.run(main)
-            except BaseException as exc:  # report start-up failures to the caller
-                started.put(exc)
+            except BaseException as exc:  # report start-up failures to the caller, unwrapped
+                started.put(sole_exception(exc))
 
         thread = threading.Thread(target=run, name="minibroker", daemon=True)
         thread.start()

@@ -33,6 +33,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import get_field_tag
 from kio.static.primitive import i16, i32
 
+from protocol.guard import RequestRejected, checker
 from protocol.records import read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
@@ -123,6 +124,7 @@ class ApiSchema:
     flexible: bool
     reader: Any
     writer: Any
+    check: Any  # protocol.guard: declared lengths against the bytes there, before `reader` runs
 
 
 @functools.cache
@@ -141,16 +143,25 @@ def api_schema(api_key: int, version: int) -> ApiSchema:
         bool(request.__flexible__),
         entity_reader(request),
         entity_writer(response),
+        checker(request),
     )
 
 
 def decode_request(schema: ApiSchema, frame: bytes, offset: int) -> tuple[Any, int]:
     """Decode the request body after the header: (request, trailing byte count).
 
-    Any decoding fault is the peer's. Bytes after the last field the schema defines are not one:
-    Kafka's request parser reads the schema's fields and ignores what follows (librdkafka 2.16's
-    Metadata v13 request for all topics carries 3 such bytes), so they are counted, not refused.
+    Any decoding fault is the peer's. Every declared length is first checked against the bytes in
+    the frame (protocol.guard): kio's native reader would allocate what a count claims before
+    reading a byte of it. Bytes after the last field the schema defines are not a fault: Kafka's
+    request parser reads the schema's fields and ignores what follows (librdkafka 2.16's Metadata
+    v13 request for all topics carries 3 such bytes), so they are counted, not refused.
     """
+    try:
+        rewritten = schema.check(frame, offset)
+    except RequestRejected as exc:
+        raise MalformedRequestError(f"api {schema.api_key} v{schema.version}: {exc}") from None
+    if rewritten is not None:  # unknown tagged fields cut out (Kafka skips them; kio refuses them)
+        frame = rewritten
     try:
         request, size = schema.reader(frame, offset)
     except Exception as exc:  # kio raises assorted errors on bad bytes: all mean "malformed"
