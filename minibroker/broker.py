@@ -36,6 +36,7 @@ from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore, allowed_before_authentication
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
+from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
     API_VERSIONS_KEY,
@@ -78,6 +79,10 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    # Request-time quota accounting of the request in progress (BrokerQuotas.*_request_cycle): the
+    # task's CPU up to which it has been charged, and to whom.
+    request_cpu_mark: int | None = None
+    request_charge: tuple[str, str] | None = None
     # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
     # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
     held_batches: dict | None = None
@@ -245,11 +250,18 @@ class Broker:
         self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
+        # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
+        # versions) in a tagged field, in lean mode only (protocol.extensions).
+        self.response_tags: dict[int, dict[int, bytes]] = {}
+        if self.producer_states.mode == "lean":
+            window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
+            self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir)
+        self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
         self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
         if config["audit.enable"]:
@@ -284,6 +296,11 @@ class Broker:
         self.listeners[name] = endpoint
         if len(self.listeners) == 1:
             self.advertised_host, self.advertised_port = endpoint
+
+    def publish_cluster_metadata(self) -> None:
+        """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and
+        whenever topics or partitions change; if it says limits changed, every quota's is re-read."""
+        self.quotas.update_cluster_metadata(self.cluster.snapshot)
 
     def new_connection(self, peer: str, listener: str = "PLAINTEXT") -> Connection:
         self._next_connection_id += 1
@@ -399,22 +416,19 @@ class Broker:
                                   audit_mark: int = -1) -> Response:
         """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas)."""
         quotas = self.quotas
-        clock = quotas.task_clock
-        timed = quotas.request.quotas_enabled  # only the request quota needs the running time
+        conn = ctx.connection
+        timed = quotas.request.quotas_enabled  # only the request quota needs the CPU time
         if timed:
-            task = quotas.watch_current_task()
-            suspended_ns = clock.suspended_ns(task)
-            started_ns = time.perf_counter_ns()
+            quotas.mark_request_start(conn)
         result = await handle(ctx, request)
         api_key = ctx.schema.api_key
         data = self._encode(ctx, result) if api_key == FETCH_KEY and result is not None else None
         now_ms = monotonic_ms()
-        user, client_id = ctx.connection.quota_user, ctx.client_id
+        user, client_id = conn.quota_user, ctx.client_id
         request_ms = 0
         if timed and not (api_key == PRODUCE_KEY and request.acks == 0):
-            # Running time only: what the task spent suspended (purgatory, sockets) is taken out.
-            thread_ns = time.perf_counter_ns() - started_ns - (clock.suspended_ns(task) - suspended_ns)
-            request_ms = quotas.request.record_request_time_and_get_throttle_time_ms(user, client_id, thread_ns, now_ms)
+            # This request's CPU so far (read, decode, handle); the rest once it is sent (KIP-124).
+            request_ms = quotas.charge_request_time(conn, user, client_id, now_ms)
         bandwidth, bandwidth_ms = None, 0
         if api_key == PRODUCE_KEY:
             bandwidth = quotas.produce
@@ -444,7 +458,9 @@ class Broker:
         return self._response(ctx, data, throttle_ms)
 
     def _encode(self, ctx: RequestContext, result: dict) -> bytes:
-        return encode_response(ctx.schema, ctx.header.correlation_id, build(ctx.schema.response, result))
+        schema = ctx.schema
+        return encode_response(schema, ctx.header.correlation_id, build(schema.response, result),
+                               self.response_tags.get(schema.api_key))
 
     def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
         self.metrics.bytes_out += len(data)

@@ -71,6 +71,9 @@ def _fault_rules(value: str):
     return parse_rules(value)
 
 
+# Settings of a custom quota callback (client.quota.callback.class) live under this prefix.
+CALLBACK_CONFIG_PREFIX = "client.quota.callback."
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -197,14 +200,14 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
         Key("max.request.partition.size.limit", _int, "2000", "Most partitions one DescribeTopicPartitions response holds (the client pages for more).", _at_least(1)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
-        Key("max.in.flight.sequence.number.per.connection", _int, str(1 << 20), "lean mode: how far below the latest sequence a resent batch counts as a duplicate (sequence numbers).", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
+        Key("max.in.flight.sequence.number.per.connection", _int, "10000000", "lean mode: how far below the latest sequence a resent batch counts as a duplicate, in sequence numbers (seed 003's default, 10 million); sent to producers in a tagged field of ApiVersions and InitProducerId responses.", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
         Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
         Key("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producer ids are expired.", _at_least(1)),
         Key("producer.id.quota.error.code", _int, "19", "Error answered to a batch whose new producer id is over the user's producer_ids_rate (KIP-936), with throttle_time_ms set: 19 NOT_ENOUGH_REPLICAS, which every measured client retries (89 THROTTLING_QUOTA_EXCEEDED fails the send in librdkafka and aiokafka; see the README's table).", lambda v: None if 1 <= v <= 32767 else "must be an error code between 1 and 32767"),
         Key("audit.enable", _bool, "false", "Record every produce, fetch and InitProducerId decision (quota verdicts included) in the internal topic __minibroker_audit, for the pipeline."),
         Key("audit.flush.interval.ms", _int, "1000", "How often buffered audit events are appended to __minibroker_audit.", _at_least(1)),
         Key("audit.retention.ms", _int, "604800000", "retention.ms of the __minibroker_audit topic.", lambda v: None if v == -1 or v > 0 else "must be -1 or positive"),
-        Key("fault.injection", _fault_rules, "", "Test faults, ';'-separated: API:drop|close|delay|error[:every=N][:limit=N][:delay_ms=N][:error_code=N][:client_id=ID] (see the README)."),
+        Key("fault.injection", _fault_rules, "", "Test faults, ';'-separated: API:drop|close|delay|error|lose[:every=N][:limit=N][:delay_ms=N][:error_code=N][:count=N][:client_id=ID] (see the README)."),
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
@@ -212,6 +215,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
         Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
         Key("quota.window.size.seconds", _int, "1", "Length of one client quota sample.", _at_least(1)),
+        Key("quota.algorithm", _str, "sampled", "How client byte-rate and request-time quotas are enforced: sampled (Kafka's windowed rate over quota.window.num samples) or token_bucket (KIP-599's bucket, as Redpanda: a burst of quota.window.num x quota.window.size.seconds x the quota, then the quota, with no bursts as samples expire).", _one_of("sampled", "token_bucket")),
         Key("client.quota.callback.class", _str, "", "A ClientQuotaCallback (package.module:Class) instead of the default <user, client-id> quotas (KIP-257)."),
         Key("producer.id.quota.window.size.seconds", _int, "3600", "The window W of producer_ids_rate (KIP-936): a user may introduce producer_ids_rate new producer ids in any W; Bloom layers live W.", _at_least(1)),
         Key("producer.id.quota.window.num", _int, "11", "Kept from KIP-936's table so its configs load; no effect (the window is one producer.id.quota.window.size.seconds, in producer.id.quota.cache.layer.count layers).", _at_least(1)),
@@ -300,7 +304,14 @@ class BrokerConfig:
         return self.props.get(name, default)
 
     def unknown_keys(self) -> list[str]:
-        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS)
+        """Supplied keys nothing reads; keys under `client.quota.callback.` belong to the callback."""
+        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS
+                      and not k.startswith(CALLBACK_CONFIG_PREFIX))
+
+    def effective_props(self) -> dict[str, str]:
+        """Every known key at its configured or default value, plus every other supplied key: what a
+        pluggable class's `configure` receives (Kafka passes its plugins the whole config)."""
+        return {**{name: key.default for name, key in BROKER_CONFIGS.items()}, **self.props}
 
     @property
     def data_dir(self) -> Path:

@@ -117,6 +117,10 @@ class ProducerStates:
     def entry_count(self) -> int:
         return sum(psm.entry_count for _, psm in self._managers.values())
 
+    def memory_bytes(self) -> int:
+        """Bytes held by the producer state of the loaded partitions (O(entries) to compute)."""
+        return sum(psm.memory_bytes() for _, psm in self._managers.values())
+
     def snapshot_all(self) -> None:
         """At clean shutdown: a snapshot at each loaded partition's log end (before logs close)."""
         for (topic, partition), (plog, psm) in self._managers.items():

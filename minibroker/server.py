@@ -38,6 +38,9 @@ from protocol.messages import ProtocolError
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 20
+# A `lose` fault ends early once the client has sent nothing for this long (it has no more requests
+# in flight), so a client with few in flight meets a broken connection, not a silent one.
+LOSE_IDLE_S = 0.05
 
 
 # accept() errors that mean "out of descriptors or memory for now": wait and retry (as trio's
@@ -51,8 +54,11 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
     memory = broker.request_memory
     idle_ms = config["connections.max.idle.ms"]
     idle_s = idle_ms / 1000 if idle_ms >= 0 else math.inf
+    quotas = broker.quotas
+    losing = 0  # a `lose` fault: how many more responses vanish before the connection breaks
     try:
         while True:
+            quotas.start_request_cycle(conn)
             if not conn.authenticated:  # Kafka's SaslServerAuthenticator reads with a smaller cap
                 decoder.set_limit(config["sasl.server.max.receive.size"], "sasl.server.max.receive.size")
             else:
@@ -60,7 +66,8 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
             reserved = 0
             try:
                 # Idle time runs from the last response: bytes of an unfinished frame do not reset it.
-                with trio.move_on_after(idle_s) as idle:
+                # A `lose` fault lasts while the client keeps sending, then the connection breaks.
+                with trio.move_on_after(LOSE_IDLE_S if losing else idle_s) as idle:
                     frame = decoder.next_frame()
                     while frame is None:
                         if memory.bounded and not reserved and decoder.pending_size >= 0:
@@ -77,6 +84,8 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                         reserved = len(frame)
                         await memory.acquire(reserved)
                 if idle.cancelled_caught:
+                    if losing:
+                        return
                     broker.metrics.closed_idle += 1
                     log.info("closing connection from %s: no request completed in connections.max.idle.ms "
                              "(%d ms)%s", conn.peer, idle_ms,
@@ -91,7 +100,15 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                 if fault.action == "drop":
                     await _hang_until_peer_closes(stream)
                     return
-                await trio.sleep(fault.delay_ms / 1000)
+                if fault.action == "lose":
+                    losing = fault.count
+                else:
+                    await trio.sleep(fault.delay_ms / 1000)
+            if losing:  # handled, never answered; then the connection breaks
+                losing -= 1
+                if not losing:
+                    return
+                continue
             delay_s = response.throttle_ms / 1000
             if response.data is not None:
                 if delay_s and not response.client_throttles:
@@ -99,6 +116,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                     await trio.sleep(delay_s)
                     delay_s = 0
                 await stream.send_all(response.data)
+            quotas.end_request_cycle(conn)  # the sending counts too (KIP-124 network-thread time)
             if response.close:
                 return
             if delay_s and not await _wait_out_throttle(stream, delay_s):
@@ -217,6 +235,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
             bound_host, bound_port = sockets[0].socket.getsockname()[:2]
             broker.set_listener(bound_host, bound_port, entry.name)
             bound.append((entry.name, sockets))
+        broker.publish_cluster_metadata()  # KIP-257: the callback learns the cluster at start
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.run_background)
             nursery.start_soon(broker.groups.run)

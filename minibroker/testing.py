@@ -3,12 +3,16 @@
 The broker runs on its own trio loop in a background thread, on 127.0.0.1 port 0, so synchronous
 clients (kafka-python, confluent-kafka) and asyncio clients (aiokafka) can talk to it from the test.
 A pytest fixture `minibroker` (from the `minibroker.pytest_plugin` plugin) wraps it.
+`broker_process` runs one in a subprocess instead, for benchmarks that measure the broker's own CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
+import subprocess
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -92,3 +96,52 @@ def running_broker(
         finally:
             trio.from_thread.run_sync(stop["scope"].cancel, trio_token=stop["token"])
             thread.join(timeout=30)
+
+
+@dataclass
+class BrokerProcess:
+    """A broker in a process of its own (`broker_process`), for benchmarks that measure its CPU."""
+
+    proc: subprocess.Popen
+    bootstrap: str
+    data_dir: Path
+    metrics_url: str | None = None
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the broker process has used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def broker_process(data_dir: Path | str | None = None, *, metrics: bool = False,
+                   **overrides: str) -> Iterator[BrokerProcess]:
+    """`minibroker serve` on 127.0.0.1 port 0 in a subprocess (the same Python), until the block ends.
+
+    Overrides use Kafka's names with '_' for '.', as `running_broker`'s. The broker reports its
+    address on its ready line, so no port is guessed."""
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="minibroker-"))
+        args = [sys.executable, "-m", "minibroker.cli", "serve", "--listen", "127.0.0.1:0",
+                "--data-dir", str(data_dir), "--log-level", "WARNING"]
+        if metrics:
+            args += ["--metrics-listen", "127.0.0.1:0"]
+        for key, value in overrides.items():
+            args += ["--override", f"{key.replace('_', '.')}={value}"]
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            ready = proc.stdout.readline()
+            if "bootstrap.servers=" not in ready:
+                raise RuntimeError(f"broker did not start (exit code {proc.wait(30)})")
+            fields = dict(part.split("=", 1) for part in ready.split()[2:] if "=" in part)
+            yield BrokerProcess(proc, fields["bootstrap.servers"], Path(data_dir), fields.get("metrics"))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

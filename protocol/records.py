@@ -490,7 +490,7 @@ def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int
 
 
 def write_uvarint(value: int, out: bytearray) -> None:
-    """Append `value` (>= 0) as an unsigned varint."""
+    """Append `value` (>= 0) as an unsigned varint (records, tagged fields)."""
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7

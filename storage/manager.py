@@ -149,8 +149,8 @@ class LogManager:
         self.recovery = Recovery()
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
-        # Called with the topic's name after a topic is created or deleted (and, once the broker can
-        # add partitions, after that): the shell tells the quota callback (KIP-257).
+        # Called with the topic's name after a topic is created, grown or deleted: the shell tells
+        # the quota callback (KIP-257).
         self.on_topics_changed: Callable[[str], None] | None = None
 
     # -- opening ----------------------------------------------------------------------------------
@@ -362,6 +362,8 @@ class LogManager:
             raise
         self._topics[name] = topic
         self._by_id[info.topic_id] = topic
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
         return info
 
     def delete_topic(self, name: str) -> TopicInfo:
@@ -376,6 +378,8 @@ class LogManager:
         del self._topics[name]
         del self._by_id[topic.info.topic_id]
         self._commit_deletion(topic.info, renamed)
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
         return topic.info
 
     def _delete_topic_files(self, info: TopicInfo) -> None:

@@ -30,8 +30,8 @@ id P with epoch E, first sequence F and last sequence L (sequences live in [0, 2
    counted around the wrap): duplicate iff  batch.last_offset_delta <= d < max_in_flight.
    `d < max_in_flight` puts F in the window {latest L - k mod 2**31 : 0 <= k < max_in_flight};
    `last_offset_delta <= d` says the batch ends at or below the latest L (it does not straddle
-   it). Because max_in_flight <= 2**30, a batch ahead of the expected sequence has d close to
-   2**31 and can never be taken for a duplicate.
+   it). See "Why the arithmetic holds" below for why this never mistakes a batch ahead of the
+   expected sequence for a duplicate.
 7. Anything else: OUT_OF_ORDER_SEQUENCE_NUMBER (45).
 
 What "max.in.flight.sequence.number.per.connection" counts (seed 003 names it, `max_in_flight`
@@ -40,17 +40,31 @@ max.in.flight.requests.per.connection, at most 5 with idempotence) is what bound
 conforming client can retry, but lean state keeps no batch boundaries below the latest batch, so
 "within 5 batches" cannot be checked; the only distance it can measure is in sequence numbers, which
 is also what the seed's name says. The window must then cover every sequence number a client can
-legitimately resend: up to 5 in-flight batches, each of many records. A window of 5 sequence numbers
+legitimately resend: all its in-flight batches, each of many records. A window of 5 sequence numbers
 would answer OUT_OF_ORDER_SEQUENCE_NUMBER to the ordinary retry of the oldest of 5 multi-record
 batches after a dropped connection: an error for data that is in the log, whereas
 DUPLICATE_SEQUENCE_NUMBER is what the Java client completes as a success without offsets
-(Sender.completeBatch). So the default is DEFAULT_MAX_IN_FLIGHT = 2**20 sequence numbers: 5 batches
-of over 200,000 records, beyond what default client settings put in a batch (librdkafka caps a batch
-at batch.num.messages = 10,000; the Java client's 16 KiB batch.size holds about 2,300 minimal
-uncompressed records), yet only 1/2048 of the sequence space, so "below the latest" and "ahead of
-it" stay unambiguous. The residual risk of a wide window is a false duplicate for sequences this
+(Sender.completeBatch).
+
+The default is the seed's: DEFAULT_MAX_IN_FLIGHT = 10,000,000 sequence numbers ("a default value of
+10 million as max inflight sequence number possible that should not hit throttling"). Today's
+clients keep at most 5 batches in flight (librdkafka caps a batch at batch.num.messages = 10,000
+records; the Java client's 16 KiB batch.size holds about 2,300 minimal uncompressed records), so
+10 million covers them with room to spare, and it is what the seed's phase 2 producers are told
+(the broker sends it on the wire, protocol.extensions): such a producer keeps many batches in
+flight and throttles itself only when its unacknowledged sequence numbers on a partition would
+exceed the window. The residual risk of a wide window is a false duplicate for sequences this
 broker never stored, which only happens when the producer's state was lost (expiry, KIP-360
 re-acceptance at an arbitrary sequence) and an older batch then arrives after a newer one.
+
+Why the arithmetic holds (at 10,000,000 and at any window up to 2**30). Sequence numbers live on a
+circle of 2**31. A conforming producer with latest appended sequence L has its unacknowledged
+sequences in (L, L + W] and everything it may resend in (L - W, L], W = max_in_flight: two arcs of W
+each, which never overlap as long as 2 * W <= 2**31 (W <= 2**30, checked by the constructor). With
+d = (L - F) mod 2**31, a resend has d in [0, W) and an early arrival F = L + 1 + k (0 <= k < W) has
+d = 2**31 - 1 - k >= 2**31 - W > W - 1, so it is never in the duplicate range: the two cases are
+told apart exactly, across the wrap from 2147483647 to 0 too. At the default, 10,000,000 is 1/214 of
+the circle: over 2.1 billion sequence numbers separate the far ends of the two arcs.
 
 ``kafka`` follows Apache Kafka (ProducerStateEntry, ProducerAppendInfo): the last
 KAFKA_BATCHES_TO_RETAIN = 5 batches of the current epoch per producer id, as __slots__ objects. A
@@ -82,6 +96,7 @@ import logging
 import os
 import re
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
@@ -104,7 +119,7 @@ INVALID_RECORD = 87
 
 SEQUENCE_SPACE = 1 << 31  # sequences are int32 >= 0; 2147483647 is followed by 0
 MAX_SEQUENCE = SEQUENCE_SPACE - 1
-DEFAULT_MAX_IN_FLIGHT = 1 << 20  # sequence numbers; see the module docstring
+DEFAULT_MAX_IN_FLIGHT = 10_000_000  # sequence numbers (seed 003's default); see the module docstring
 DEFAULT_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 KAFKA_BATCHES_TO_RETAIN = 5  # ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 SNAPSHOTS_TO_KEEP = 2
@@ -309,6 +324,22 @@ class ProducerStateManager:
     def entry_count(self) -> int:
         """How many producer ids have state here."""
         return len(self._slots) if self._lean else len(self._entries)
+
+    def memory_bytes(self) -> int:
+        """The bytes this state occupies: sys.getsizeof of its containers and of every object they
+        hold (producer ids, slots, Kafka-mode entries, batch lists and batches with their fields).
+        Walks every entry: O(entries). An int shared by several fields is counted each time."""
+        if self._lean:
+            total = sys.getsizeof(self._slots) + sys.getsizeof(self._records) + sys.getsizeof(self._free)
+            total += sum(sys.getsizeof(pid) + sys.getsizeof(slot) for pid, slot in self._slots.items())
+            return total + sum(map(sys.getsizeof, self._free))
+        total = sys.getsizeof(self._entries)
+        for producer_id, entry in self._entries.items():
+            total += sys.getsizeof(producer_id) + sys.getsizeof(entry) + sys.getsizeof(entry.batches)
+            total += sys.getsizeof(entry.epoch) + sys.getsizeof(entry.last_append_ms)
+            for batch in entry.batches:
+                total += sys.getsizeof(batch) + sum(sys.getsizeof(getattr(batch, f)) for f in _KafkaBatch.__slots__)
+        return total
 
     def __contains__(self, producer_id: object) -> bool:
         return producer_id in (self._slots if self._lean else self._entries)

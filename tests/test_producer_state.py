@@ -305,6 +305,29 @@ def test_lean_default_window_covers_five_large_batches():
     assert part.psm.check(batch(first_seq=far + 1)).error_code == DUPLICATE_SEQUENCE_NUMBER
 
 
+def test_lean_default_window_is_the_seeds_ten_million_and_holds_across_the_wrap():
+    """Seed 003's default, 10,000,000 sequence numbers, with the latest batch straddling the wrap:
+    everything up to 10 million below the latest last sequence is a duplicate, one more is out of
+    order, and a batch a whole window AHEAD (a conforming producer's furthest in-flight batch
+    arriving early) is out of order, never a duplicate."""
+    assert DEFAULT_MAX_IN_FLIGHT == 10_000_000
+    window = DEFAULT_MAX_IN_FLIGHT
+    space = MAX_SEQUENCE + 1
+    part = Partition(ProducerStateManager("lean"))
+    part.accept(batch(first_seq=MAX_SEQUENCE - 2, count=6))  # 2147483645 .. 2
+    last = 2
+    dup = (DUPLICATE_SEQUENCE_NUMBER, None)
+    out = (OUT_OF_ORDER_SEQUENCE_NUMBER, None)
+    oldest = (last - window + 1) % space  # 2137483651
+    assert codes(part.psm.check(batch(first_seq=oldest))) == dup
+    assert codes(part.psm.check(batch(first_seq=oldest, count=window))) == dup  # the whole window
+    assert codes(part.psm.check(batch(first_seq=(oldest - 1) % space))) == out
+    assert codes(part.psm.check(batch(first_seq=oldest, count=window + 1))) == out  # runs past 2
+    assert codes(part.psm.check(batch(first_seq=last + 1))) == (NONE, None)
+    for ahead in (1, window // 2, window - 1, window):
+        assert codes(part.psm.check(batch(first_seq=(last + 1 + ahead) % space))) == out
+
+
 def test_lean_duplicate_with_another_epoch_is_not_a_duplicate():
     part = Partition(ProducerStateManager("lean"))
     part.accept(batch(epoch=1, first_seq=0, count=3))
@@ -586,3 +609,18 @@ def test_core_does_not_import_trio_or_the_broker():
     )
     root = Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_memory_bytes_grows_with_entries_and_kafka_mode_holds_five_batches():
+    """memory_bytes walks the state: 1000 producer ids cost at least their packed 26-byte records in
+    lean mode, and kafka mode, holding 5 batches each, several times what lean mode holds."""
+    sizes = {}
+    for mode in ("lean", "kafka"):
+        psm = ProducerStateManager(mode)
+        empty = psm.memory_bytes()
+        for pid in range(10**6, 10**6 + 1000):
+            for k in range(5):
+                psm.update(batch(pid=pid, first_seq=k * 10, count=10, base_offset=k * 10), 1_700_000_000_000)
+        sizes[mode] = psm.memory_bytes() - empty
+    assert sizes["lean"] >= 1000 * 26
+    assert sizes["kafka"] > 5 * sizes["lean"]

@@ -4,9 +4,9 @@ The model keeps a plain list of every batch accepted per producer id in its curr
 each rule as directly as it can: duplicates of kafka mode are "one of the last five in the list",
 lean mode's window is "the whole batch, unwrapped, fits in [last - window + 1, last]". The machine
 produces random batches (next in sequence, resends, near misses, random sequences, sequences around
-the 2**31 wrap, epoch bumps and fenced epochs), advances a fake clock, expires producers, writes
-snapshots and "restarts": a fresh manager loads the newest snapshot, then the log after it is
-replayed.
+the 2**31 wrap, batches up to a whole window ahead, epoch bumps and fenced epochs), advances a fake
+clock, expires producers, writes snapshots and "restarts": a fresh manager loads the newest
+snapshot, then the log after it is replayed. The default window is seed 003's 10,000,000.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ PIDS = [0, 1, 2, 2**63 - 1]
 PID_CHOICES = [0, 0, 0, 1, 2**63 - 1, 2]  # mostly one producer, so its history grows long
 KINDS = [
     "next", "next", "next", "next", "resend", "resend", "resend_latest", "near", "window_edge",
+    "ahead",
     "random", "new_epoch", "new_epoch_not_zero", "old_epoch",
 ]
 
@@ -152,6 +153,12 @@ class ProducerStateMachine(RuleBasedStateMachine):
             elif kind == "window_edge":
                 offset = data.draw(st.integers(-2, 1), label="offset")
                 first = (latest.last_seq - self.window + offset) % M
+            elif kind == "ahead":
+                # A later in-flight batch of a conforming producer arriving early: up to a whole
+                # window ahead of the expected sequence (seed 003's producer never has more in
+                # flight). It must never be taken for a duplicate, across the wrap too.
+                ahead = data.draw(st.integers(1, self.window) | st.just(self.window), label="ahead")
+                first = (latest.last_seq + 1 + ahead) % M
             elif kind == "random":
                 first = data.draw(st.integers(0, M - 1), label="first")
             elif kind == "new_epoch":
