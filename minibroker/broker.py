@@ -22,7 +22,8 @@ from typing import Any
 import trio
 
 from minibroker.cluster import ClusterView
-from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
+from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles
+from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.dynamic_config import DynamicBrokerConfigs
@@ -61,10 +62,6 @@ from storage.producer_ids import ProducerIdAllocator
 log = logging.getLogger(__name__)
 
 UNSUPPORTED_VERSION = 35
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -188,8 +185,10 @@ def _random_cluster_id() -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None) -> None:
+        """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default."""
         self.config = config
+        self.clock = clock if clock is not None else BrokerClock()
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
@@ -234,7 +233,7 @@ class Broker:
             log.warning("config %s was supplied but isn't a known config", key)
         started = time.perf_counter()
         self.logs = LogManager.open(
-            self.data_dir, self.log_config, wall_clock_ms(),
+            self.data_dir, self.log_config, self.clock.now_ms(),
             files=self.files, threads=config["num.recovery.threads.per.data.dir"],
         )
         recovery = self.logs.recovery
@@ -258,9 +257,9 @@ class Broker:
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
-        self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
+        self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms)
         self.metrics = BrokerMetrics()
-        self.quotas = BrokerQuotas(config, self.data_dir)
+        self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
         self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
@@ -320,7 +319,7 @@ class Broker:
     def close(self) -> None:
         try:
             if self.audit is not None:
-                self.audit.close(wall_clock_ms())
+                self.audit.close(self.clock.now_ms())
             self.producer_states.snapshot_all()
             self.groups.close()
             self.quotas.close()
@@ -338,20 +337,21 @@ class Broker:
         """Retention and the time-based flush policy, on their configured intervals."""
         retention_every = self.config["log.retention.check.interval.ms"] / 1000
         flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
-        next_retention = trio.current_time() + retention_every
+        clock = self.clock
+        next_retention = clock.monotonic() + retention_every
         expiry_every = self.config["producer.id.expiration.check.interval.ms"] / 1000
-        next_expiry = trio.current_time() + expiry_every
+        next_expiry = clock.monotonic() + expiry_every
         while True:
             await trio.sleep(flush_every)
-            now_ms = wall_clock_ms()
+            now_ms = clock.now_ms()
             if self.audit is not None:
                 self.audit.maybe_flush(now_ms)
             try:
                 self.logs.maybe_flush(now_ms)
             except OSError as exc:  # a disk fault must not stop the broker: tried again next time
                 log.error("flushing the logs failed: %s", storage_error_message(exc))
-            if trio.current_time() >= next_retention:
-                next_retention = trio.current_time() + retention_every
+            if clock.monotonic() >= next_retention:
+                next_retention = clock.monotonic() + retention_every
                 try:
                     deleted = self.logs.enforce_retention(now_ms)
                 except OSError as exc:
@@ -359,8 +359,8 @@ class Broker:
                     deleted = 0
                 if deleted:
                     log.info("retention deleted %d segment(s)", deleted)
-            if trio.current_time() >= next_expiry:
-                next_expiry = trio.current_time() + expiry_every
+            if clock.monotonic() >= next_expiry:
+                next_expiry = clock.monotonic() + expiry_every
                 expired = self.producer_states.remove_expired(now_ms)
                 self.producer_ids.remove_expired(now_ms)
                 if expired:
@@ -392,7 +392,7 @@ class Broker:
             conn.client_id = header.client_id
         if trailing:
             self._note_trailing_bytes(conn, handler.name, version, trailing)
-        ctx = RequestContext(self, conn, header, schema, trio.current_time())
+        ctx = RequestContext(self, conn, header, schema, self.clock.monotonic())
         self.metrics.requests[handler.name] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated:
@@ -423,7 +423,7 @@ class Broker:
         result = await handle(ctx, request)
         api_key = ctx.schema.api_key
         data = self._encode(ctx, result) if api_key == FETCH_KEY and result is not None else None
-        now_ms = monotonic_ms()
+        now_ms = self.clock.monotonic_ms()
         user, client_id = conn.quota_user, ctx.client_id
         request_ms = 0
         if timed and not (api_key == PRODUCE_KEY and request.acks == 0):
@@ -521,9 +521,5 @@ class Broker:
             "rack": None,
         }
 
-    def now_ms(self) -> int:
-        """The quotas' clock (monotonic, trio's, so tests may mock it), in milliseconds."""
-        return monotonic_ms()
 
-
-__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError", "wall_clock_ms"]
+__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError"]

@@ -55,6 +55,7 @@ from storage.errors import KAFKA_STORAGE_ERROR, storage_error_message
 from storage.log import write_atomically
 
 if TYPE_CHECKING:
+    from minibroker.clock import BrokerClock
     from minibroker.config import BrokerConfig
     from quotas.cluster import Cluster
 
@@ -109,11 +110,6 @@ def client_throttles(api_key: int, version: int) -> bool:
     default (False)."""
     first = CLIENT_THROTTLES_FROM.get(api_key)
     return first is not None and version >= first
-
-
-def monotonic_ms() -> int:
-    """The one clock of the quotas: trio's (so tests may run on a MockClock), in ms."""
-    return int(trio.current_time() * 1000)
 
 
 class TaskClock(trio.abc.Instrument):
@@ -178,7 +174,10 @@ def _producer_id_quota(config: BrokerConfig) -> ProducerIdQuotaManager:
 class BrokerQuotas:
     """Quota managers, their callback and configuration store, for one broker."""
 
-    def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
+    def __init__(self, config: BrokerConfig, data_dir: Path, clock: BrokerClock) -> None:
+        """`clock`: the broker's; the byte-rate and request managers run on its monotonic reading,
+        the producer-id quota on its wall-clock reading (like the audit stream that replays it)."""
+        self.clock = clock
         metric_config = MetricConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
         callback_class = config["client.quota.callback.class"]
         if callback_class:
@@ -318,7 +317,8 @@ class BrokerQuotas:
         cpu_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task())
         charge = conn.request_charge
         if charge is not None:
-            self.request.record_network_thread_time(charge[0], charge[1], cpu_ns - mark, monotonic_ms())
+            self.request.record_network_thread_time(charge[0], charge[1], cpu_ns - mark,
+                                                   self.clock.monotonic_ms())
             conn.request_charge = None
         conn.request_cpu_mark = cpu_ns
 
@@ -357,13 +357,13 @@ class BrokerQuotas:
         while True:
             await trio.sleep(self.pid_cleanup_interval_s)
             if self.pid.tracked_principals():
-                self.pid.cleanup(time.time_ns() // 1_000_000)
+                self.pid.cleanup(self.clock.now_ms())
 
     async def run_housekeeping(self, every_s: float = 60.0) -> None:
         """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""
         while True:
             await trio.sleep(every_s)
-            self.expire(monotonic_ms(), time.time_ns() // 1_000_000)
+            self.expire(self.clock.monotonic_ms(), self.clock.now_ms())
 
     def close(self) -> None:
         if self._clock_installed:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 
-from minibroker.broker import wall_clock_ms
 from storage.audit_format import AUDIT_TOPIC
 from storage.config import ConfigError, is_internal
 from storage.errors import storage_error_message
@@ -75,7 +74,7 @@ def create_topic_or_error(broker, name: str, num_partitions: int | None = None, 
             name,
             num_partitions if num_partitions is not None else broker.config["num.partitions"],
             overrides or {},
-            wall_clock_ms(),
+            broker.clock.now_ms(),
         )
     except InvalidTopicError:
         return None, INVALID_TOPIC_EXCEPTION

@@ -21,7 +21,6 @@ callback's cluster metadata hangs there); Metadata, DescribeTopicPartitions and 
 
 import logging
 
-from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
     INVALID_PARTITIONS,
@@ -77,11 +76,11 @@ def _create(broker, topic, validate_only: bool) -> None:
         raise _Refused(UNKNOWN_TOPIC_OR_PARTITION, None)
     try:
         # The count checks come first: validate_only adds nothing.
-        logs.add_partitions(topic.name, topic.count, wall_clock_ms(), validate_only=True)
+        logs.add_partitions(topic.name, topic.count, broker.clock.now_ms(), validate_only=True)
         if topic.assignments is not None:
             _check_assignments(broker, topic.name, info.num_partitions, topic.count, topic.assignments)
         if not validate_only:
-            logs.add_partitions(topic.name, topic.count, wall_clock_ms())
+            logs.add_partitions(topic.name, topic.count, broker.clock.now_ms())
     except InvalidPartitionsError as exc:
         raise _Refused(INVALID_PARTITIONS, str(exc)) from None
     except UnknownTopicError:

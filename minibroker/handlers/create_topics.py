@@ -15,7 +15,6 @@ a topic that would take the broker past max.broker.partitions is POLICY_VIOLATIO
 naming the limit, after its other checks (so a bad name is still INVALID_TOPIC_EXCEPTION).
 """
 
-from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
     INVALID_CONFIG,
@@ -76,7 +75,7 @@ def _create_one(broker, topic, validate_only: bool, in_use: list[int]) -> dict:
     # Over max.broker.partitions: validate only (so that other faults are answered first), then refuse.
     over_cap = isinstance(partitions, int) and in_use[0] + partitions > broker.max_partitions
     try:
-        info = broker.logs.create_topic(name, partitions, overrides, wall_clock_ms(),
+        info = broker.logs.create_topic(name, partitions, overrides, broker.clock.now_ms(),
                                         validate_only=validate_only or over_cap)
     except InvalidTopicError as exc:
         return _result(name, INVALID_TOPIC_EXCEPTION, str(exc))

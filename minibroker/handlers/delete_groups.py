@@ -6,14 +6,12 @@ has members, INVALID_GROUP_ID for an empty id. Deletion writes tombstones to `__
 
 from __future__ import annotations
 
-import trio
-
 from minibroker.handlers import handler
 
 
 @handler(42, 0, 2)
 async def delete_groups(ctx, request):
-    results = ctx.broker.groups.delete_groups(trio.current_time(), request.groups_names)
+    results = ctx.broker.groups.delete_groups(ctx.broker.clock.monotonic(), request.groups_names)
     return {
         "throttle_time": 0,
         "results": [{"group_id": g, "error_code": results[g]} for g in request.groups_names],

@@ -8,7 +8,6 @@ topic would drop every group's committed offsets. (kafka-topics.sh refuses inter
 way, client-side; a KRaft controller would delete them.)
 """
 
-from minibroker.broker import wall_clock_ms
 from storage.errors import storage_error_message
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
@@ -49,7 +48,7 @@ async def delete_topics(ctx, request):
                             "error_message": message})
             continue
         broker.producer_states.forget(info.name)
-        broker.groups.forget_topic(info.name, wall_clock_ms())
+        broker.groups.forget_topic(info.name, broker.clock.now_ms())
         for partition in range(info.num_partitions):
             broker.fetch_purgatory.check_and_complete((info.name, partition))
         log.info("deleted topic %s", info.name)

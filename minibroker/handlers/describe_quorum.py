@@ -11,7 +11,6 @@ v2 adds each voter's directory id (the zero id, as for a statically configured v
 voters' endpoints (this broker's listeners: a combined node's controller answers there).
 """
 
-from minibroker.broker import wall_clock_ms
 from minibroker.cluster import METADATA_PARTITION, METADATA_TOPIC
 from minibroker.handlers import handler
 from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
@@ -36,7 +35,7 @@ async def describe_quorum(ctx, request):
             for p in t.partitions]} for t in request.topics]
         return {"error_code": 0, "error_message": None, "topics": topics, "nodes": ()}
     quorum = broker.cluster.quorum()
-    now = wall_clock_ms()
+    now = broker.clock.now_ms()
 
     def replica(state) -> dict:
         timestamp = now if state.replica_id == quorum.leader_id else -1

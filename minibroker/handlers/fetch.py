@@ -13,8 +13,6 @@ partition answers KAFKA_STORAGE_ERROR for that partition.
 
 from __future__ import annotations
 
-
-from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
     KAFKA_STORAGE_ERROR,
@@ -143,7 +141,7 @@ async def fetch(ctx, request):
 def _audit(ctx, plan: _FetchPlan, responses: list[dict]) -> None:
     """One audit event per fetched partition (batch headers only: the records are not decoded).
     Fetches of the audit topic itself are left out, so its readers do not feed it."""
-    now_ms = wall_clock_ms()
+    now_ms = ctx.broker.clock.now_ms()
     audit = ctx.broker.audit
     infos = {(name, topic_id): info for name, topic_id, info, *_ in plan.entries}
     for topic in responses:

@@ -7,15 +7,13 @@ FENCED_INSTANCE_ID (v3+ carries group.instance.id).
 
 from __future__ import annotations
 
-import trio
-
 from minibroker.handlers import handler
 
 
 @handler(12, 0, 4)
 async def heartbeat(ctx, request):
     error = ctx.broker.groups.heartbeat(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id,
         member_id=request.member_id,

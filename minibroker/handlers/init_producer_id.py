@@ -6,7 +6,6 @@ epoch is fenced (see minibroker.producers.ProducerIds). Transactions are not sup
 transactional id is answered INVALID_REQUEST.
 """
 
-from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import INVALID_REQUEST, KAFKA_STORAGE_ERROR, log_storage_error
 from storage.errors import storage_error_message
@@ -16,7 +15,7 @@ from storage.errors import storage_error_message
 async def init_producer_id(ctx, request):
     if request.transactional_id is not None:
         return _result(INVALID_REQUEST, -1, -1)
-    now_ms = wall_clock_ms()
+    now_ms = ctx.broker.clock.now_ms()
     try:
         code, pid, epoch = ctx.broker.producer_ids.init(
             getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), now_ms, ctx.version,

@@ -9,8 +9,6 @@ rejoining static leader to skip the assignment.
 
 from __future__ import annotations
 
-import trio
-
 from minibroker.groups import DelayedJoin
 from minibroker.handlers import handler
 from protocol.entities import to_ms
@@ -29,7 +27,7 @@ async def join_group(ctx, request):
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     rebalance_timeout_ms = session_timeout_ms if rebalance_timeout is None else to_ms(rebalance_timeout)
     pending = groups.join_group(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),

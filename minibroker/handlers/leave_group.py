@@ -6,8 +6,6 @@ member id with a group.instance.id removes that static member (the admin path). 
 
 from __future__ import annotations
 
-import trio
-
 from minibroker.handlers import handler
 
 
@@ -16,10 +14,10 @@ async def leave_group(ctx, request):
     groups = ctx.broker.groups
     batched = getattr(request, "members", None)
     if batched is None:
-        error, errors = groups.leave_group(trio.current_time(), request.group_id, [(request.member_id, None)])
+        error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, [(request.member_id, None)])
         return {"throttle_time": 0, "error_code": error or (errors[0] if errors else 0), "members": []}
     leaving = [(m.member_id, m.group_instance_id) for m in batched]
-    error, errors = groups.leave_group(trio.current_time(), request.group_id, leaving)
+    error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, leaving)
     members = [] if error else [
         {"member_id": member_id, "group_instance_id": instance_id, "error_code": code}
         for (member_id, instance_id), code in zip(leaving, errors)

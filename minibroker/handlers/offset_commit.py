@@ -11,8 +11,6 @@ epoch; v7+ group.instance.id. Errors are per partition, as in Kafka.
 
 from __future__ import annotations
 
-import trio
-
 from minibroker.handlers import handler
 from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
 from protocol.entities import to_ms
@@ -42,7 +40,7 @@ async def offset_commit(ctx, request):
         answers.append((name, topic_id, rows))
     retention = getattr(request, "retention_time", None)
     errors = ctx.broker.groups.commit_offsets(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id,

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
 from minibroker.handlers.common import (
     INVALID_RECORD,
@@ -171,7 +170,7 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
 @handler(0, 3, 13)
 async def produce(ctx, request):
     broker = ctx.broker
-    now_ms = wall_clock_ms()
+    now_ms = broker.clock.now_ms()
     acks = request.acks
     injected = broker.faults.before_request("Produce", ctx.client_id) if broker.faults.rules else None
     throttle_ms = 0

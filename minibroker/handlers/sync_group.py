@@ -7,8 +7,6 @@ name, checked against the group's (INCONSISTENT_GROUP_PROTOCOL), and responses e
 
 from __future__ import annotations
 
-import trio
-
 from minibroker.groups import DelayedSync
 from minibroker.handlers import handler
 
@@ -17,7 +15,7 @@ from minibroker.handlers import handler
 async def sync_group(ctx, request):
     groups = ctx.broker.groups
     pending = groups.sync_group(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id,
         member_id=request.member_id,
