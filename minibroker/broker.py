@@ -37,6 +37,7 @@ from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore, allowed_before_authentication
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
+from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
@@ -61,7 +62,6 @@ from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
-UNSUPPORTED_VERSION = 35
 
 
 @dataclass
@@ -472,7 +472,7 @@ class Broker:
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """KIP-511: UNSUPPORTED_VERSION plus our ranges, in ApiVersions v0 (header v0) form."""
         schema = api_schema(API_VERSIONS_KEY, 0)
-        body = {"error_code": UNSUPPORTED_VERSION, "api_keys": self.api_version_list()}
+        body = {"error_code": ErrorCode.unsupported_version, "api_keys": self.api_version_list()}
         return encode_response(schema, correlation_id, build(schema.response, body))
 
     def api_version_list(self) -> list[dict[str, int]]:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
+from protocol.errors import ErrorCode
 from quotas.callback import (
     DEFAULT,
     ClientQuotaCallback,
@@ -51,7 +52,7 @@ from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
 from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.rate import MetricConfig
-from storage.errors import KAFKA_STORAGE_ERROR, storage_error_message
+from storage.errors import storage_error_message
 from storage.log import write_atomically
 
 if TYPE_CHECKING:
@@ -243,8 +244,8 @@ class BrokerQuotas:
             except OSError as exc:
                 message = storage_error_message(exc)
                 log.error("AlterClientQuotas: %s", message)
-                return [(entity, KAFKA_STORAGE_ERROR, message) if code == 0 else (entity, code, error)
-                        for entity, code, error in planned]
+                return [(entity, ErrorCode.kafka_storage_error, message) if code == ErrorCode.none
+                        else (entity, code, error) for entity, code, error in planned]
         return self.store.alter(entries, False)
 
     def reconfigure_window(self, window_num: int, window_size_seconds: int) -> None:

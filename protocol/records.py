@@ -39,6 +39,7 @@ from typing import Iterator
 from crc32c import crc32c
 
 from protocol.compression import DecompressionError, DecompressionLimitError, decompress
+from protocol.errors import ApiError, ErrorCode
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 assert BATCH_HEADER.size == 61
@@ -58,28 +59,28 @@ NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 
 
-class InvalidRecordError(ValueError):
-    """The records are malformed in a way Kafka answers with INVALID_RECORD (87)."""
+class InvalidRecordError(ApiError, ValueError):
+    """The records are malformed in a way Kafka answers with INVALID_RECORD."""
 
-    error_code = 87
+    error_code = ErrorCode.invalid_record
 
 
 class CorruptRecordError(InvalidRecordError):
-    """The records fail their CRC or framing: Kafka answers CORRUPT_MESSAGE (2)."""
+    """The records fail their CRC or framing: Kafka answers CORRUPT_MESSAGE."""
 
-    error_code = 2
+    error_code = ErrorCode.corrupt_message
 
 
 class UnsupportedCompressionError(InvalidRecordError):
-    """A codec Kafka does not have (5-7), or zstd before Produce v7: UNSUPPORTED_COMPRESSION_TYPE (76)."""
+    """A codec Kafka does not have (5-7), or zstd before Produce v7: UNSUPPORTED_COMPRESSION_TYPE."""
 
-    error_code = 76
+    error_code = ErrorCode.unsupported_compression_type
 
 
 class RecordsTooLargeError(InvalidRecordError):
-    """A compressed batch that decompresses past the bound: MESSAGE_TOO_LARGE (10)."""
+    """A compressed batch that decompresses past the bound: MESSAGE_TOO_LARGE."""
 
-    error_code = 10
+    error_code = ErrorCode.message_too_large
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from typing import Callable, Iterator
 
 from crc32c import crc32c
 
+from protocol.errors import ApiError, ErrorCode
 from protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     BATCH_HEADER,
@@ -100,10 +101,10 @@ MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 PRIVATE_CACHE_CAPACITY = 16  # open segment files of a log opened without a shared cache
 
 
-class OffsetOutOfRangeError(Exception):
-    """The offset is outside [log_start_offset, log_end_offset]: OFFSET_OUT_OF_RANGE (1)."""
+class OffsetOutOfRangeError(ApiError):
+    """The offset is outside [log_start_offset, log_end_offset]: OFFSET_OUT_OF_RANGE."""
 
-    error_code = 1
+    error_code = ErrorCode.offset_out_of_range
 
 
 @dataclass(frozen=True, slots=True)

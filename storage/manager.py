@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from protocol.errors import ApiError, ErrorCode
 from storage.config import (
     ConfigError,
     InvalidTopicError,
@@ -83,22 +84,16 @@ DEFAULT_CACHE_CAPACITY = 256  # open segment files when the owner gives no cache
 PARALLEL_RECOVERY_BYTES = 1 << 20  # a last segment this big is recovered on a worker thread
 
 
-class TopicExistsError(Exception):
-    """TOPIC_ALREADY_EXISTS (36)."""
-
-    error_code = 36
+class TopicExistsError(ApiError):
+    error_code = ErrorCode.topic_already_exists
 
 
-class InvalidPartitionsError(ValueError):
-    """INVALID_PARTITIONS (37)."""
-
-    error_code = 37
+class InvalidPartitionsError(ApiError, ValueError):
+    error_code = ErrorCode.invalid_partitions
 
 
-class UnknownTopicError(KeyError):
-    """UNKNOWN_TOPIC_OR_PARTITION (3)."""
-
-    error_code = 3
+class UnknownTopicError(ApiError, KeyError):
+    error_code = ErrorCode.unknown_topic_or_partition
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown topic"
@@ -486,7 +481,7 @@ class LogManager:
             try:
                 broker_config.with_topic_overrides(topic.info.overrides)
             except ConfigError as exc:
-                raise ConfigError(exc.key, f"{exc.reason} (for topic {name})") from None
+                raise ConfigError(exc.key, f"{exc.reason} (for topic {name})", topic=True) from None
 
     def set_broker_config(self, broker_config: LogConfig) -> None:
         """New broker-level log defaults (a dynamic broker config changed, after check_broker_config):

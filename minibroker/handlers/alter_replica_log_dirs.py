@@ -13,8 +13,8 @@ map). v0, which Kafka 4 removed, is not in kio.
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import INVALID_TOPIC_EXCEPTION, LOG_DIR_NOT_FOUND, UNKNOWN_TOPIC_OR_PARTITION
 from minibroker.handlers.describe_log_dirs import log_dir
+from protocol.errors import ErrorCode
 
 MAX_DIR_NAME = 255
 FUTURE_SUFFIX_LENGTH = 1 + 32 + len("-future")  # ".<uuid hex>-future" after "<topic>-<partition>"
@@ -22,11 +22,11 @@ FUTURE_SUFFIX_LENGTH = 1 + 32 + len("-future")  # ".<uuid hex>-future" after "<t
 
 def move_replica(broker, topic: str, partition: int, destination: str) -> int:
     if len(f"{topic}-{partition}") + FUTURE_SUFFIX_LENGTH > MAX_DIR_NAME:
-        return INVALID_TOPIC_EXCEPTION
+        return ErrorCode.invalid_topic_exception
     if destination != log_dir(broker):
-        return LOG_DIR_NOT_FOUND
+        return ErrorCode.log_dir_not_found
     if broker.logs.log(topic, partition) is None:
-        return UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.unknown_topic_or_partition
     return 0
 
 

@@ -8,9 +8,9 @@ changes."""
 import logging
 
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-UNKNOWN_SERVER_ERROR = -1
 
 
 @handler(51, 0, 0)
@@ -23,5 +23,5 @@ async def alter_user_scram_credentials(ctx, request):
     except OSError as exc:
         log.error("could not store SCRAM credentials: %s", exc)
         users = dict.fromkeys(name for name, *_ in deletions + upsertions)
-        results = [{"user": name, "error_code": UNKNOWN_SERVER_ERROR, "error_message": None} for name in users]
+        results = [{"user": name, "error_code": ErrorCode.unknown_server_error, "error_message": None} for name in users]
     return {"throttle_time": 0, "results": results}

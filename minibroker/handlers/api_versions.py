@@ -8,12 +8,13 @@ window in tagged field 19778 (protocol.extensions; added by Broker._encode, as o
 """
 
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 
 @handler(18, 0, 4)
 async def api_versions(ctx, request):
     return {
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "api_keys": ctx.broker.api_version_list(),
         "throttle_time": 0,
         "supported_features": (),

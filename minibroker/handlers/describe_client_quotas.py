@@ -7,6 +7,7 @@ unknown entity type) with a null entry list. Entity names are null for a default
 """
 
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 
 @handler(48, 0, 1)
@@ -15,7 +16,7 @@ async def describe_client_quotas(ctx, request):
         [(c.entity_type, int(c.match_type), c.match) for c in request.components], bool(request.strict)
     )
     entries = None
-    if code == 0:
+    if code == ErrorCode.none:
         entries = [
             {
                 "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.entries],

@@ -5,6 +5,7 @@ endpoint_type 2 (controllers, v1+) answers the same single node; fenced brokers 
 
 from minibroker.handlers import handler
 from minibroker.handlers.common import CLUSTER_ALL_OPERATIONS, NO_AUTHORIZED_OPERATIONS
+from protocol.errors import ErrorCode
 
 
 @handler(60, 0, 2)
@@ -12,7 +13,7 @@ async def describe_cluster(ctx, request):
     broker = ctx.broker
     return {
         "throttle_time": 0,
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "error_message": None,
         "endpoint_type": getattr(request, "endpoint_type", 1),
         "cluster_id": broker.cluster_id,

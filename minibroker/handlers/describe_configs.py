@@ -17,7 +17,7 @@ INVALID_REQUEST. configuration_keys filters (null or empty: everything).
 from minibroker.config import BROKER_CONFIGS
 from minibroker.dynamic_config import DYNAMIC_KEYS, STATIC_DEFAULTS
 from minibroker.handlers import handler
-from minibroker.handlers.common import INVALID_REQUEST, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION
+from protocol.errors import ErrorCode
 from storage.config import (
     BROKER_LOG_KEYS,
     CONFIG_TYPE_IDS,
@@ -124,27 +124,27 @@ async def describe_configs(ctx, request):
     for resource in request.resources:
         keys = resource.configuration_keys
         name = resource.resource_name
-        result = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
+        result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": resource.resource_type,
                   "resource_name": name, "configs": ()}
         if resource.resource_type == TOPIC:
             info = broker.logs.topic(name)
             try:
                 validate_topic_name(name)
             except InvalidTopicError as exc:
-                result.update(error_code=INVALID_TOPIC_EXCEPTION, error_message=str(exc))
+                result.update(error_code=ErrorCode.invalid_topic_exception, error_message=str(exc))
             else:
                 if info is None:
-                    result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {name} does not exist")
+                    result.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=f"Topic {name} does not exist")
                 else:
                     result["configs"] = topic_config_entries(broker, info, include_synonyms)
         elif resource.resource_type == BROKER:
             error = _broker_resource_error(broker, name)
             if error is not None:
-                result.update(error_code=INVALID_REQUEST, error_message=error)
+                result.update(error_code=ErrorCode.invalid_request, error_message=error)
             else:
                 result["configs"] = broker_config_entries(broker, name != "", include_synonyms)
         else:
-            result.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type: {resource.resource_type}")
+            result.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type: {resource.resource_type}")
         if keys and result["configs"]:
             result["configs"] = [c for c in result["configs"] if c["name"] in keys]
         results.append(result)

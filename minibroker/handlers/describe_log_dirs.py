@@ -15,8 +15,8 @@ v5 is its mark of Kafka 4.3.
 import os
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import KAFKA_STORAGE_ERROR, log_storage_error
-from storage.errors import storage_error_message
+from minibroker.handlers.common import error_answer
+from protocol.errors import ErrorCode
 
 
 def log_dir(broker) -> str:
@@ -40,7 +40,7 @@ async def describe_log_dirs(ctx, request):
     else:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
     by_topic: dict[str, list[dict]] = {}
-    error_code = 0
+    error_code = ErrorCode.none
     try:
         for topic, partition, log in broker.logs.logs():
             if wanted is None or (topic, partition) in wanted:
@@ -51,8 +51,7 @@ async def describe_log_dirs(ctx, request):
                     "is_future_key": False,
                 })
     except OSError as exc:  # the directory cannot be listed: Kafka's answer for an offline log dir
-        log_storage_error("DescribeLogDirs: %s", storage_error_message(exc))
-        by_topic, error_code = {}, KAFKA_STORAGE_ERROR
+        by_topic, (error_code, _) = {}, error_answer(broker, exc, "DescribeLogDirs")
     path = log_dir(broker)
     total, usable = _volume_bytes(path)
     result = {
@@ -63,4 +62,4 @@ async def describe_log_dirs(ctx, request):
         "usable_bytes": usable,
         "is_cordoned": False,
     }
-    return {"throttle_time": 0, "error_code": 0, "results": [result]}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]}

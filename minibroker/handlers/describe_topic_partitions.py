@@ -20,12 +20,8 @@ sends empty ones, and Java's Admin fails on a null one.
 
 from minibroker.handlers import handler
 from minibroker.handlers.metadata import topic_metadata
-from minibroker.handlers.common import (
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
-    TOPIC_ALL_OPERATIONS,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
+from minibroker.handlers.common import TOPIC_ALL_OPERATIONS
+from protocol.errors import ErrorCode
 from storage.config import InvalidTopicError, is_internal, validate_topic_name
 
 ZERO_UUID = None  # kio encodes None as the all-zero uuid
@@ -43,9 +39,9 @@ def _error_response(request, code: int) -> dict:
 def _missing(name: str) -> dict:
     try:
         validate_topic_name(name)
-        code = UNKNOWN_TOPIC_OR_PARTITION
+        code = ErrorCode.unknown_topic_or_partition
     except InvalidTopicError:
-        code = INVALID_TOPIC_EXCEPTION
+        code = ErrorCode.invalid_topic_exception
     return {"error_code": code, "name": name, "topic_id": ZERO_UUID, "is_internal": is_internal(name),
             "partitions": (), "topic_authorized_operations": TOPIC_ALL_OPERATIONS}
 
@@ -61,9 +57,9 @@ async def describe_topic_partitions(ctx, request):
     else:
         names = {t.name for t in request.topics if t.name >= cursor_topic}
         if cursor is not None and cursor.topic_name not in names:
-            return _error_response(request, INVALID_REQUEST)
+            return _error_response(request, ErrorCode.invalid_request)
     if cursor is not None and cursor.partition_index < 0:
-        return _error_response(request, INVALID_REQUEST)
+        return _error_response(request, ErrorCode.invalid_request)
     remaining = max(min(broker.config["max.request.partition.size.limit"], request.response_partition_limit), 1)
     topics = []
     next_cursor = None

@@ -4,10 +4,11 @@ RESOURCE_NOT_FOUND when it has no SCRAM credential and DUPLICATE_RESOURCE when n
 Kafka's ScramImage.describe (see minibroker.scram_credentials)."""
 
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 
 @handler(50, 0, 0)
 async def describe_user_scram_credentials(ctx, request):
     names = [user.name for user in request.users] if request.users else None
     results = ctx.broker.scram_credentials.describe(names)
-    return {"throttle_time": 0, "error_code": 0, "error_message": None, "results": results}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "results": results}

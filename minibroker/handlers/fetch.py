@@ -14,17 +14,11 @@ partition answers KAFKA_STORAGE_ERROR for that partition.
 from __future__ import annotations
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    KAFKA_STORAGE_ERROR,
-    OFFSET_OUT_OF_RANGE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    log_storage_error,
-)
+from minibroker.handlers.common import error_answer
 from minibroker.purgatory import DelayedOperation
 from protocol.entities import to_ms
+from protocol.errors import ErrorCode
 from protocol.records import iter_headers
-from storage.errors import storage_error_message
 from storage.log import OffsetOutOfRangeError
 
 
@@ -74,19 +68,19 @@ class _FetchPlan:
                 by_topic[key] = {"topic": name, "topic_id": topic_id, "partitions": []}
                 topics.append(by_topic[key])
             if log is None:
-                code = UNKNOWN_TOPIC_OR_PARTITION if name is not None or info is not None else UNKNOWN_TOPIC_ID
+                code = ErrorCode.unknown_topic_or_partition if name is not None or info is not None else ErrorCode.unknown_topic_id
                 by_topic[key]["partitions"].append(_partition(part, code))
                 continue
             try:
                 data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes)
             except OffsetOutOfRangeError:
                 by_topic[key]["partitions"].append(
-                    _partition(part, OFFSET_OUT_OF_RANGE, log.log_end_offset, log.log_start_offset)
+                    _partition(part, ErrorCode.offset_out_of_range, log.log_end_offset, log.log_start_offset)
                 )
                 continue
             except OSError as exc:
-                log_storage_error("%s-%d: %s", info.name, part, storage_error_message(exc))
-                by_topic[key]["partitions"].append(_partition(part, KAFKA_STORAGE_ERROR))
+                code, _ = error_answer(self.broker, exc, f"{info.name}-{part}")
+                by_topic[key]["partitions"].append(_partition(part, code))
                 continue
             remaining -= len(data)
             by_topic[key]["partitions"].append(
@@ -135,7 +129,7 @@ async def fetch(ctx, request):
     responses = plan.read(max_bytes)
     if broker.audit is not None:
         _audit(ctx, plan, responses)
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
 
 
 def _audit(ctx, plan: _FetchPlan, responses: list[dict]) -> None:

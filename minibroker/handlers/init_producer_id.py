@@ -7,22 +7,21 @@ transactional id is answered INVALID_REQUEST.
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import INVALID_REQUEST, KAFKA_STORAGE_ERROR, log_storage_error
-from storage.errors import storage_error_message
+from minibroker.handlers.common import error_answer
+from protocol.errors import ErrorCode
 
 
 @handler(22, 0, 6)
 async def init_producer_id(ctx, request):
     if request.transactional_id is not None:
-        return _result(INVALID_REQUEST, -1, -1)
+        return _result(ErrorCode.invalid_request, -1, -1)
     now_ms = ctx.broker.clock.now_ms()
     try:
         code, pid, epoch = ctx.broker.producer_ids.init(
             getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), now_ms, ctx.version,
         )
     except OSError as exc:  # the next block of ids could not be recorded: none is handed out
-        log_storage_error("InitProducerId: %s", storage_error_message(exc))
-        code, pid, epoch = KAFKA_STORAGE_ERROR, -1, -1
+        (code, _), pid, epoch = error_answer(ctx.broker, exc, "InitProducerId"), -1, -1
     if ctx.broker.audit is not None:
         ctx.broker.audit.record_init_producer_id(ctx, pid, epoch, code, 0, "", now_ms)
     return _result(code, pid, epoch)

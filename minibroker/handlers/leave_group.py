@@ -7,6 +7,7 @@ member id with a group.instance.id removes that static member (the admin path). 
 from __future__ import annotations
 
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 
 @handler(13, 0, 5)
@@ -15,7 +16,7 @@ async def leave_group(ctx, request):
     batched = getattr(request, "members", None)
     if batched is None:
         error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, [(request.member_id, None)])
-        return {"throttle_time": 0, "error_code": error or (errors[0] if errors else 0), "members": []}
+        return {"throttle_time": 0, "error_code": error or (errors[0] if errors else ErrorCode.none), "members": []}
     leaving = [(m.member_id, m.group_instance_id) for m in batched]
     error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, leaving)
     members = [] if error else [

@@ -10,7 +10,7 @@ a broker and as a broker logger, by node id, and every topic.
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNSUPPORTED_VERSION
+from protocol.errors import ErrorCode
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SUPPORTED = (GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC)  # also the order of the answer
@@ -31,10 +31,10 @@ async def list_config_resources(ctx, request):
     else:
         wanted = set(request.resource_types) or set(SUPPORTED)
         if not wanted <= set(SUPPORTED):
-            return {"throttle_time": 0, "error_code": UNSUPPORTED_VERSION, "config_resources": ()}
+            return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "config_resources": ()}
     resources = [
         {"resource_name": name, "resource_type": resource_type}
         for resource_type in SUPPORTED if resource_type in wanted
         for name in _resources(ctx.broker, resource_type)
     ]
-    return {"throttle_time": 0, "error_code": 0, "config_resources": resources}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": resources}

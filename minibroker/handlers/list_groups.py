@@ -6,6 +6,7 @@ v4+ filters by state (case-insensitive, as Kafka); v5+ by type: all groups here 
 from __future__ import annotations
 
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 
 @handler(16, 0, 5)
@@ -15,7 +16,7 @@ async def list_groups(ctx, request):
     )
     return {
         "throttle_time": 0,
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
              "group_type": g.group_type}

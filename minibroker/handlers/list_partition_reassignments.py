@@ -8,6 +8,7 @@ none ever is, so the answer is an empty list with no error.
 """
 
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 
 @handler(46, 0, 0)
@@ -30,7 +31,7 @@ async def list_partition_reassignments(ctx, request):
             })
     return {
         "throttle_time": 0,
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "error_message": None,
         "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
     }

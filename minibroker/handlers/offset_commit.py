@@ -12,8 +12,8 @@ epoch; v7+ group.instance.id. Errors are per partition, as in Kafka.
 from __future__ import annotations
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
 from protocol.entities import to_ms
+from protocol.errors import ErrorCode
 
 
 @handler(8, 2, 10)
@@ -25,7 +25,7 @@ async def offset_commit(ctx, request):
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
         info = logs.topic(name) if name is not None else logs.topic_by_id(topic_id)
-        missing = UNKNOWN_TOPIC_ID if name is None else UNKNOWN_TOPIC_OR_PARTITION
+        missing = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
         rows = []
         for p in topic.partitions:
             if info is None or not 0 <= p.partition_index < info.num_partitions:

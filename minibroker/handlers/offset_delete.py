@@ -10,7 +10,7 @@ had an offset (now removed, by a tombstone in __consumer_offsets) or not.
 """
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
+from protocol.errors import ErrorCode
 
 
 @handler(47, 0, 0)
@@ -22,7 +22,7 @@ async def offset_delete(ctx, request):
         info = logs.topic(topic.name)
         for p in topic.partitions:
             if info is None or not 0 <= p.partition_index < info.num_partitions:
-                errors[(topic.name, p.partition_index)] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.setdefault(topic.name, []).append(p.partition_index)
     group_error, deleted = ctx.broker.groups.delete_offsets(request.group_id, wanted)
@@ -35,7 +35,7 @@ async def offset_delete(ctx, request):
         for p in topic.partitions:
             partitions.append({"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]})
     return {
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "throttle_time": 0,
         "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()],
     }

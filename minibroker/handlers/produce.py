@@ -35,20 +35,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    INVALID_RECORD,
-    INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION,
-    INVALID_TXN_STATE,
-    KAFKA_STORAGE_ERROR,
-    MESSAGE_TOO_LARGE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    broker_owned,
-    log_storage_error as log_error,
-)
+from minibroker.handlers.common import broker_owned, error_answer
+from protocol.errors import ErrorCode
 from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
-from storage.errors import storage_error_message
 from storage.producer_state import SEQUENCE_SPACE
 
 HELD_PER_CONNECTION = 256
@@ -103,13 +92,13 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
     """Check and append one partition's records (`conn`: the Connection they came on)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if log is None:
-        return PartitionOutcome(_partition_result(partition_index, UNKNOWN_TOPIC_OR_PARTITION))
+        return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))
     if not records:
-        return PartitionOutcome(_partition_result(partition_index, INVALID_RECORD, "no records"))
+        return PartitionOutcome(_partition_result(partition_index, ErrorCode.invalid_record, "no records"))
     if len(records) > log.config.max_message_bytes:
         return PartitionOutcome(_partition_result(
             partition_index,
-            MESSAGE_TOO_LARGE,
+            ErrorCode.message_too_large,
             f"batch of {len(records)} bytes exceeds max.message.bytes {log.config.max_message_bytes}",
         ))
     config = log.config
@@ -124,7 +113,7 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
     if header.is_transactional:
         return PartitionOutcome(_partition_result(
-            partition_index, INVALID_TXN_STATE, "transactions are not supported by minibroker"
+            partition_index, ErrorCode.invalid_txn_state, "transactions are not supported by minibroker"
         ), header=header)
     pid_new = None
     if header.has_producer_id:
@@ -153,14 +142,13 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
     except OSError as exc:
         # Disk full, read-only, out of descriptors: nothing was appended (the log rolls a failed
         # write back), so the client may retry; the next append tries the disk again.
-        message = storage_error_message(exc)
-        log_error("%s-%d: %s", topic.name, partition_index, message)
-        return PartitionOutcome(_partition_result(partition_index, KAFKA_STORAGE_ERROR, message), 0, header, pid_new)
+        code, message = error_answer(broker, exc, f"{topic.name}-{partition_index}")
+        return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, pid_new)
     if isinstance(result, dict):
         return PartitionOutcome({"index": partition_index, **result}, 0, header, pid_new)
     return PartitionOutcome(_partition_result(
         partition_index,
-        0,
+        ErrorCode.none,
         base_offset=result.base_offset,
         log_append_time=result.log_append_time_ms,
         log_start_offset=result.log_start_offset,
@@ -182,13 +170,13 @@ async def produce(ctx, request):
         if injected is not None:
             partitions = [_partition_result(p.index, injected.error_code, "injected fault") for p in topic_data.partition_data]
         elif acks not in (0, 1, -1):
-            partitions = [_partition_result(p.index, INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
+            partitions = [_partition_result(p.index, ErrorCode.invalid_required_acks) for p in topic_data.partition_data]
         elif topic is None and name is None:
-            partitions = [_partition_result(p.index, UNKNOWN_TOPIC_ID) for p in topic_data.partition_data]
+            partitions = [_partition_result(p.index, ErrorCode.unknown_topic_id) for p in topic_data.partition_data]
         elif topic is not None and broker_owned(topic.name):
             # Kafka's ReplicaManager: "Cannot append to internal topic" (InvalidTopicException).
             message = f"Cannot append to internal topic {topic.name}"
-            partitions = [_partition_result(p.index, INVALID_TOPIC_EXCEPTION, message) for p in topic_data.partition_data]
+            partitions = [_partition_result(p.index, ErrorCode.invalid_topic_exception, message) for p in topic_data.partition_data]
         else:
             partitions = []
             for p in topic_data.partition_data:

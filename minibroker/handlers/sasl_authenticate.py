@@ -11,21 +11,20 @@ session_lifetime is 0: no re-authentication (KIP-368 off, Kafka's default).
 
 from minibroker.handlers import handler
 from minibroker.sasl import SaslAuthenticationFailed
+from protocol.errors import ErrorCode
 
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
 
 
 @handler(36, 0, 2)
 async def sasl_authenticate(ctx, request):
     conn = ctx.connection
     if conn.authenticated or conn.sasl is None:
-        return _answer(ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication")
+        return _answer(ErrorCode.illegal_sasl_state, "SaslAuthenticate request received after successful authentication")
     try:
         token = conn.sasl.evaluate(bytes(request.auth_bytes))
     except SaslAuthenticationFailed as exc:
         ctx.close_connection = True
-        return _answer(SASL_AUTHENTICATION_FAILED, str(exc))
+        return _answer(ErrorCode.sasl_authentication_failed, str(exc))
     if conn.sasl.complete:
         conn.principal = f"User:{conn.sasl.user}"
         conn.authenticated = True

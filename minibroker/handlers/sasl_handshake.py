@@ -10,9 +10,8 @@ clients) is not served: no client in the suite sends it (see minibroker.sasl).
 
 from minibroker.handlers import handler
 from minibroker.sasl import SaslSession
+from protocol.errors import ErrorCode
 
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
 
 
 @handler(17, 1, 1)
@@ -20,12 +19,12 @@ async def sasl_handshake(ctx, request):
     conn = ctx.connection
     enabled = ctx.broker.sasl_users.mechanisms
     if conn.authenticated:
-        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": ()}
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
     if conn.sasl is not None:
         ctx.close_connection = True
-        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": enabled}
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled}
     if request.mechanism not in enabled:
         ctx.close_connection = True
-        return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
     conn.sasl = SaslSession(request.mechanism, ctx.broker.sasl_users.new_server(request.mechanism))
-    return {"error_code": 0, "mechanisms": enabled}
+    return {"error_code": ErrorCode.none, "mechanisms": enabled}
