@@ -22,21 +22,22 @@ from typing import Any
 import trio
 
 from minibroker.cluster import ClusterView
-from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles
+from minibroker.client_quotas import BrokerQuotas
 from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups import GroupCoordinator
-from minibroker.handlers import REGISTRY, Handler, load_all
+from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
-from minibroker.sasl import UserStore, allowed_before_authentication
+from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
+from protocol.records import BatchHeader
 from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
@@ -56,7 +57,7 @@ from protocol.messages import (
 from storage.errors import DamagedFileError, storage_error_message
 from storage.file_cache import FileCache
 from storage.lock import DataDirLock
-from storage.log import write_atomically
+from storage.log import PartitionLog, write_atomically
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 
@@ -96,7 +97,8 @@ class RequestContext:
     connection: Connection
     header: RequestHeader
     schema: ApiSchema
-    received_at: float  # trio clock
+    handler: Handler
+    received_at: float  # the broker clock's monotonic reading
     close_connection: bool = False  # close after this response (a failed SASL exchange)
 
     @property
@@ -130,14 +132,21 @@ class Response:
     close: bool = False  # close the connection once the response is sent
 
 
-def _own_throttle_ms(result: dict) -> int:
-    """The throttle time a handler put in its response itself (ms), 0 when none."""
-    own = result.get("throttle_time", 0)
-    return own if type(own) is int and own > 0 else 0
-
-
 class StartupError(Exception):
     """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What `Broker.append_checked` made of one produced batch: appended (NONE, with the offset of its
+    first record), or answered from producer state without appending (a duplicate, with the original
+    offsets; an out-of-order sequence; a fenced epoch)."""
+
+    error_code: ErrorCode
+    base_offset: int  # -1 when nothing is known
+    log_append_time_ms: int  # for LogAppendTime topics, else -1 (ProduceResponse's)
+    log_start_offset: int
+    error_message: str | None = None
 
 
 def _prepare_data_dir(data_dir: Path) -> None:
@@ -375,7 +384,8 @@ class Broker:
         handler = self.handlers.get(api_key)
         if handler is None:
             raise UnknownApiKeyError(f"unknown api key {api_key}")
-        if not conn.authenticated and api_key not in allowed_before_authentication(conn.sasl):
+        if not conn.authenticated and handler.sasl_phase is not (
+                SaslPhase.HANDSHAKE if conn.sasl is None else SaslPhase.AUTHENTICATE):
             # Kafka's IllegalSaslStateException: the connection is closed.
             raise ProtocolError(f"unexpected {handler.name} request during SASL authentication")
         if not handler.min_version <= version <= handler.max_version:
@@ -392,16 +402,16 @@ class Broker:
             conn.client_id = header.client_id
         if trailing:
             self._note_trailing_bytes(conn, handler.name, version, trailing)
-        ctx = RequestContext(self, conn, header, schema, self.clock.monotonic())
+        ctx = RequestContext(self, conn, header, schema, handler, self.clock.monotonic())
         self.metrics.requests[handler.name] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated:
-            mark = self.audit.mark() if self.audit is not None else -1
-            return await self._handle_with_quotas(ctx, handler.handle, request, len(frame), mark)
-        result = await handler.handle(ctx, request)
-        if result is None:
+            mark = self.audit.mark() if self.audit is not None and handler.audited else -1
+            return await self._handle_with_quotas(ctx, request, len(frame), mark)
+        reply = await handler.handle(ctx, request)
+        if reply is None:
             return Response(None, close=ctx.close_connection)
-        return self._response(ctx, self._encode(ctx, result), _own_throttle_ms(result))
+        return self._response(ctx, self._encode(ctx, reply.body, reply.throttle_ms), reply.throttle_ms)
 
     def _note_trailing_bytes(self, conn: Connection, api: str, version: int, count: int) -> None:
         """Bytes after a well-formed body are ignored, as Kafka ignores them: counted, and logged once
@@ -412,54 +422,60 @@ class Broker:
             log.debug("%s (client id %r) sent %s v%d with %d byte(s) after the body; ignored",
                       conn.peer, conn.client_id, api, version, count)
 
-    async def _handle_with_quotas(self, ctx: RequestContext, handle, request, request_size: int,
+    async def _handle_with_quotas(self, ctx: RequestContext, request: Any, request_size: int,
                                   audit_mark: int = -1) -> Response:
-        """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas)."""
+        """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas):
+        the request time, and the byte rate its handler registered (minibroker.handlers.ByteRate)."""
         quotas = self.quotas
         conn = ctx.connection
+        handler = ctx.handler
         timed = quotas.request.quotas_enabled  # only the request quota needs the CPU time
         if timed:
             quotas.mark_request_start(conn)
-        result = await handle(ctx, request)
-        api_key = ctx.schema.api_key
-        data = self._encode(ctx, result) if api_key == FETCH_KEY and result is not None else None
+        reply = await handler.handle(ctx, request)
+        byte_rate = handler.byte_rate
+        data = None
+        if byte_rate is ByteRate.FETCH and reply is not None:  # charged by the response's size
+            data = self._encode(ctx, reply.body, reply.throttle_ms)
         now_ms = self.clock.monotonic_ms()
         user, client_id = conn.quota_user, ctx.client_id
         request_ms = 0
-        if timed and not (api_key == PRODUCE_KEY and request.acks == 0):
+        if timed and reply is not None:
             # This request's CPU so far (read, decode, handle); the rest once it is sent (KIP-124).
+            # A request without a response (acks=0) is exempt (Kafka's sendNoOpResponseExemptThrottle).
             request_ms = quotas.charge_request_time(conn, user, client_id, now_ms)
         bandwidth, bandwidth_ms = None, 0
-        if api_key == PRODUCE_KEY:
+        if byte_rate is ByteRate.PRODUCE:
             bandwidth = quotas.produce
             bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(user, client_id, request_size, now_ms)
-        elif data is not None:
+        elif data is not None and reply is not None and handler.throttled_body is not None:
             bandwidth = quotas.fetch
             bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(user, client_id, len(data), now_ms)
             if bandwidth_ms or request_ms:
                 # Nothing is returned, so nothing may count: an empty response with the throttle time.
                 bandwidth.unrecord_quota_sensor(user, client_id, len(data), now_ms)
-                result = {**result, "error_code": 0, "responses": ()}
+                reply = Reply(handler.throttled_body(reply.body), reply.throttle_ms)
                 data = None
         throttle_ms, bandwidth_charged = combine_throttle_time_ms(bandwidth_ms, request_ms)
         if throttle_ms:
             charged = bandwidth if bandwidth_charged and bandwidth is not None else quotas.request
             charged.record_throttle_time(user, client_id, throttle_ms, now_ms)
-            if audit_mark >= 0:
-                quota = "request_percentage" if charged is quotas.request else (
-                    "producer_byte_rate" if api_key == PRODUCE_KEY else "consumer_byte_rate")
-                self.audit.amend(audit_mark, throttle_ms, quota, emptied=api_key == FETCH_KEY)
-        if result is None:  # acks=0: no response, but the connection still waits out its byte rate
+            if audit_mark >= 0 and self.audit is not None:
+                quota = byte_rate.value if charged is not quotas.request and byte_rate else "request_percentage"
+                self.audit.amend(audit_mark, throttle_ms, quota, emptied=handler.throttled_body is not None)
+        if reply is None:  # acks=0: no response, but the connection still waits out its byte rate
             return Response(None, bandwidth_ms, True, ctx.close_connection)
         # A throttle the handler set itself (a quota it enforces, e.g. producer ids) counts too.
-        throttle_ms = max(throttle_ms, _own_throttle_ms(result))
+        throttle_ms = max(throttle_ms, reply.throttle_ms)
         if data is None or throttle_ms:
-            data = self._encode(ctx, {**result, "throttle_time": throttle_ms})
+            data = self._encode(ctx, reply.body, throttle_ms)
         return self._response(ctx, data, throttle_ms)
 
-    def _encode(self, ctx: RequestContext, result: dict) -> bytes:
+    def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes:
+        """The response frame: `body` with the throttle time, in the request's version."""
         schema = ctx.schema
-        return encode_response(schema, ctx.header.correlation_id, build(schema.response, result),
+        return encode_response(schema, ctx.header.correlation_id,
+                               build(schema.response, {**body, "throttle_time": throttle_ms}),
                                self.response_tags.get(schema.api_key))
 
     def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
@@ -467,7 +483,7 @@ class Broker:
         schema = ctx.schema
         if ctx.close_connection:  # a failed SASL exchange: answer late, then close (Kafka)
             return Response(data, self.config["connection.failed.authentication.delay.ms"], False, True)
-        return Response(data, throttle_ms, client_throttles(schema.api_key, schema.version))
+        return Response(data, throttle_ms, ctx.handler.client_throttles(schema.version))
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """KIP-511: UNSUPPORTED_VERSION plus our ranges, in ApiVersions v0 (header v0) form."""
@@ -483,32 +499,31 @@ class Broker:
 
     # ---- helpers shared by handlers ----------------------------------------------------------
 
-    def append_checked(self, topic: str, partition: int, log, header, records, now_ms: int):
+    def append_checked(self, topic: str, partition: int, log: PartitionLog, header: BatchHeader,
+                       records: bytes, now_ms: int) -> AppendOutcome:
         """Append one checked batch and wake the fetches waiting on its partition.
 
         A batch with a producer id is first validated against the partition's producer state; a
-        duplicate or out-of-sequence batch is answered without being appended (a dict with the
-        error code and, for a duplicate, the original offsets).
+        duplicate or out-of-sequence batch is answered without being appended (its error code and,
+        for a duplicate, the original offsets).
         """
         psm = None
         if header.has_producer_id:
             psm = self.producer_states.manager(topic, partition, log, now_ms)
             verdict = psm.check(header)
             if not verdict.should_append:
-                base_offset = verdict.duplicate_of[0] if verdict.duplicate_of else -1
-                return {
-                    "error_code": verdict.error_code,
-                    "error_message": verdict.message or None,
-                    "base_offset": base_offset,
-                    "log_append_time": -1,
-                    "log_start_offset": log.log_start_offset,
-                    "record_errors": (),
-                }
+                return AppendOutcome(
+                    ErrorCode(verdict.error_code),
+                    verdict.duplicate_of[0] if verdict.duplicate_of else -1,
+                    -1,
+                    log.log_start_offset,
+                    verdict.message or None,
+                )
         result = log.append(records, now_ms)
         if psm is not None:
             self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
-        return result
+        return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
 
     def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
         """This broker as clients of `listener` must reach it (the first listener by default)."""

@@ -24,10 +24,13 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
   outside KafkaApis) and acks=0 produces (Kafka skips their request quota). ApiVersions on an
   authenticated connection is throttled as in Kafka (KafkaApis.handleApiVersionsRequest uses
   sendResponseMaybeThrottle).
-- KIP-219: from the versions in CLIENT_THROTTLES_FROM on, the response goes out at once and the
-  client waits by itself (the broker mutes the connection anyway); for older versions, and for APIs
-  whose clients never throttle themselves (Kafka's AbstractResponse default), the broker holds the
-  response back for the throttle time.
+- KIP-219: from the version each handler registers (`client_throttles_from`, Kafka's
+  shouldClientThrottle) the response goes out at once and the client waits by itself (the broker
+  mutes the connection anyway); for older versions, and for APIs whose clients never throttle
+  themselves (Kafka's AbstractResponse default), the broker holds the response back for the
+  throttle time.
+- Which byte-rate quota an API is charged to is registered with its handler too
+  (minibroker.handlers.ByteRate): Produce's request size, Fetch's response size.
 """
 
 from __future__ import annotations
@@ -63,55 +66,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 QUOTA_STORE_FILE = "client-quotas.json"
-
-PRODUCE_KEY = 0
-FETCH_KEY = 1
-
-# First response version whose client throttles itself (KIP-219); Kafka's shouldClientThrottle.
-CLIENT_THROTTLES_FROM: dict[int, int] = {
-    0: 6,  # Produce
-    1: 8,  # Fetch
-    2: 3,  # ListOffsets
-    3: 6,  # Metadata
-    8: 4,  # OffsetCommit
-    9: 4,  # OffsetFetch
-    10: 2,  # FindCoordinator
-    11: 3,  # JoinGroup
-    12: 2,  # Heartbeat
-    13: 2,  # LeaveGroup
-    14: 2,  # SyncGroup
-    15: 2,  # DescribeGroups
-    16: 2,  # ListGroups
-    18: 2,  # ApiVersions
-    19: 3,  # CreateTopics
-    20: 2,  # DeleteTopics
-    21: 1,  # DeleteRecords
-    22: 1,  # InitProducerId
-    32: 2,  # DescribeConfigs
-    33: 1,  # AlterConfigs
-    34: 1,  # AlterReplicaLogDirs
-    35: 1,  # DescribeLogDirs
-    37: 1,  # CreatePartitions
-    42: 1,  # DeleteGroups
-    43: 0,  # ElectLeaders
-    44: 0,  # IncrementalAlterConfigs
-    45: 0,  # AlterPartitionReassignments
-    46: 0,  # ListPartitionReassignments
-    47: 0,  # OffsetDelete
-    50: 0,  # DescribeUserScramCredentials
-    51: 0,  # AlterUserScramCredentials
-    75: 0,  # DescribeTopicPartitions
-}
-
-
-def client_throttles(api_key: int, version: int) -> bool:
-    """Whether a client honours `throttle_time` in this response itself (else the broker delays it).
-
-    DescribeCluster, DescribeClientQuotas, AlterClientQuotas and ListConfigResources keep Kafka's
-    default (False)."""
-    first = CLIENT_THROTTLES_FROM.get(api_key)
-    return first is not None and version >= first
-
 
 class TaskClock(trio.abc.Instrument):
     """The thread CPU time each watched task has cost, scheduler overhead included.

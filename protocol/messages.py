@@ -115,6 +115,14 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
     return min(versions), max(versions)
 
 
+def api_name(api_key: int) -> str:
+    """Kafka's name for an API kio knows ("Produce", "InitProducerId"): its request class's name."""
+    versions = kio_versions(api_key)
+    if versions is None:
+        raise UnknownApiKeyError(f"unknown api key {api_key}")
+    return load_request_schema(api_key, versions[1]).__name__.removesuffix("Request")
+
+
 @dataclass(frozen=True, slots=True)
 class ApiSchema:
     api_key: int

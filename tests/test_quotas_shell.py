@@ -18,8 +18,9 @@ import trio.testing
 from kio.index import load_response_schema
 
 from minibroker.broker import Broker, Connection
-from minibroker.client_quotas import CLIENT_THROTTLES_FROM, TaskClock, client_throttles
+from minibroker.client_quotas import TaskClock
 from minibroker.config import BrokerConfig, ConfigError
+from minibroker.handlers import Reply, load_all
 from minibroker.server import serve_connection
 from protocol.entities import build
 from protocol.messages import read_entity
@@ -99,20 +100,21 @@ def throttle_of(response) -> int:
 ])
 def test_which_versions_throttle_themselves(api_key, version, expected):
     """Kafka's shouldClientThrottle per response: from those versions the broker answers at once."""
-    assert client_throttles(api_key, version) is expected
+    assert load_all()[api_key].client_throttles(version) is expected
 
 
-def test_the_table_covers_every_api_the_broker_serves_with_a_throttle_time(tmp_path):
-    """Every served API with a throttle_time field is either in the table or deliberately absent."""
+def test_every_api_the_broker_serves_with_a_throttle_time_registers_when_its_clients_throttle(tmp_path):
+    """Every served API with a throttle_time field registers the version from which its clients
+    throttle themselves, or is deliberately left at Kafka's default."""
+    from protocol.messages import api_schema
+
     broker = new_broker(tmp_path)
     never = {60, 48, 49, 74}  # Kafka's AbstractResponse default: the broker always delays these
     for key, h in broker.handlers.items():
-        from protocol.entities import has_field
-        from protocol.messages import api_schema
-
-        if not has_field(api_schema(key, h.max_version).response, "throttle_time"):
+        fields = {f.name for f in dataclasses.fields(api_schema(key, h.max_version).response)}
+        if "throttle_time" not in fields:
             continue  # SASL, DescribeQuorum: their responses carry no throttle time
-        assert key in CLIENT_THROTTLES_FROM or key in never, h.name
+        assert h.client_throttles_from is not None or key in never, h.name
     broker.close()
 
 
@@ -467,7 +469,7 @@ def test_a_throttle_the_handler_sets_itself_also_mutes(tmp_path):
     real = broker.handlers[3].handle
 
     async def throttling_metadata(ctx, request):
-        return {**await real(ctx, request), "throttle_time": 250}
+        return Reply((await real(ctx, request)).body, throttle_ms=250)
 
     broker.handlers = {**broker.handlers, 3: dataclasses.replace(broker.handlers[3], handle=throttling_metadata)}
     frame = simple_frame(3, 12, "x", topics=[], allow_auto_topic_creation=False,

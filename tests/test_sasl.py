@@ -199,11 +199,11 @@ def test_plain_server(token, message):
             server.evaluate(token)
 
 
-def test_session_remembers_failure():
+def test_a_failed_session_is_not_complete_and_has_no_user():
     session = SaslSession("PLAIN", PlainServer(UserStore({"alice": "secret"}, ("PLAIN",))))
     with pytest.raises(SaslAuthenticationFailed):
         session.evaluate(b"\0alice\0nope")
-    assert session.failed and not session.complete and session.user is None
+    assert not session.complete and session.user is None
 
 
 # ---- configuration -------------------------------------------------------------------------------

@@ -14,8 +14,15 @@ On one broker the only valid target is this broker, which already holds every pa
 valid request changes nothing; with several brokers the cluster view would start the move here.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_change: bool):
@@ -46,8 +53,8 @@ def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_c
     return ErrorCode.none, None
 
 
-@handler(45, 0, 1)
-async def alter_partition_reassignments(ctx, request):
+@handler(45, 0, 1, client_throttles_from=0)
+async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Reply:
     cluster = ctx.broker.cluster
     allow_rf_change = getattr(request, "allow_replication_factor_change", True)
     responses = []
@@ -57,10 +64,9 @@ async def alter_partition_reassignments(ctx, request):
             code, message = check_reassignment(cluster, topic.name, p.partition_index, p.replicas, allow_rf_change)
             partitions.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
         responses.append({"name": topic.name, "partitions": partitions})
-    return {
-        "throttle_time": 0,
+    return Reply({
         "allow_replication_factor_change": allow_rf_change,
         "error_code": ErrorCode.none,
         "error_message": None,
         "responses": responses,
-    }
+    })

@@ -12,9 +12,16 @@ A partition named twice answers once, for the last directory given (Kafka reads 
 map). v0, which Kafka 4 removed, is not in kio.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.describe_log_dirs import log_dir
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 MAX_DIR_NAME = 255
 FUTURE_SUFFIX_LENGTH = 1 + 32 + len("-future")  # ".<uuid hex>-future" after "<topic>-<partition>"
@@ -30,8 +37,8 @@ def move_replica(broker, topic: str, partition: int, destination: str) -> int:
     return 0
 
 
-@handler(34, 0, 2)
-async def alter_replica_log_dirs(ctx, request):
+@handler(34, 0, 2, client_throttles_from=1)
+async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     destinations: dict[tuple[str, int], str] = {}
     for d in request.dirs:
@@ -42,5 +49,4 @@ async def alter_replica_log_dirs(ctx, request):
     for (topic, partition), destination in destinations.items():
         by_topic.setdefault(topic, []).append(
             {"partition_index": partition, "error_code": move_replica(broker, topic, partition, destination)})
-    return {"throttle_time": 0,
-            "results": [{"topic_name": name, "partitions": parts} for name, parts in by_topic.items()]}
+    return Reply({"results": [{"topic_name": name, "partitions": parts} for name, parts in by_topic.items()]})

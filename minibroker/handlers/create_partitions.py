@@ -19,11 +19,18 @@ callback's cluster metadata hangs there); Metadata, DescribeTopicPartitions and 
 (DescribeQuorum's modelled metadata log) see the new count at once.
 """
 
+from __future__ import annotations
+
 import logging
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from protocol.errors import ApiError, ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +89,8 @@ def _create(broker, topic, validate_only: bool) -> None:
         log.info("topic %s: %d partition(s), was %d", topic.name, topic.count, info.num_partitions)
 
 
-@handler(37, 0, 3)
-async def create_partitions(ctx, request):
+@handler(37, 0, 3, client_throttles_from=1)
+async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
@@ -98,4 +105,4 @@ async def create_partitions(ctx, request):
             results.append({"name": topic.name, "error_code": refused.code, "error_message": refused.message})
         else:
             results.append({"name": topic.name, "error_code": ErrorCode.none, "error_message": None})
-    return {"throttle_time": 0, "results": results}
+    return Reply({"results": results})

@@ -15,12 +15,19 @@ a topic that would take the broker past max.broker.partitions is POLICY_VIOLATIO
 naming the limit, after its other checks (so a bad name is still INVALID_TOPIC_EXCEPTION).
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer, log
 from minibroker.handlers.describe_configs import topic_config_entries
 from minibroker.limits import MAX_PARTITIONS_PER_REQUEST, over_cap_message, partitions_in_use
 from protocol.errors import ApiError, ErrorCode
 from storage.manager import TopicExistsError
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 def _result(name, code, message=None, info=None, replication_factor=-1, configs=None) -> dict:
@@ -96,12 +103,12 @@ def _requested_partitions(topics, default: int) -> int:
     return total
 
 
-@handler(19, 2, 7)
-async def create_topics(ctx, request):
+@handler(19, 2, 7, client_throttles_from=3)
+async def create_topics(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     if _requested_partitions(request.topics, broker.config["num.partitions"]) > MAX_PARTITIONS_PER_REQUEST:
         message = "Excessively large number of partitions per request."
-        return {"throttle_time": 0, "topics": [_result(t.name, ErrorCode.policy_violation, message) for t in request.topics]}
+        return Reply({"topics": [_result(t.name, ErrorCode.policy_violation, message) for t in request.topics]})
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
@@ -112,7 +119,7 @@ async def create_topics(ctx, request):
             results.append(_result(topic.name, ErrorCode.invalid_request, "Create topics request from client contains a duplicate topic"))
         else:
             results.append(_create_one(broker, topic, request.validate_only, in_use))
-    return {"throttle_time": 0, "topics": results}
+    return Reply({"topics": results})
 
 
 __all__ = ["create_topics"]

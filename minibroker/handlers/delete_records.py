@@ -13,10 +13,17 @@ one it falls in once the segment is no longer active. From then on a fetch below
 OFFSET_OUT_OF_RANGE and ListOffsets EARLIEST answers it; a fetch parked on the partition is woken.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from protocol.errors import ApiError, ErrorCode
 from storage.config import is_internal
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 
@@ -41,8 +48,8 @@ def _delete(broker, topic: str, partition: int, offset: int) -> tuple[int, int]:
     return ErrorCode.none, low_watermark
 
 
-@handler(21, 0, 2)
-async def delete_records(ctx, request):
+@handler(21, 0, 2, client_throttles_from=1)
+async def delete_records(ctx: RequestContext, request: Any) -> Reply:
     topics = []
     for topic in request.topics:
         partitions = []
@@ -51,4 +58,4 @@ async def delete_records(ctx, request):
             partitions.append({"partition_index": p.partition_index, "low_watermark": low_watermark,
                                "error_code": code})
         topics.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return Reply({"topics": topics})

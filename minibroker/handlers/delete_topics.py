@@ -8,13 +8,20 @@ topic would drop every group's committed offsets. (kafka-topics.sh refuses inter
 way, client-side; a KRaft controller would delete them.)
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import broker_owned, error_answer, log
 from protocol.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
-@handler(20, 1, 6)
-async def delete_topics(ctx, request):
+
+@handler(20, 1, 6, client_throttles_from=2)
+async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     wanted = []
     if hasattr(request, "topic_names"):
@@ -45,4 +52,4 @@ async def delete_topics(ctx, request):
             broker.fetch_purgatory.check_and_complete((info.name, partition))
         log.info("deleted topic %s", info.name)
         results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.none, "error_message": None})
-    return {"throttle_time": 0, "responses": results}
+    return Reply({"responses": results})

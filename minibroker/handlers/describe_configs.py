@@ -14,9 +14,13 @@ the resource named "" lists the cluster-wide dynamic defaults only, as Kafka. An
 INVALID_REQUEST. configuration_keys filters (null or empty: everything).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from minibroker.config import BROKER_CONFIGS
 from minibroker.dynamic_config import DYNAMIC_KEYS, STATIC_DEFAULTS
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
 from protocol.errors import ErrorCode
 from storage.config import (
     BROKER_LOG_KEYS,
@@ -29,6 +33,9 @@ from storage.config import (
     describe,
     validate_topic_name,
 )
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 CONFIG_TYPE_UNKNOWN = 0
@@ -116,8 +123,8 @@ def _broker_resource_error(broker, name: str) -> str | None:
     return None
 
 
-@handler(32, 1, 4)
-async def describe_configs(ctx, request):
+@handler(32, 1, 4, client_throttles_from=2)
+async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     results = []
@@ -148,4 +155,4 @@ async def describe_configs(ctx, request):
         if keys and result["configs"]:
             result["configs"] = [c for c in result["configs"] if c["name"] in keys]
         results.append(result)
-    return {"throttle_time": 0, "results": results}
+    return Reply({"results": results})

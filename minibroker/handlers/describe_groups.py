@@ -8,9 +8,14 @@ every group operation (READ, DELETE, DESCRIBE).
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
 
@@ -21,8 +26,8 @@ def _dead(group_id: str, error: ErrorCode = ErrorCode.none, message: str | None 
             "authorized_operations": NO_AUTHORIZED_OPERATIONS}
 
 
-@handler(15, 0, 6)
-async def describe_groups(ctx, request):
+@handler(15, 0, 6, client_throttles_from=2)
+async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.broker.groups
     operations = (GROUP_ALL_OPERATIONS if getattr(request, "include_authorized_operations", False)
                   else NO_AUTHORIZED_OPERATIONS)
@@ -53,4 +58,4 @@ async def describe_groups(ctx, request):
             ],
             "authorized_operations": operations,
         })
-    return {"throttle_time": 0, "groups": described}
+    return Reply({"groups": described})

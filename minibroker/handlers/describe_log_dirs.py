@@ -12,11 +12,18 @@ kafka-python infers the Kafka release a broker emulates from the versions it ser
 v5 is its mark of Kafka 4.3.
 """
 
+from __future__ import annotations
+
 import os
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 def log_dir(broker) -> str:
@@ -32,8 +39,8 @@ def _volume_bytes(path: str) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-@handler(35, 0, 5)
-async def describe_log_dirs(ctx, request):
+@handler(35, 0, 5, client_throttles_from=1)
+async def describe_log_dirs(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     if request.topics is None:
         wanted = None
@@ -62,4 +69,4 @@ async def describe_log_dirs(ctx, request):
         "usable_bytes": usable,
         "is_cordoned": False,
     }
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]}
+    return Reply({"error_code": ErrorCode.none, "results": [result]})

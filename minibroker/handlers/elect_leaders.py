@@ -12,8 +12,15 @@ The cluster view says who leads: on one broker every partition is led by its onl
 replica, so no election is ever needed.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 PREFERRED, UNCLEAN = 0, 1
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
@@ -35,15 +42,15 @@ def _result(topic: str, partitions: list[dict]) -> dict:
     return {"topic": topic, "partition_result": partitions}
 
 
-@handler(43, 0, 2)
-async def elect_leaders(ctx, request):
+@handler(43, 0, 2, client_throttles_from=0)
+async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     election_type = getattr(request, "election_type", PREFERRED)  # v0 elects the preferred replica
     if election_type not in (PREFERRED, UNCLEAN):
         message = f"Unknown election type {election_type}"
         results = [_result(t.topic, [{"partition_id": p, "error_code": ErrorCode.invalid_request, "error_message": message}
                                      for p in t.partitions]) for t in request.topic_partitions or ()]
-        return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "replica_election_results": results}
+        return Reply({"error_code": ErrorCode.invalid_request, "replica_election_results": results})
     results = []
     if request.topic_partitions is None:
         for info in broker.logs.topics():
@@ -60,4 +67,4 @@ async def elect_leaders(ctx, request):
                 code, message = elect(broker.cluster, t.topic, p, election_type)
                 partitions.append({"partition_id": p, "error_code": code, "error_message": message})
             results.append(_result(t.topic, partitions))
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "replica_election_results": results}
+    return Reply({"error_code": ErrorCode.none, "replica_election_results": results})

@@ -13,13 +13,18 @@ partition answers KAFKA_STORAGE_ERROR for that partition.
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import ByteRate, Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.purgatory import DelayedOperation
 from protocol.entities import to_ms
 from protocol.errors import ErrorCode
 from protocol.records import iter_headers
 from storage.log import OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 class _FetchPlan:
@@ -89,7 +94,8 @@ class _FetchPlan:
         return topics
 
 
-def _partition(index: int, code: int, high_watermark: int = -1, log_start: int = -1, records: bytes = b"") -> dict:
+def _partition(index: int, code: int, high_watermark: int = -1, log_start: int = -1,
+               records: bytes = b"") -> dict[str, Any]:
     return {
         "partition_index": index,
         "error_code": code,
@@ -100,6 +106,12 @@ def _partition(index: int, code: int, high_watermark: int = -1, log_start: int =
         "preferred_read_replica": -1,
         "records": records,
     }
+
+
+def empty_response(body: dict[str, Any]) -> dict[str, Any]:
+    """A Fetch a client quota throttles is answered with no records (Kafka's KafkaApis): what is not
+    returned does not count against the quota."""
+    return {**body, "error_code": ErrorCode.none, "responses": ()}
 
 
 class DelayedFetch(DelayedOperation):
@@ -114,8 +126,8 @@ class DelayedFetch(DelayedOperation):
         return False
 
 
-@handler(1, 4, 18)
-async def fetch(ctx, request):
+@handler(1, 4, 18, client_throttles_from=8, byte_rate=ByteRate.FETCH, throttled_body=empty_response, audited=True)
+async def fetch(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     plan = _FetchPlan(broker, request)
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
@@ -129,10 +141,10 @@ async def fetch(ctx, request):
     responses = plan.read(max_bytes)
     if broker.audit is not None:
         _audit(ctx, plan, responses)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
+    return Reply({"error_code": ErrorCode.none, "session_id": 0, "responses": responses})
 
 
-def _audit(ctx, plan: _FetchPlan, responses: list[dict]) -> None:
+def _audit(ctx: RequestContext, plan: _FetchPlan, responses: list[dict[str, Any]]) -> None:
     """One audit event per fetched partition (batch headers only: the records are not decoded).
     Fetches of the audit topic itself are left out, so its readers do not feed it."""
     now_ms = ctx.broker.clock.now_ms()

@@ -6,13 +6,20 @@ epoch is fenced (see minibroker.producers.ProducerIds). Transactions are not sup
 transactional id is answered INVALID_REQUEST.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from protocol.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
-@handler(22, 0, 6)
-async def init_producer_id(ctx, request):
+
+@handler(22, 0, 6, client_throttles_from=1, audited=True)
+async def init_producer_id(ctx: RequestContext, request: Any) -> Reply:
     if request.transactional_id is not None:
         return _result(ErrorCode.invalid_request, -1, -1)
     now_ms = ctx.broker.clock.now_ms()
@@ -27,12 +34,11 @@ async def init_producer_id(ctx, request):
     return _result(code, pid, epoch)
 
 
-def _result(code: int, pid: int, epoch: int) -> dict:
-    return {
-        "throttle_time": 0,
+def _result(code: ErrorCode, pid: int, epoch: int) -> Reply:
+    return Reply({
         "error_code": code,
         "producer_id": pid,
         "producer_epoch": epoch,
         "ongoing_txn_producer_id": -1,
         "ongoing_txn_producer_epoch": -1,
-    }
+    })

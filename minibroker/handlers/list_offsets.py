@@ -15,9 +15,16 @@ timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partiti
 ReplicaManager.isListOffsetsTimestampUnsupported).
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 # The first ListOffsets version that may carry each special timestamp.
@@ -41,8 +48,8 @@ def _lookup(log, timestamp: int) -> tuple[int, int, int]:
     return (*found, LEADER_EPOCH) if found is not None else (-1, -1, -1)
 
 
-@handler(2, 1, 11)
-async def list_offsets(ctx, request):
+@handler(2, 1, 11, client_throttles_from=3)
+async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     topics = []
     for topic in request.topics:
@@ -67,4 +74,4 @@ async def list_offsets(ctx, request):
             partitions.append({"partition_index": p.partition_index, "error_code": ErrorCode.none,
                                "timestamp": ts, "offset": offset, "leader_epoch": epoch})
         topics.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return Reply({"topics": topics})

@@ -21,11 +21,15 @@ are marked is_internal; the audit topic `__minibroker_audit` is an ordinary topi
 (consumable by name or pattern, as any topic), though only the broker may write it.
 """
 
+from __future__ import annotations
+
 import logging
+
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import (
     NO_AUTHORIZED_OPERATIONS,
     TOPIC_ALL_OPERATIONS,
@@ -35,6 +39,9 @@ from minibroker.handlers.common import (
 from minibroker.limits import partitions_in_use
 from protocol.errors import ErrorCode
 from storage.config import InvalidTopicError, is_internal, validate_topic_name
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 log = logging.getLogger(__name__)
 YIELD_EVERY = 16  # auto-created topics between checkpoints
@@ -63,8 +70,8 @@ def topic_metadata(broker, info, include_ops: bool) -> dict:
     }
 
 
-@handler(3, 0, 13)
-async def metadata(ctx, request):
+@handler(3, 0, 13, client_throttles_from=6)
+async def metadata(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     include_ops = getattr(request, "include_topic_authorized_operations", False)
     allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config[
@@ -85,8 +92,7 @@ async def metadata(ctx, request):
                 topics.append(_by_name(broker, t.name, creation, include_ops, ctx.version))
                 await creation.maybe_yield()
             creation.log_refused(ctx.connection.peer)
-    return {
-        "throttle_time": 0,
+    return Reply({
         "brokers": [broker.broker_endpoint(ctx.connection.listener)],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.cluster.controller_id,
@@ -95,7 +101,7 @@ async def metadata(ctx, request):
         if getattr(request, "include_cluster_authorized_operations", False)
         else NO_AUTHORIZED_OPERATIONS,
         "error_code": ErrorCode.none,
-    }
+    })
 
 
 class _AutoCreation:

@@ -11,13 +11,18 @@ epoch; v7+ group.instance.id. Errors are per partition, as in Kafka.
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from protocol.entities import to_ms
 from protocol.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
-@handler(8, 2, 10)
-async def offset_commit(ctx, request):
+
+@handler(8, 2, 10, client_throttles_from=4)
+async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.broker.logs
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     answers = []  # (topic entry, [(partition, name or None, error or None)])
@@ -49,8 +54,7 @@ async def offset_commit(ctx, request):
         retention_ms=-1 if retention is None else to_ms(retention),
         version=ctx.version,
     )
-    return {
-        "throttle_time": 0,
+    return Reply({
         "topics": [
             {
                 "name": name,
@@ -62,4 +66,4 @@ async def offset_commit(ctx, request):
             }
             for name, topic_id, rows in answers
         ],
-    }
+    })

@@ -9,8 +9,13 @@ needs no waiting: there are no transactional offset commits here.
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 NO_OFFSET = -1
 
@@ -59,15 +64,15 @@ def fetch_group(broker, group_id: str, topics, by_id: bool) -> tuple[int, list[d
     return error, entries
 
 
-@handler(9, 1, 10)
-async def offset_fetch(ctx, request):
+@handler(9, 1, 10, client_throttles_from=4)
+async def offset_fetch(ctx: RequestContext, request: Any) -> Reply:
     batched = getattr(request, "groups", None)
     if batched is None:
         error, topics = fetch_group(ctx.broker, request.group_id, request.topics, by_id=False)
-        return {"throttle_time": 0, "error_code": error, "topics": topics}
+        return Reply({"error_code": error, "topics": topics})
     by_id = ctx.version >= 10
     answer = []
     for group in batched:
         error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id)
         answer.append({"group_id": group.group_id, "error_code": error, "topics": topics})
-    return {"throttle_time": 0, "groups": answer}
+    return Reply({"groups": answer})

@@ -32,19 +32,23 @@ silently lost. At most HELD_PER_CONNECTION entries per connection (the oldest go
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from minibroker.handlers import handler
+from minibroker.handlers import ByteRate, Reply, handler
 from minibroker.handlers.common import broker_owned, error_answer
 from protocol.errors import ErrorCode
 from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
 from storage.producer_state import SEQUENCE_SPACE
 
+if TYPE_CHECKING:
+    from minibroker.broker import Broker, Connection, RequestContext
+    from storage.manager import TopicInfo
+
 HELD_PER_CONNECTION = 256
 
 
 def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
-                      log_append_time: int = -1, log_start_offset: int = -1) -> dict:
+                      log_append_time: int = -1, log_start_offset: int = -1) -> dict[str, Any]:
     return {
         "index": index,
         "error_code": code,
@@ -57,7 +61,7 @@ def _partition_result(index: int, code: int, message: str | None = None, base_of
 
 
 class PartitionOutcome(NamedTuple):
-    response: dict
+    response: dict[str, Any]
     throttle_ms: int = 0  # producer-id quota throttle for this partition's batch
     header: BatchHeader | None = None
     pid_new: bool | None = None  # what the producer-id quota made of the batch's PID (None: not asked)
@@ -87,8 +91,8 @@ def _hold(conn, key: tuple, header: BatchHeader) -> None:
     held[key] = (header.producer_epoch, header.base_sequence)
 
 
-def append_partition(broker, topic, partition_index: int, records, now_ms: int, conn,
-                     version: int = 13) -> PartitionOutcome:
+def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: int, records: bytes | None,
+                     now_ms: int, conn: Connection, version: int = 13) -> PartitionOutcome:
     """Check and append one partition's records (`conn`: the Connection they came on)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if log is None:
@@ -144,23 +148,22 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
         # write back), so the client may retry; the next append tries the disk again.
         code, message = error_answer(broker, exc, f"{topic.name}-{partition_index}")
         return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, pid_new)
-    if isinstance(result, dict):
-        return PartitionOutcome({"index": partition_index, **result}, 0, header, pid_new)
     return PartitionOutcome(_partition_result(
         partition_index,
-        ErrorCode.none,
+        result.error_code,
+        result.error_message,
         base_offset=result.base_offset,
         log_append_time=result.log_append_time_ms,
         log_start_offset=result.log_start_offset,
     ), 0, header, pid_new)
 
 
-@handler(0, 3, 13)
-async def produce(ctx, request):
+@handler(0, 3, 13, client_throttles_from=6, byte_rate=ByteRate.PRODUCE, audited=True)
+async def produce(ctx: RequestContext, request: Any) -> Reply | None:
     broker = ctx.broker
     now_ms = broker.clock.now_ms()
     acks = request.acks
-    injected = broker.faults.before_request("Produce", ctx.client_id) if broker.faults.rules else None
+    injected = broker.faults.before_request(ctx.handler.api_name, ctx.client_id) if broker.faults.rules else None
     throttle_ms = 0
     responses = []
     for topic_data in request.topic_data:
@@ -188,4 +191,4 @@ async def produce(ctx, request):
         responses.append({"name": name, "topic_id": topic_id, "partition_responses": partitions})
     if acks == 0:
         return None
-    return {"responses": responses, "throttle_time": throttle_ms}
+    return Reply({"responses": responses}, throttle_ms)
