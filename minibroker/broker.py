@@ -57,7 +57,8 @@ from protocol.messages import (
 from storage.errors import DamagedFileError, storage_error_message
 from storage.file_cache import FileCache
 from storage.lock import DataDirLock
-from storage.log import PartitionLog, write_atomically
+from storage.files import write_atomically
+from storage.log import PartitionLog
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 

@@ -56,7 +56,7 @@ from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.rate import MetricConfig
 from storage.errors import storage_error_message
-from storage.log import write_atomically
+from storage.files import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.clock import BrokerClock

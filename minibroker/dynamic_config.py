@@ -48,7 +48,7 @@ from storage.config import (
     TOPIC_CONFIGS,
     BrokerLevels,
 )
-from storage.log import write_atomically
+from storage.files import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker

@@ -35,7 +35,7 @@ from typing import Iterable
 
 from minibroker.sasl import ScramCredential, UserStore
 from protocol.errors import ErrorCode
-from storage.log import write_atomically
+from storage.files import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from kio.serial._introspect import (
     get_schema_field_type,
 )
 
-from protocol.records import read_uvarint, write_uvarint
+from protocol.records.varint import read_uvarint, write_uvarint
 
 __all__ = ["RequestRejected", "checker"]
 

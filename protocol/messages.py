@@ -34,7 +34,7 @@ from kio.serial._introspect import get_field_tag
 from kio.static.primitive import i16, i32
 
 from protocol.guard import RequestRejected, checker
-from protocol.records import read_uvarint, write_uvarint
+from protocol.records.varint import read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
 _HEADER_FIXED = struct.Struct(">hhih")

@@ -30,7 +30,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     results = []
     for name, topic_id in wanted:
-        info = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        info = broker.logs.resolve(name, topic_id)
         if info is None:
             code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
             results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": None})

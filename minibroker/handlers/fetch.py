@@ -36,7 +36,7 @@ class _FetchPlan:
         for topic in request.topics:
             name = getattr(topic, "topic", None)
             topic_id = getattr(topic, "topic_id", None)
-            info = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+            info = broker.logs.resolve(name, topic_id)
             for p in topic.partitions:
                 log = broker.logs.log(info.name, p.partition) if info is not None else None
                 self.entries.append(

@@ -29,7 +29,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
     for topic in request.topics:
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
-        info = logs.topic(name) if name is not None else logs.topic_by_id(topic_id)
+        info = logs.resolve(name, topic_id)
         missing = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
         rows = []
         for p in topic.partitions:

@@ -51,7 +51,7 @@ def fetch_group(broker, group_id: str, topics, by_id: bool) -> tuple[int, list[d
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
         if name is None:
-            info = logs.topic_by_id(topic_id)
+            info = logs.resolve(None, topic_id)
             name = info.name if info is not None else None
         wanted = [(name, p) for p in topic.partition_indexes]
         found = groups.fetch_offsets(group_id, wanted) if name is not None and not error else [

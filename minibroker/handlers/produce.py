@@ -169,7 +169,7 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
-        topic = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        topic = broker.logs.resolve(name, topic_id)
         if injected is not None:
             partitions = [_partition_result(p.index, injected.error_code, "injected fault") for p in topic_data.partition_data]
         elif acks not in (0, 1, -1):
