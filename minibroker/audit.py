@@ -57,7 +57,7 @@ class AuditLog:
         flush_interval_ms: int = 1000,
         max_buffered: int = 10_000,
         topic_configs: Mapping[str, str] | None = None,
-        on_append: Callable[[str, int], None] | None = None,
+        on_append: Callable[[str, int], object] | None = None,
     ) -> None:
         """`topic_configs`: the overrides the topic is created with (e.g. {"retention.ms": ...}).
         `on_append(topic, partition)` runs after each append (the broker passes its fetch-purgatory
@@ -178,13 +178,13 @@ class AuditLog:
             if partition_log is None:
                 self.logs.create_topic(self.topic, 1, self.topic_configs, now_ms)
                 partition_log = self.logs.log(self.topic, 0)
+                assert partition_log is not None
             limit = partition_log.config.max_message_bytes - _BATCH_OVERHEAD
             batches = []
             records: list[tuple[bytes, bytes]] = []
             size = 0
-            for event in events:
-                if type(event) is tuple:
-                    event = dict(zip(AUDIT_FIELD_NAMES, event))
+            for buffered in events:
+                event = dict(zip(AUDIT_FIELD_NAMES, buffered)) if isinstance(buffered, tuple) else buffered
                 key = event["principal"].encode()
                 value = encode_event(event)
                 record_size = len(key) + len(value) + _RECORD_OVERHEAD

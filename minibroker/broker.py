@@ -204,7 +204,7 @@ class Broker:
         _prepare_data_dir(self.data_dir)
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
         self.lock = DataDirLock(self.data_dir)
-        self.logs: LogManager | None = None
+        self.logs: LogManager  # set by _open (what its failure leaves open is closed there)
         self.files = self._open_file_cache(config)
         # Connections draw on the same descriptor budget: what the segment files' cap leaves.
         budget = process_budget()
@@ -212,7 +212,7 @@ class Broker:
         try:
             self._open(config)
         except BaseException:
-            if self.logs is not None:
+            if hasattr(self, "logs"):  # the logs were opened, something after them failed
                 self.logs.close(clean=False)
             self._release_descriptors()
             raise
@@ -339,7 +339,8 @@ class Broker:
 
     def _release_descriptors(self) -> None:
         self.files.close_all()
-        self.files.share.close()
+        if self.files.share is not None:
+            self.files.share.close()
         self.connection_share.close()
         self.lock.release()  # even after a failed close: a restart in this process must work
 

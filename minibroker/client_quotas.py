@@ -173,7 +173,7 @@ class BrokerQuotas:
         """Route one configured value to the manager of its type (on load and on each change)."""
         if key == "producer_ids_rate":
             user = entity.user
-            self.pid.update_quota(None if user is DEFAULT else user, value)  # type: ignore[arg-type]
+            self.pid.update_quota(None if user is DEFAULT else user, value)
             return
         if entity.ip is not None:
             return  # connection_creation_rate: stored and described, not enforced here

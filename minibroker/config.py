@@ -143,7 +143,7 @@ def _ip_overrides(value: str) -> dict[str, int]:
         except OSError as exc:
             raise ValueError(f"cannot resolve {host!r}: {exc}") from None
         for info in infos:
-            out[info[4][0]] = limit
+            out[str(info[4][0])] = limit
     return out
 
 

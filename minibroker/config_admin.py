@@ -58,7 +58,7 @@ BROKER_LIST_KEYS = frozenset({"log.cleanup.policy", "listeners", "advertised.lis
 
 
 class ConfigChangeError(Exception):
-    def __init__(self, error_code: int, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
@@ -164,6 +164,7 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
     counts = Counter((resource_type, name) for resource_type, name, *_ in resources)
     results = []
     for resource_type, name, names, null_values, edit in resources:
+        message: str | None
         try:
             if counts[(resource_type, name)] > 1:
                 raise ConfigChangeError(ErrorCode.invalid_request, "Each resource must appear at most once.")

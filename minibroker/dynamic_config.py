@@ -75,7 +75,7 @@ STATIC_DEFAULTS: dict[str, str] = {
 class BrokerConfigChangeError(Exception):
     """A refused change to a broker resource: the error code and Kafka's message."""
 
-    def __init__(self, error_code: int, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message

@@ -149,18 +149,18 @@ def render(broker: Broker) -> str:
     out.add("minibroker_requests_with_trailing_bytes_total", "counter",
             "requests with bytes after the fields of their body (ignored, as Kafka does)", {},
             m.requests_with_trailing_bytes)
-    quotas, memory = broker.connection_quotas, broker.request_memory
+    connections, memory = broker.connection_quotas, broker.request_memory
     out.add("minibroker_connections_max", "gauge",
             "connections accepted at most at once: max.connections or the connections' share of the "
-            "descriptor budget, whichever is less", {}, quotas.max_connections)
+            "descriptor budget, whichever is less", {}, connections.max_connections)
     out.add("minibroker_connections_closed_idle_total", "counter",
             "connections closed after connections.max.idle.ms without a completed request", {}, m.closed_idle)
     out.add("minibroker_connections_rejected_total", "counter",
             "connections closed on accept because their address was at max.connections.per.ip", {},
-            quotas.rejected_per_ip)
+            connections.rejected_per_ip)
     out.add("minibroker_connection_accept_waits_total", "counter",
             "times the broker stopped accepting at max.connections until a connection closed", {},
-            quotas.accept_waits)
+            connections.accept_waits)
     out.add("minibroker_request_memory_bytes", "gauge",
             "bytes of requests read and not yet handled (bounded by queued.max.request.bytes)", {}, memory.used)
     out.add("minibroker_request_memory_waits_total", "counter",

@@ -138,7 +138,7 @@ class ProducerIds:
         # pid -> the epoch an earlier bump handed out, only while the pid has producer state.
         self._bumped: dict[int, int] = {}
 
-    def init(self, producer_id: int, producer_epoch: int, now_ms: int, version: int) -> tuple[int, int, int]:
+    def init(self, producer_id: int, producer_epoch: int, now_ms: int, version: int) -> tuple[ErrorCode, int, int]:
         """(error_code, producer_id, epoch)."""
         if producer_id < 0:
             return ErrorCode.none, self._allocator.next_id(), 0

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from minibroker.sasl import ScramCredential, UserStore
 from protocol.errors import ErrorCode
@@ -141,7 +141,7 @@ class ScramCredentialStore:
         salted password): one result per user, as Kafka's ScramControlManager.alterCredentials
         (the successful deletions, the successful upsertions, then the errors). Persisted before it
         returns."""
-        errors: dict[str, tuple[int, str]] = {}
+        errors: dict[str, tuple[ErrorCode, str]] = {}
         to_delete: dict[str, tuple[str, str]] = {}
         to_upsert: dict[str, tuple[str, str, int, bytes, bytes]] = {}
         for name, mechanism_type in deletions:
@@ -191,13 +191,14 @@ class ScramCredentialStore:
             for mechanism, name, iterations, *_ in to_upsert.values():
                 self.users.set_scram_credential(mechanism, name, credentials[(mechanism, name)])
                 log.info("SCRAM credential of user %s for %s set (%d iterations)", name, mechanism, iterations)
-        results = [{"user": name, "error_code": ErrorCode.none, "error_message": None} for name in to_delete]
+        results: list[dict[str, Any]] = [
+            {"user": name, "error_code": ErrorCode.none, "error_message": None} for name in to_delete]
         results += [{"user": name, "error_code": ErrorCode.none, "error_message": None} for name in to_upsert]
         results += [{"user": name, "error_code": code, "error_message": message} for name, (code, message) in errors.items()]
         return results
 
 
-def _check_name_and_mechanism(name: str, mechanism_type: int) -> tuple[int, str] | None:
+def _check_name_and_mechanism(name: str, mechanism_type: int) -> tuple[ErrorCode, str] | None:
     if not name:
         return ErrorCode.unacceptable_credential, "Username must not be empty"
     if mechanism_type not in MECHANISMS:

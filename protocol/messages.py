@@ -32,6 +32,7 @@ from kio._kio_native import get_field_reader
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import get_field_tag
 from kio.static.primitive import i16, i32
+from kio.static.protocol import Entity
 
 from protocol.guard import RequestRejected, checker
 from protocol.records.varint import read_uvarint, write_uvarint
@@ -258,7 +259,7 @@ def _read_tagged_section(buf: bytes, pos: int) -> tuple[list[tuple[int, bytes]],
     return fields, pos
 
 
-def read_entity(cls: type, buf: bytes, offset: int) -> tuple[Any, int, dict[int, bytes]]:
+def read_entity(cls: type[Entity], buf: bytes, offset: int) -> tuple[Any, int, dict[int, bytes]]:
     """Read a flexible top-level entity the way KIP-482 says: (entity, size, unknown tagged fields).
 
     kio's native reader is tried first (fast); when it refuses a tag it does not know, the entity is

@@ -220,8 +220,8 @@ class QuotaConfigStore:
             changes.extend(entity_changes)
             results[ident] = (pairs, ErrorCode.none, None)
         if not validate_only:
-            for entity, key, value in changes:
-                self._apply(entity, key, value)
+            for entity, key, new_value in changes:
+                self._apply(entity, key, new_value)
         return list(results.values())
 
     def _entity_changes(

@@ -442,7 +442,8 @@ def config_synonyms(key: str, levels: BrokerLevels) -> list[tuple[str, str | Non
     synonyms, level by level, then everything before the first entry named `key` dropped. So a
     topic's retention.ms lists nothing unless log.retention.ms itself is set somewhere (Kafka's
     answer too: log.retention.hours=168 is dropped, being listed before log.retention.ms)."""
-    found = [(name, level[name], source) for source, level in levels for name in broker_synonyms(key) if name in level]
+    found: list[tuple[str, str | None, int]] = [
+        (name, level[name], source) for source, level in levels for name in broker_synonyms(key) if name in level]
     for i, (name, _, _) in enumerate(found):
         if name == key:
             return found[i:]

@@ -115,7 +115,7 @@ class DescriptorBudget:
             # Full: ask another share to give one back (outside the lock: its callback takes its own
             # lock, and may release into this budget).
             for other in others:
-                if other.reclaim():
+                if other.reclaim is not None and other.reclaim():
                     break
                 tried.add(id(other))
             else:

@@ -82,7 +82,7 @@ class _Index:
         fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._on_disk = None  # until the write below is complete
         try:
-            view = memoryview(self._serialize(0 if rewrite else on_disk))
+            view = memoryview(self._serialize(0 if on_disk is None else on_disk))
             while view:  # os.write may write less than asked
                 view = view[os.write(fd, view):]
             if fsync:

@@ -167,8 +167,8 @@ class LogManager:
             manager._by_id[info.topic_id] = topic
         for name in sorted(present):
             match = _PARTITION_DIR.match(name)
-            topic = manager._topics.get(match["topic"]) if match else None
-            if topic is not None and int(match["partition"]) < topic.info.num_partitions:
+            owner = manager._topics.get(match["topic"]) if match else None
+            if match and owner is not None and int(match["partition"]) < owner.info.num_partitions:
                 continue
             if name == TOPICS_DIR or not (data_dir / name).is_dir():
                 continue

@@ -212,10 +212,10 @@ def test_a_failed_session_is_not_complete_and_has_no_user():
 def test_listeners_and_users_config():
     config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:9092, SASL_PLAINTEXT://0.0.0.0:9093",
                            "sasl.users": "alice:a:b,bob:pw"})
-    assert [(l.name, l.host, l.port) for l in config["listeners"]] == [
+    assert [(li.name, li.host, li.port) for li in config["listeners"]] == [
         ("PLAINTEXT", "127.0.0.1", 9092), ("SASL_PLAINTEXT", "0.0.0.0", 9093)]
     assert config["sasl.users"] == {"alice": "a:b", "bob": "pw"}
-    assert [(l.name, l.port) for l in BrokerConfig({"listeners": "127.0.0.1:1"})["listeners"]] == [("PLAINTEXT", 1)]
+    assert [(li.name, li.port) for li in BrokerConfig({"listeners": "127.0.0.1:1"})["listeners"]] == [("PLAINTEXT", 1)]
 
 
 @pytest.mark.parametrize("props, key", [

@@ -385,7 +385,7 @@ def test_unclean_open_rebuilds_active_indexes(tmp_path):
     assert len(log.active_segment.offset_index) > 0
     assert_same(log, model)
     for offset in range(model.end):
-        assert log.read(offset, 1)[:8] == struct.pack(">q", max(b for b, l, _ in model.batches if b <= offset))
+        assert log.read(offset, 1)[:8] == struct.pack(">q", max(b for b, _last, _ in model.batches if b <= offset))
     log.close()
 
 
@@ -483,7 +483,7 @@ def test_iter_batch_headers(tmp_path):
     fill(log, model, 20)
     for start in range(model.end):
         headers = list(log.iter_batch_headers(start))
-        expected = [(b, l) for b, l, _ in model.batches if l >= start]
+        expected = [(b, last) for b, last, _ in model.batches if last >= start]
         assert [(h.base_offset, h.last_offset) for h in headers] == expected
     assert list(log.iter_batch_headers(model.end)) == []
     first = next(log.iter_batch_headers(0))

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class _Refused(Exception):
-    def __init__(self, code: int, message: str | None) -> None:
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
         self.code = code
         self.message = message
 

@@ -67,7 +67,7 @@ def _broker_config_type(name: str) -> int:
     key = BROKER_CONFIGS.get(name)
     if key is not None:
         parse = key.parse.__name__
-        return CONFIG_TYPE_IDS.get({"_int": "INT", "_bool": "BOOLEAN", "_float": "DOUBLE"}.get(parse, "STRING"))
+        return CONFIG_TYPE_IDS[{"_int": "INT", "_bool": "BOOLEAN", "_float": "DOUBLE"}.get(parse, "STRING")]
     if name in _INT_BROKER_KEYS:
         return CONFIG_TYPE_IDS["INT"]
     for definition in TOPIC_CONFIGS.values():

@@ -21,12 +21,13 @@ from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext
+    from minibroker.cluster import ClusterView
 
 PREFERRED, UNCLEAN = 0, 1
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
 
-def elect(cluster, topic: str, partition: int, election_type: int) -> tuple[int, str | None]:
+def elect(cluster: ClusterView, topic: str, partition: int, election_type: int) -> tuple[ErrorCode, str | None]:
     assignment = cluster.partition(topic, partition)
     if assignment is None:
         if not cluster.has_topic(topic):
@@ -47,8 +48,8 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     election_type = getattr(request, "election_type", PREFERRED)  # v0 elects the preferred replica
     if election_type not in (PREFERRED, UNCLEAN):
-        message = f"Unknown election type {election_type}"
-        results = [_result(t.topic, [{"partition_id": p, "error_code": ErrorCode.invalid_request, "error_message": message}
+        unknown = f"Unknown election type {election_type}"
+        results = [_result(t.topic, [{"partition_id": p, "error_code": ErrorCode.invalid_request, "error_message": unknown}
                                      for p in t.partitions]) for t in request.topic_partitions or ()]
         return Reply({"error_code": ErrorCode.invalid_request, "replica_election_results": results})
     results = []

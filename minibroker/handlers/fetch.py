@@ -24,6 +24,7 @@ from protocol.records import iter_headers
 from storage.log import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
+    from minibroker.audit import AuditLog
     from minibroker.broker import RequestContext
 
 
@@ -140,15 +141,14 @@ async def fetch(ctx: RequestContext, request: Any) -> Reply:
         await broker.fetch_purgatory.wait(op, plan.keys())
     responses = plan.read(max_bytes)
     if broker.audit is not None:
-        _audit(ctx, plan, responses)
+        _audit(ctx, broker.audit, plan, responses)
     return Reply({"error_code": ErrorCode.none, "session_id": 0, "responses": responses})
 
 
-def _audit(ctx: RequestContext, plan: _FetchPlan, responses: list[dict[str, Any]]) -> None:
+def _audit(ctx: RequestContext, audit: AuditLog, plan: _FetchPlan, responses: list[dict[str, Any]]) -> None:
     """One audit event per fetched partition (batch headers only: the records are not decoded).
     Fetches of the audit topic itself are left out, so its readers do not feed it."""
     now_ms = ctx.broker.clock.now_ms()
-    audit = ctx.broker.audit
     infos = {(name, topic_id): info for name, topic_id, info, *_ in plan.entries}
     for topic in responses:
         info = infos[(topic["topic"], topic["topic_id"])]

@@ -31,7 +31,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
         topic_id = getattr(topic, "topic_id", None)
         info = logs.resolve(name, topic_id)
         missing = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
-        rows = []
+        rows: list[tuple[int, ErrorCode | tuple[str, int]]] = []  # an error, or the offset's key
         for p in topic.partitions:
             if info is None or not 0 <= p.partition_index < info.num_partitions:
                 rows.append((p.partition_index, missing))

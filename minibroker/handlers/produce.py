@@ -95,7 +95,7 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
                      now_ms: int, conn: Connection, version: int = 13) -> PartitionOutcome:
     """Check and append one partition's records (`conn`: the Connection they came on)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
-    if log is None:
+    if topic is None or log is None:
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))
     if not records:
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.invalid_record, "no records"))

@@ -125,7 +125,7 @@ def decode_records(batch: bytes | bytearray | memoryview) -> Iterator[tuple[int,
         pos += 1  # attributes
         ts_delta, pos = _read_varint(batch, pos)
         offset_delta, pos = _read_varint(batch, pos)
-        fields = []
+        fields: list[bytes | None] = []
         for _f in range(2):
             size, pos = _read_varint(batch, pos)
             if size < 0:
