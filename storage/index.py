@@ -66,10 +66,6 @@ class _Index:
         """Whether the file lacks entries that are in memory (or must be rewritten)."""
         return self._on_disk is None or self._on_disk < len(self)
 
-    def mark_for_rewrite(self) -> None:
-        """The file no longer matches memory (a rebuild, a truncation): rewrite it at the next write."""
-        self._on_disk = None
-
     def write(self, *, fsync: bool = False) -> None:
         """Bring the file up to the entries in memory (appending, or rewriting it whole); `fsync`:
         make it durable too. Raises OSError; the file is then rewritten whole at the next write."""
