@@ -256,7 +256,9 @@ def test_sasl_exchange_before_authentication_is_exempt(tmp_path):
 
 
 def test_time_waiting_in_the_purgatory_is_not_request_time(tmp_path):
-    """A Fetch long-poll that waits 300 ms (real time) records only its own running time."""
+    """A Fetch long-poll that waits 300 ms records only its own running time (its CPU), not the time
+    it waits (on MockClock the wait takes no real time, but 300 ms of the clock pass: charging the
+    clock time would count them)."""
     broker = new_broker(tmp_path)
     set_quota(broker, [("client-id", "poller")], "request_percentage", 1000)
 
@@ -267,7 +269,7 @@ def test_time_waiting_in_the_purgatory_is_not_request_time(tmp_path):
         # 300 ms counted would be 30 percent-seconds over the padded 10 s window: 3 %.
         assert rate < 0.5
 
-    trio.run(main)
+    run(main)
     broker.close()
 
 
@@ -301,7 +303,7 @@ def test_task_clock_charges_watched_tasks_their_cpu_not_their_sleeps():
         assert len(clock) == 0
         trio.lowlevel.remove_instrument(clock)
 
-    trio.run(main)
+    run(main)
 
 
 # ---- the connection loop -----------------------------------------------------------------------
