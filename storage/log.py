@@ -65,6 +65,7 @@ from storage.log_dir import (
     write_log_start_offset,
 )
 from storage.log_loader import load_segments
+from storage.retention import segments_past_retention
 from storage.segment import LOG_SUFFIX, LogSegment, segment_name
 from storage.timestamps import latest_timestamp, offset_for_timestamp
 
@@ -466,9 +467,8 @@ class PartitionLog:
     # -- retention and truncation -----------------------------------------------------------------
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Delete whole old segments (never the active one): those entirely below the log start
-        offset, those whose largest timestamp is older than retention.ms, and the oldest while the
-        log exceeds retention.bytes. Returns the number of segments deleted. A log not loaded yet
+        """Delete the old segments retention.ms, retention.bytes and the log start offset leave
+        behind (storage.retention), never the active one; returns how many. A log not loaded yet
         is loaded only when it has more than one segment file (the active segment is never
         deleted; an unloaded log gains none), and its directory is listed once to find out."""
         if self._segments is None:
@@ -476,36 +476,13 @@ class PartitionLog:
                 self._single_segment = len(segment_files(self.directory)) <= 1
             if self._single_segment:
                 return 0
-        config = self._config
-        deleted = 0
         segments = self._loaded_segments()
-        while len(segments) > 1 and segments[1].base_offset <= self._log_start_offset:
+        deleted = segments_past_retention(segments, self._log_start_offset, self._size, self._config, now_ms)
+        for _ in range(deleted):
             self._delete_oldest_segment()
-            deleted += 1
-        if config.retention_ms >= 0:
-            while len(segments) > 1 and now_ms - self._largest_timestamp(segments[0]) > config.retention_ms:
-                # The largest timestamp came from the time index: check it against the log before
-                # it deletes anything (a wrong index entry is rebuilt, and the test made again).
-                if not segments[0].verify_max_timestamp():
-                    continue
-                self._delete_oldest_segment()
-                deleted += 1
-        if config.retention_bytes >= 0:
-            excess = self._size - config.retention_bytes
-            while len(segments) > 1 and excess - segments[0].size >= 0:
-                excess -= segments[0].size
-                self._delete_oldest_segment()
-                deleted += 1
         if deleted:
             self._log_start_offset = max(self._log_start_offset, segments[0].base_offset)
         return deleted
-
-    @staticmethod
-    def _largest_timestamp(segment: LogSegment) -> int:
-        # Kafka falls back to the file's modification time when no batch carries a timestamp.
-        if segment.max_timestamp >= 0:
-            return segment.max_timestamp
-        return int(os.stat(segment.log_path).st_mtime * 1000)
 
     def _delete_oldest_segment(self) -> None:
         self._begin_write()

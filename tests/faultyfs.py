@@ -15,7 +15,8 @@ import errno
 import os
 
 STORAGE_MODULES = ("storage.segment", "storage.batch_scan", "storage.index", "storage.log", "storage.log_dir",
-                   "storage.files", "storage.manager", "storage.producer_state", "storage.file_cache")
+                   "storage.files", "storage.retention", "storage.manager", "storage.producer_state",
+                   "storage.file_cache")
 
 
 class FaultyOs:
