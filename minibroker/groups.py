@@ -56,9 +56,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import trio
 
-from minibroker.offsets_store import OffsetAndMetadata, OffsetsStore, StoredGroup
 from minibroker.purgatory import DelayedOperation, Purgatory
 from storage.errors import storage_error_message
+from storage.offsets_store import OffsetAndMetadata, OffsetsStore, StoredGroup
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig

@@ -9,15 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from minibroker.offsets_store import (
+from protocol.records import check_produce_records, decode_records, encode_batch
+from storage.config import LogConfig
+from storage.manager import LogManager
+from storage.offsets_store import (
     TOPIC,
     OffsetAndMetadata,
     OffsetsStore,
     StoredGroup,
 )
-from protocol.records import check_produce_records, decode_records, encode_batch
-from storage.config import LogConfig
-from storage.manager import LogManager
 
 
 def open_store(data_dir) -> tuple[LogManager, OffsetsStore]:

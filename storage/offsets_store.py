@@ -27,8 +27,9 @@ before the new copy gives the same state. retention.ms=-1 on the topic keeps tim
 A replay that had to skip unreadable records (damage) never compacts: the records it could not read
 stay in the log, where a person can still recover them.
 
-This module does no I/O of its own beyond the PartitionLog it is given and never reads a clock:
-callers pass `now_ms` (wall-clock milliseconds, the timestamps Kafka stores).
+This module does no I/O of its own beyond the PartitionLog it is given, never reads a clock and
+never imports trio (it sits in storage/, below the shell): callers pass `now_ms` (wall-clock
+milliseconds, the timestamps Kafka stores).
 """
 
 from __future__ import annotations
