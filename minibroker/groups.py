@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import trio
 
 from minibroker.purgatory import DelayedOperation, Purgatory
+from protocol.errors import ErrorCode
 from storage.errors import storage_error_message
 from storage.offsets_store import OffsetAndMetadata, OffsetsStore, StoredGroup
 
@@ -66,21 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 CLASSIC = "classic"  # ListGroups v5 group type
 CONSUMER_PROTOCOL_TYPE = "consumer"  # the Java consumer's (and every client's) protocol type
@@ -332,10 +318,10 @@ class ClassicGroup:
         if instance_id is not None:
             existing = self.static_members.get(instance_id)
             if existing is None:
-                return UNKNOWN_MEMBER_ID
+                return ErrorCode.unknown_member_id
             if existing != member_id:
-                return FENCED_INSTANCE_ID
-        return NONE if member_id in self.members else UNKNOWN_MEMBER_ID
+                return ErrorCode.fenced_instance_id
+        return ErrorCode.none if member_id in self.members else ErrorCode.unknown_member_id
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -514,8 +500,8 @@ class GroupCoordinator:
         """Answer every parked request (the broker is going away) and compact the offsets log."""
         for group in self.groups.values():
             for member in group.members.values():
-                self._complete_join(group, member, JoinResult(COORDINATOR_NOT_AVAILABLE, member.member_id))
-                self._complete_sync(group, member, SyncResult(COORDINATOR_NOT_AVAILABLE))
+                self._complete_join(group, member, JoinResult(ErrorCode.coordinator_not_available, member.member_id))
+                self._complete_sync(group, member, SyncResult(ErrorCode.coordinator_not_available))
         self._after(notify=False)
         try:
             self.store.maybe_compact(self.wall_clock_ms())
@@ -563,8 +549,8 @@ class GroupCoordinator:
 
     def _drop_member(self, group: ClassicGroup, member: Member) -> None:
         """Remove a member, answering any request it has parked with UNKNOWN_MEMBER_ID."""
-        self._complete_join(group, member, JoinResult(UNKNOWN_MEMBER_ID))
-        self._complete_sync(group, member, SyncResult(UNKNOWN_MEMBER_ID))
+        self._complete_join(group, member, JoinResult(ErrorCode.unknown_member_id))
+        self._complete_sync(group, member, SyncResult(ErrorCode.unknown_member_id))
         group.remove(member.member_id)
 
     # -- JoinGroup --------------------------------------------------------------------------------
@@ -590,15 +576,15 @@ class GroupCoordinator:
         pending = Pending()
         try:
             if not group_id:
-                pending.result = JoinResult(INVALID_GROUP_ID, member_id)
+                pending.result = JoinResult(ErrorCode.invalid_group_id, member_id)
             elif not (self.config.min_session_timeout_ms <= session_timeout_ms
                       <= self.config.max_session_timeout_ms):
-                pending.result = JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+                pending.result = JoinResult(ErrorCode.invalid_session_timeout, member_id)
             else:
                 group = self.groups.get(group_id)
                 if group is None:
                     if member_id:
-                        pending.result = JoinResult(UNKNOWN_MEMBER_ID, member_id)
+                        pending.result = JoinResult(ErrorCode.unknown_member_id, member_id)
                         return pending
                     group = self.groups[group_id] = ClassicGroup(group_id, self.wall_clock_ms())
                 request = _JoinRequest(member_id, group_instance_id, client_id, client_host,
@@ -615,10 +601,10 @@ class GroupCoordinator:
 
     def _join_new_member(self, now: float, group: ClassicGroup, req: _JoinRequest, pending: Pending) -> None:
         if group.is_(DEAD):
-            pending.result = JoinResult(COORDINATOR_NOT_AVAILABLE)
+            pending.result = JoinResult(ErrorCode.coordinator_not_available)
             return
         if not group.supports_protocols(req.protocol_type, (n for n, _ in req.protocols)):
-            pending.result = JoinResult(INCONSISTENT_GROUP_PROTOCOL)
+            pending.result = JoinResult(ErrorCode.inconsistent_group_protocol)
             return
         new_id = f"{req.group_instance_id or req.client_id}-{uuid.uuid4()}"
         if req.group_instance_id is not None:
@@ -630,17 +616,17 @@ class GroupCoordinator:
         elif req.require_known_member_id:
             # KIP-394: hand out the id and wait for the member to come back with it.
             group.pending_members[new_id] = self._timer(group, now + req.session_timeout_ms / 1000)
-            pending.result = JoinResult(MEMBER_ID_REQUIRED, new_id)
+            pending.result = JoinResult(ErrorCode.member_id_required, new_id)
         else:
             self._add_member_and_rebalance(now, group, req, new_id, pending)
 
     def _join_existing_member(self, now: float, group: ClassicGroup, req: _JoinRequest, pending: Pending) -> None:
         member_id = req.member_id
         if group.is_(DEAD):
-            pending.result = JoinResult(COORDINATOR_NOT_AVAILABLE, member_id)
+            pending.result = JoinResult(ErrorCode.coordinator_not_available, member_id)
             return
         if not group.supports_protocols(req.protocol_type, (n for n, _ in req.protocols)):
-            pending.result = JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
+            pending.result = JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
             return
         if member_id in group.pending_members:
             self._add_member_and_rebalance(now, group, req, member_id, pending)
@@ -666,12 +652,12 @@ class GroupCoordinator:
             else:
                 pending.result = self._current_generation(group, member_id, with_members=False)
         else:
-            pending.result = JoinResult(UNKNOWN_MEMBER_ID, member_id)
+            pending.result = JoinResult(ErrorCode.unknown_member_id, member_id)
 
     def _current_generation(self, group: ClassicGroup, member_id: str, with_members: bool,
                             leader: str | None = None, skip_assignment: bool = False) -> JoinResult:
         return JoinResult(
-            NONE,
+            ErrorCode.none,
             member_id,
             group.generation_id,
             group.protocol_type,
@@ -698,7 +684,7 @@ class GroupCoordinator:
                                      req: _JoinRequest, pending: Pending) -> None:
         if member.awaiting_join is not None:
             # A duplicate join (the client gave up on the first): the newest request gets the answer.
-            self._complete_join(group, member, JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
+            self._complete_join(group, member, JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
         member.protocols = req.protocols
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.session_timeout_ms = req.session_timeout_ms
@@ -711,8 +697,8 @@ class GroupCoordinator:
         current_leader = group.leader_id
         old = group.members[old_id]
         # Fence whatever the old incarnation has parked.
-        self._complete_join(group, old, JoinResult(FENCED_INSTANCE_ID, old_id))
-        self._complete_sync(group, old, SyncResult(FENCED_INSTANCE_ID))
+        self._complete_join(group, old, JoinResult(ErrorCode.fenced_instance_id, old_id))
+        self._complete_sync(group, old, SyncResult(ErrorCode.fenced_instance_id))
         member = group.replace_static_member(req.group_instance_id, old_id, new_id)
         self._schedule_heartbeat(group, member, now)
         member.protocols = req.protocols
@@ -752,7 +738,7 @@ class GroupCoordinator:
 
     def _prepare_rebalance(self, now: float, group: ClassicGroup, reason: str) -> None:
         if group.is_(COMPLETING_REBALANCE):
-            self._reset_and_propagate_assignment_error(now, group, REBALANCE_IN_PROGRESS)
+            self._reset_and_propagate_assignment_error(now, group, ErrorCode.rebalance_in_progress)
         group.pending_sync.clear()
         group.sync_deadline = None
         initial = group.is_(EMPTY)
@@ -853,29 +839,29 @@ class GroupCoordinator:
         pending = Pending()
         try:
             if not group_id:
-                pending.result = SyncResult(INVALID_GROUP_ID)
+                pending.result = SyncResult(ErrorCode.invalid_group_id)
                 return pending
             group = self.groups.get(group_id)
             if group is None or group.is_(EMPTY):
-                pending.result = SyncResult(UNKNOWN_MEMBER_ID)
+                pending.result = SyncResult(ErrorCode.unknown_member_id)
                 return pending
             if group.is_(DEAD):
-                pending.result = SyncResult(COORDINATOR_NOT_AVAILABLE)
+                pending.result = SyncResult(ErrorCode.coordinator_not_available)
                 return pending
             error = group.validate_member(member_id, group_instance_id)
             if not error and generation_id != group.generation_id:
-                error = ILLEGAL_GENERATION
+                error = ErrorCode.illegal_generation
             if not error and (_inconsistent(protocol_type, group.protocol_type)
                               or _inconsistent(protocol_name, group.protocol_name)):
-                error = INCONSISTENT_GROUP_PROTOCOL
+                error = ErrorCode.inconsistent_group_protocol
             if error:
                 pending.result = SyncResult(error)
             elif group.is_(PREPARING_REBALANCE):
-                pending.result = SyncResult(REBALANCE_IN_PROGRESS)
+                pending.result = SyncResult(ErrorCode.rebalance_in_progress)
             elif group.is_(COMPLETING_REBALANCE):
                 member = group.members[member_id]
                 if member.awaiting_sync is not None:
-                    self._complete_sync(group, member, SyncResult(REBALANCE_IN_PROGRESS))
+                    self._complete_sync(group, member, SyncResult(ErrorCode.rebalance_in_progress))
                 member.awaiting_sync = pending
                 self._synced(group, member_id)
                 if member_id == group.leader_id:
@@ -883,11 +869,11 @@ class GroupCoordinator:
                              group.group_id, group.generation_id, member_id)
                     for other in group.members.values():
                         other.assignment = assignments.get(other.member_id, b"")
-                    self._propagate_assignment(now, group, NONE)
+                    self._propagate_assignment(now, group, ErrorCode.none)
                     group.transition_to(STABLE, self.wall_clock_ms())
             else:  # Stable
                 self._synced(group, member_id)
-                pending.result = SyncResult(NONE, group.protocol_type, group.protocol_name,
+                pending.result = SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name,
                                             group.members[member_id].assignment)
             return pending
         finally:
@@ -902,7 +888,7 @@ class GroupCoordinator:
     def _propagate_assignment(self, now: float, group: ClassicGroup, error: int) -> None:
         for member in group.members.values():
             result = SyncResult(error, assignment=member.assignment)
-            if error == NONE:
+            if error == ErrorCode.none:
                 result.protocol_type, result.protocol_name = group.protocol_type, group.protocol_name
             if self._complete_sync(group, member, result):
                 # Its session restarts now: any expiry while it was parked was ignored.
@@ -931,23 +917,23 @@ class GroupCoordinator:
                   group_instance_id: str | None = None) -> int:
         try:
             if not group_id:
-                return INVALID_GROUP_ID
+                return ErrorCode.invalid_group_id
             group = self.groups.get(group_id)
             if group is None:
-                return UNKNOWN_MEMBER_ID
+                return ErrorCode.unknown_member_id
             if group.is_(DEAD):
-                return COORDINATOR_NOT_AVAILABLE
+                return ErrorCode.coordinator_not_available
             error = group.validate_member(member_id, group_instance_id)
             if error:
                 return error
             if generation_id != group.generation_id:
-                return ILLEGAL_GENERATION
+                return ErrorCode.illegal_generation
             if group.is_(EMPTY):
-                return UNKNOWN_MEMBER_ID
+                return ErrorCode.unknown_member_id
             self._schedule_heartbeat(group, group.members[member_id], now)
             if group.is_(PREPARING_REBALANCE):
-                return REBALANCE_IN_PROGRESS  # rejoin, please
-            return NONE
+                return ErrorCode.rebalance_in_progress  # rejoin, please
+            return ErrorCode.none
         finally:
             self._after()
 
@@ -958,19 +944,19 @@ class GroupCoordinator:
         """(top-level error, one error per (member_id, group_instance_id) leaving)."""
         try:
             if not group_id:
-                return INVALID_GROUP_ID, []
+                return ErrorCode.invalid_group_id, []
             group = self.groups.get(group_id)
             if group is None:
-                return UNKNOWN_MEMBER_ID, []
+                return ErrorCode.unknown_member_id, []
             if group.is_(DEAD):
-                return COORDINATOR_NOT_AVAILABLE, []
+                return ErrorCode.coordinator_not_available, []
             errors = []
             for member_id, instance_id in members:
                 if not member_id:
                     # Administrative removal by group.instance.id.
                     existing = group.static_members.get(instance_id) if instance_id else None
                     if existing is None:
-                        errors.append(UNKNOWN_MEMBER_ID)
+                        errors.append(ErrorCode.unknown_member_id)
                         continue
                     self._drop_member(group, group.members[existing])
                 elif member_id in group.pending_members:
@@ -982,13 +968,13 @@ class GroupCoordinator:
                         continue
                     self._drop_member(group, group.members[member_id])
                 log.info("group %s: member %s left", group.group_id, member_id or instance_id)
-                errors.append(NONE)
-            if NONE in errors:
+                errors.append(ErrorCode.none)
+            if ErrorCode.none in errors:
                 if group.is_(STABLE, COMPLETING_REBALANCE):
                     self._maybe_prepare_rebalance_or_complete_join(now, group, "members left")
                 elif group.is_(PREPARING_REBALANCE):
                     self._maybe_complete_join_phase(now, group)
-            return NONE, errors
+            return ErrorCode.none, errors
         finally:
             self._after()
 
@@ -1095,10 +1081,10 @@ class GroupCoordinator:
             for tp, (offset, leader_epoch, metadata) in offsets.items():
                 metadata = metadata or ""
                 if len(metadata) > self.config.offset_metadata_max_bytes:
-                    errors[tp] = OFFSET_METADATA_TOO_LARGE
+                    errors[tp] = ErrorCode.offset_metadata_too_large
                 else:
                     accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms, expire_ms)
-                    errors[tp] = NONE
+                    errors[tp] = ErrorCode.none
             try:
                 self.store.commit(group_id, accepted, now_ms)
             except OSError as exc:
@@ -1106,7 +1092,7 @@ class GroupCoordinator:
                 # (KAFKA_STORAGE_ERROR) to NOT_COORDINATOR: the client finds the coordinator
                 # again and retries the commit. Nothing was stored.
                 log.error("group %s: committing offsets failed: %s", group_id, storage_error_message(exc))
-                return {tp: NOT_COORDINATOR if code == NONE else code for tp, code in errors.items()}
+                return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
             return errors
         finally:
             self._after()
@@ -1114,28 +1100,28 @@ class GroupCoordinator:
     def _validate_commit(self, group_id: str, generation_id: int, member_id: str,
                          instance_id: str | None, version: int) -> int:
         if not group_id:
-            return INVALID_GROUP_ID
+            return ErrorCode.invalid_group_id
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return GROUP_ID_NOT_FOUND if version >= 9 else ILLEGAL_GENERATION
+                return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
             # A "simple" group: offsets only, no group management.
             group = self.groups[group_id] = ClassicGroup(group_id, self.wall_clock_ms())
         if group.is_(DEAD):
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if generation_id < 0 and group.is_(EMPTY):
-            return NONE
+            return ErrorCode.none
         if generation_id >= 0 or member_id or instance_id is not None:
             error = group.validate_member(member_id, instance_id)
             if error:
                 return error
             if generation_id != group.generation_id:
-                return ILLEGAL_GENERATION
+                return ErrorCode.illegal_generation
         elif not group.is_(EMPTY):
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         if group.is_(COMPLETING_REBALANCE):
-            return REBALANCE_IN_PROGRESS
-        return NONE
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> list[tuple[tuple[str, int], OffsetAndMetadata | None]]:
@@ -1192,25 +1178,25 @@ class GroupCoordinator:
     def delete_offsets(self, group_id: str, topics: dict[str, list[int]]) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete (Kafka's OffsetMetadataManager.deleteOffsets): (group error, error per partition).
 
-        The group must exist (GROUP_ID_NOT_FOUND) and, unless Empty, be a consumer group
+        The group must exist (ErrorCode.group_id_not_found) and, unless Empty, be a consumer group
         (NON_EMPTY_GROUP otherwise). A topic the members subscribe to keeps its offsets: each of its
         partitions answers GROUP_SUBSCRIBED_TO_TOPIC. Elsewhere an offset is removed (a tombstone in
         __consumer_offsets) and a partition without one is answered NONE all the same."""
         try:
             if not group_id:
-                return INVALID_GROUP_ID, {}
+                return ErrorCode.invalid_group_id, {}
             group = self.groups.get(group_id)
             if group is None or group.is_(DEAD):
-                return GROUP_ID_NOT_FOUND, {}
+                return ErrorCode.group_id_not_found, {}
             if not group.is_(EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-                return NON_EMPTY_GROUP, {}
+                return ErrorCode.non_empty_group, {}
             committed = self.store.offsets.get(group_id, {})
             errors: dict[tuple[str, int], int] = {}
             removed = []
             for topic, partitions in topics.items():
                 subscribed = group.is_subscribed_to_topic(topic)
                 for partition in partitions:
-                    errors[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC if subscribed else NONE
+                    errors[(topic, partition)] = ErrorCode.group_subscribed_to_topic if subscribed else ErrorCode.none
                     if not subscribed and (topic, partition) in committed:
                         removed.append((topic, partition))
             if removed:
@@ -1219,9 +1205,9 @@ class GroupCoordinator:
                 except OSError as exc:
                     # As a failed commit: Kafka maps the storage error to NOT_COORDINATOR, top-level.
                     log.error("group %s: deleting offsets failed: %s", group_id, storage_error_message(exc))
-                    return NOT_COORDINATOR, {}
+                    return ErrorCode.not_coordinator, {}
                 log.info("group %s: deleted %d committed offset(s)", group_id, len(removed))
-            return NONE, errors
+            return ErrorCode.none, errors
         finally:
             self._after()
 
@@ -1262,18 +1248,18 @@ class GroupCoordinator:
             for group_id in group_ids:
                 group = self.groups.get(group_id)
                 if not group_id:
-                    results[group_id] = INVALID_GROUP_ID
+                    results[group_id] = ErrorCode.invalid_group_id
                 elif group is None or group.is_(DEAD):
-                    results[group_id] = GROUP_ID_NOT_FOUND
+                    results[group_id] = ErrorCode.group_id_not_found
                 elif not group.is_(EMPTY):
-                    results[group_id] = NON_EMPTY_GROUP
+                    results[group_id] = ErrorCode.non_empty_group
                 else:
                     now_ms = self.wall_clock_ms()
                     group.transition_to(DEAD, now_ms)
                     self.store.delete_group(group_id, now_ms)
                     del self.groups[group_id]
                     log.info("group %s: deleted", group_id)
-                    results[group_id] = NONE
+                    results[group_id] = ErrorCode.none
             return results
         finally:
             self._after()

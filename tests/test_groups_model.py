@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from minibroker import groups as g
 from minibroker.groups import EMPTY, STABLE, GroupConfig, GroupCoordinator
+from protocol.errors import ErrorCode
 
 GROUP = "model"
 SESSION_MS, HEARTBEAT_S, REBALANCE_MS = 6000, 1.0, 10_000
@@ -52,10 +53,10 @@ class SimClient:
             self.phase = "joining"
         if self.phase == "joining" and self.pending.done:
             result = self.pending.result
-            if result.error == g.MEMBER_ID_REQUIRED:
+            if result.error == ErrorCode.member_id_required:
                 self.member_id = result.member_id
                 self.rejoin()
-            elif result.error == g.NONE:
+            elif result.error == ErrorCode.none:
                 self.member_id, self.generation = result.member_id, result.generation_id
                 assignments = {m: b"a-" + m.encode() for m, _, _ in result.members}
                 self.pending = self.coordinator.sync_group(
@@ -65,19 +66,19 @@ class SimClient:
                 self.phase = "syncing"
                 self.next_heartbeat = now + HEARTBEAT_S
             else:
-                self.rejoin(reset=result.error == g.UNKNOWN_MEMBER_ID)
+                self.rejoin(reset=result.error == ErrorCode.unknown_member_id)
         if self.phase == "syncing" and self.pending.done:
             result = self.pending.result
-            if result.error == g.NONE:
+            if result.error == ErrorCode.none:
                 self.phase, self.assignment = "stable", result.assignment
             else:
-                self.rejoin(reset=result.error == g.UNKNOWN_MEMBER_ID)
+                self.rejoin(reset=result.error == ErrorCode.unknown_member_id)
         if self.phase in ("stable", "syncing") and now >= self.next_heartbeat:
             self.next_heartbeat = now + HEARTBEAT_S
             error = self.coordinator.heartbeat(now, group_id=GROUP, generation_id=self.generation,
                                                member_id=self.member_id)
             if error and self.phase == "stable":
-                self.rejoin(reset=error == g.UNKNOWN_MEMBER_ID)
+                self.rejoin(reset=error == ErrorCode.unknown_member_id)
 
     def leave(self, now: float) -> None:
         if self.member_id:

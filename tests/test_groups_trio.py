@@ -11,6 +11,7 @@ import trio.testing
 from minibroker import groups as g
 from minibroker.groups import DelayedSync, GroupConfig, GroupCoordinator
 from minibroker.purgatory import Purgatory
+from protocol.errors import ErrorCode
 
 GROUP = "trio-group"
 SESSION_MS, REBALANCE_MS = 6000, 10_000
@@ -29,7 +30,7 @@ async def join(c: GroupCoordinator, member_id: str = "", name: str = "m") -> g.J
             rebalance_timeout_ms=REBALANCE_MS, protocol_type="consumer",
             protocols=[("range", name.encode())], require_known_member_id=True)
         result = await c.wait_for(pending, GROUP)
-        if result.error != g.MEMBER_ID_REQUIRED:
+        if result.error != ErrorCode.member_id_required:
             return result
         member_id = result.member_id
 
@@ -65,7 +66,7 @@ def test_initial_delay_gathers_members_into_one_generation():
 
     run(main)
     (a, at_a), (b, at_b) = results["a"], results["b"]
-    assert a.error == b.error == g.NONE and a.generation_id == b.generation_id == 1
+    assert a.error == b.error == ErrorCode.none and a.generation_id == b.generation_id == 1
     assert at_a == at_b == 6.0  # delay 3 s, extended once by 3 s because b arrived
     assert coordinator.rebalances == 1
 
@@ -78,7 +79,7 @@ def test_delayed_join_expires_at_the_rebalance_timeout_without_the_timer_task():
 
     async def scenario() -> None:
         a = await join(coordinator, name="a")
-        assert (a.error, a.generation_id) == (g.NONE, 1)
+        assert (a.error, a.generation_id) == (ErrorCode.none, 1)
         await sync(coordinator, a, {a.member_id: b"all"})
         started = trio.current_time()
         async with trio.open_nursery() as nursery:
@@ -96,7 +97,7 @@ def test_delayed_join_expires_at_the_rebalance_timeout_without_the_timer_task():
 
     run(scenario)
     b = out["b"]
-    assert (b.error, b.generation_id, b.leader) == (g.NONE, 2, b.member_id)
+    assert (b.error, b.generation_id, b.leader) == (ErrorCode.none, 2, b.member_id)
     assert out["waited"] == REBALANCE_MS / 1000
     assert list(coordinator.groups[GROUP].members) == [b.member_id]
     assert coordinator.purgatory.expired >= 1
@@ -131,7 +132,7 @@ def test_follower_sync_waits_in_purgatory_for_the_leader():
             nursery.cancel_scope.cancel()
 
     run(main)
-    assert out["follower"].error == g.NONE and out["follower"].assignment == b"F"
+    assert out["follower"].error == ErrorCode.none and out["follower"].assignment == b"F"
     assert out["follower_at"] == out["leader_at"]
 
 
