@@ -16,8 +16,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minibroker import groups as g
-from minibroker.groups import EMPTY, STABLE, GroupConfig, GroupCoordinator
+from minibroker.groups.api import GroupConfig, Pending
+from minibroker.groups.classic_group import EMPTY, STABLE
+from minibroker.groups.coordinator import GroupCoordinator
 from protocol.errors import ErrorCode
 
 GROUP = "model"
@@ -34,7 +35,7 @@ class SimClient:
         self.member_id = ""
         self.generation = -1
         self.phase = "join"  # join, joining, syncing, stable, crashed, gone
-        self.pending: g.Pending | None = None
+        self.pending: Pending | None = None
         self.assignment: bytes | None = None
         self.next_heartbeat = 0.0
 

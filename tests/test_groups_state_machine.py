@@ -7,10 +7,14 @@ leads, B follows) in a state, does one thing, and checks the answer and the stat
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from minibroker import groups as g
-from minibroker.groups import (
+from minibroker.groups.api import GroupConfig, Pending
+from minibroker.groups.classic_group import (
     COMPLETING_REBALANCE,
     DEAD,
     EMPTY,
@@ -18,10 +22,10 @@ from minibroker.groups import (
     STABLE,
     VALID_PREVIOUS_STATES,
     ClassicGroup,
-    GroupConfig,
-    GroupCoordinator,
+    GroupState,
     IllegalStateTransition,
 )
+from minibroker.groups.coordinator import GroupCoordinator
 from protocol.errors import ErrorCode
 
 SESSION_MS = 6000
@@ -49,7 +53,7 @@ class Harness:
         self.coordinator.tick(self.now)
 
     def join(self, name: str, protocols=PROTOCOLS, version: int = 5, instance: str | None = None,
-             session_ms: int = SESSION_MS, protocol_type: str = "consumer") -> g.Pending:
+             session_ms: int = SESSION_MS, protocol_type: str = "consumer") -> Pending:
         return self.coordinator.join_group(
             self.now, group_id=GROUP, member_id=self.ids.get(name, ""), group_instance_id=instance,
             client_id=name, client_host="/127.0.0.1", session_timeout_ms=session_ms,
@@ -57,7 +61,7 @@ class Harness:
             require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
         )
 
-    def join_new(self, name: str, **kwargs) -> g.Pending:
+    def join_new(self, name: str, **kwargs) -> Pending:
         """A new dynamic member: the KIP-394 round trip, then the real join."""
         first = self.join(name, **kwargs)
         assert first.result.error == ErrorCode.member_id_required
@@ -65,7 +69,7 @@ class Harness:
         return self.join(name, **kwargs)
 
     def sync(self, name: str, assignments: dict[str, bytes] | None = None, generation: int | None = None,
-             **kwargs) -> g.Pending:
+             **kwargs) -> Pending:
         return self.coordinator.sync_group(
             self.now, group_id=GROUP,
             generation_id=self.group.generation_id if generation is None else generation,
@@ -96,7 +100,7 @@ class Harness:
 
     # Groups in each state, two members: A (leader) and B.
 
-    def completing(self) -> tuple[g.Pending, g.Pending]:
+    def completing(self) -> tuple[Pending, Pending]:
         a = self.join_new("A")
         b = self.join_new("B")
         self.advance(0)  # the initial rebalance delay (0) passes
@@ -110,7 +114,7 @@ class Harness:
         self.sync("A", self.assignment_for(m for m, _, _ in a.result.members))
         assert self.group.state is STABLE
 
-    def preparing(self) -> g.Pending:
+    def preparing(self) -> Pending:
         self.stable()
         c = self.join_new("C")
         assert self.group.state is PREPARING_REBALANCE
@@ -136,8 +140,8 @@ def test_valid_previous_states_are_kafkas():
     }
 
 
-@pytest.mark.parametrize("source", list(g.GroupState))
-@pytest.mark.parametrize("target", list(g.GroupState))
+@pytest.mark.parametrize("source", list(GroupState))
+@pytest.mark.parametrize("target", list(GroupState))
 def test_transition_to_enforces_the_table(source, target):
     group = ClassicGroup("x")
     group.state = source
@@ -242,7 +246,7 @@ def test_kafka_transition_table(state, action, answer, after):
     h = Harness()
     SETUPS[state](h)
     result = act(h, action)
-    if isinstance(result, g.Pending):
+    if isinstance(result, Pending):
         if answer == "parked":
             assert not result.done
         else:
@@ -583,3 +587,17 @@ def test_list_and_describe():
     assert (described.state, described.protocol) == ("PreparingRebalance", "")
     assert all(m.metadata == b"" for m in described.members)
     assert h.coordinator.describe_group("unknown") is None
+
+
+def test_the_coordinator_core_imports_neither_trio_nor_the_shell():
+    """Everything but coordinator.py is pure: the shard, its managers and the classic group load
+    without trio, the purgatory or the broker (what the shell alone may use). Hypothesis is kept
+    out as it is in a broker's installation: kio registers strategies with it when it is there,
+    and importing hypothesis imports trio."""
+    code = (
+        "import sys; sys.modules['hypothesis'] = None; import minibroker.groups.shard; "
+        "bad = [m for m in sys.modules if m == 'trio' or m.startswith('trio.') "
+        "or m in ('minibroker.groups.coordinator', 'minibroker.purgatory', 'minibroker.broker')]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

@@ -8,8 +8,9 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from minibroker import groups as g
-from minibroker.groups import DelayedSync, GroupConfig, GroupCoordinator
+from minibroker.groups.api import GroupConfig, JoinResult, SyncResult
+from minibroker.groups.classic_group import EMPTY, STABLE
+from minibroker.groups.coordinator import DelayedSync, GroupCoordinator
 from minibroker.purgatory import Purgatory
 from protocol.errors import ErrorCode
 
@@ -21,7 +22,7 @@ def make(**config) -> GroupCoordinator:
     return GroupCoordinator(GroupConfig(**config), wall_clock_ms=lambda: 0, purgatory=Purgatory("Group"))
 
 
-async def join(c: GroupCoordinator, member_id: str = "", name: str = "m") -> g.JoinResult:
+async def join(c: GroupCoordinator, member_id: str = "", name: str = "m") -> JoinResult:
     """A v5 client's join: the KIP-394 round trip when it has no id yet, then the parked join."""
     while True:
         pending = c.join_group(
@@ -35,7 +36,7 @@ async def join(c: GroupCoordinator, member_id: str = "", name: str = "m") -> g.J
         member_id = result.member_id
 
 
-async def sync(c: GroupCoordinator, join_result: g.JoinResult, assignments=None) -> g.SyncResult:
+async def sync(c: GroupCoordinator, join_result: JoinResult, assignments=None) -> SyncResult:
     pending = c.sync_group(
         trio.current_time(), group_id=GROUP, generation_id=join_result.generation_id,
         member_id=join_result.member_id, group_instance_id=None, protocol_type=None,
@@ -107,7 +108,7 @@ def test_follower_sync_waits_in_purgatory_for_the_leader():
     coordinator = make(initial_rebalance_delay_ms=1000)
     out = {}
 
-    async def follower(result: g.JoinResult) -> None:
+    async def follower(result: JoinResult) -> None:
         out["follower"] = await sync(coordinator, result)
         out["follower_at"] = trio.current_time()
 
@@ -152,5 +153,5 @@ def test_timer_task_expires_a_silent_member():
             nursery.cancel_scope.cancel()
 
     run(main)
-    assert (out["before"], out["after"]) == (g.STABLE, g.EMPTY)
+    assert (out["before"], out["after"]) == (STABLE, EMPTY)
     assert coordinator.groups[GROUP].generation_id == 2
