@@ -23,8 +23,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from minibroker.groups.api import CLASSIC, CONSUMER_PROTOCOL_TYPE, Pending
+from minibroker.groups.api import CLASSIC, CONSUMER_PROTOCOL_TYPE, GroupDescription, MemberDescription, Pending
 from protocol.errors import ErrorCode
+from storage.offsets_store import StoredGroup
 
 if TYPE_CHECKING:
     from storage.offsets_store import OffsetAndMetadata
@@ -130,6 +131,41 @@ class ClassicGroup:
         self.sync_generation = -1
         # The topics the members subscribe to, as of the current generation (None: not known).
         self.subscribed_topics: frozenset[str] | None = None
+
+    @classmethod
+    def from_record(cls, group_id: str, stored: StoredGroup | None, now_ms: int) -> ClassicGroup:
+        """The group as a restart finds it (Kafka's fromRecord, but Empty: its members rejoin),
+        with the generation and protocol type of its last record; a simple group when only
+        offsets were stored."""
+        group = cls(group_id, now_ms)
+        if stored is not None:
+            group.protocol_type = stored.protocol_type or None
+            group.generation_id = stored.generation
+            if stored.members == 0 and stored.state_timestamp_ms >= 0:
+                group.state_timestamp_ms = stored.state_timestamp_ms
+        group.subscribed_topics = group.compute_subscribed_topics()
+        return group
+
+    def to_record(self) -> StoredGroup:
+        """The group's record in __consumer_offsets (Kafka's newGroupMetadataRecord)."""
+        return StoredGroup(self.protocol_type or "", self.generation_id, self.protocol_name or "",
+                           len(self.members), self.state_timestamp_ms)
+
+    def describe(self) -> GroupDescription:
+        """DescribeGroups' view (Kafka's asDescribedGroup): member metadata and the protocol only
+        while Stable, assignments always."""
+        stable = self.is_(STABLE)
+        return GroupDescription(
+            self.group_id,
+            self.state.value,
+            self.protocol_type or "",
+            (self.protocol_name or "") if stable else "",
+            [
+                MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                  m.metadata(self.protocol_name) if stable else b"", m.assignment)
+                for m in self.members.values()
+            ],
+        )
 
     def __repr__(self) -> str:
         return f"<ClassicGroup {self.group_id} {self.state.value} gen {self.generation_id} {list(self.members)}>"

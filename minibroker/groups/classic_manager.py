@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
-from minibroker.groups.api import GroupDescription, JoinResult, MemberDescription, Pending, SyncResult
+from minibroker.groups.api import GroupDescription, JoinResult, Pending, SyncResult
 from minibroker.groups.classic_group import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -44,7 +44,6 @@ from minibroker.groups.classic_group import (
 )
 from protocol.errors import ErrorCode
 from storage.errors import storage_error_message
-from storage.offsets_store import StoredGroup
 
 if TYPE_CHECKING:
     from minibroker.groups.shard import GroupCoordinatorShard
@@ -88,18 +87,6 @@ class ClassicGroupManager:
         self._complete_join(group, member, JoinResult(ErrorCode.unknown_member_id))
         self._complete_sync(group, member, SyncResult(ErrorCode.unknown_member_id))
         group.remove(member.member_id)
-
-    def load_group(self, group_id: str, stored: StoredGroup | None, now_ms: int) -> ClassicGroup:
-        """The group as a restart finds it: Empty, with the generation and protocol type of its
-        last record (its members rejoin), or a simple group when only offsets were stored."""
-        group = ClassicGroup(group_id, now_ms)
-        if stored is not None:
-            group.protocol_type = stored.protocol_type or None
-            group.generation_id = stored.generation
-            if stored.members == 0 and stored.state_timestamp_ms >= 0:
-                group.state_timestamp_ms = stored.state_timestamp_ms
-        group.subscribed_topics = group.compute_subscribed_topics()
-        return group
 
     def close(self, group: ClassicGroup) -> None:
         """Answer every request parked on the group: the coordinator is going away."""
@@ -372,12 +359,7 @@ class ClassicGroupManager:
 
     def _persist_group(self, group: ClassicGroup, now_ms: int) -> None:
         try:
-            self.shard.store.store_group(
-                group.group_id,
-                StoredGroup(group.protocol_type or "", group.generation_id, group.protocol_name or "",
-                            len(group.members), group.state_timestamp_ms),
-                now_ms,
-            )
+            self.shard.store.store_group(group.group_id, group.to_record(), now_ms)
         except OSError as exc:
             # The running group is in memory; the record only lets a restart list and describe it.
             log.error("group %s: storing the group record failed: %s", group.group_id, storage_error_message(exc))
@@ -592,18 +574,7 @@ class ClassicGroupManager:
         group = self.shard.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return None
-        stable = group.is_(STABLE)
-        return GroupDescription(
-            group.group_id,
-            group.state.value,
-            group.protocol_type or "",
-            (group.protocol_name or "") if stable else "",
-            [
-                MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                  m.metadata(group.protocol_name) if stable else b"", m.assignment)
-                for m in group.members.values()
-            ],
-        )
+        return group.describe()
 
 
 @dataclass

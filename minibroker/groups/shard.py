@@ -56,7 +56,7 @@ class GroupCoordinatorShard:
         """Rebuild the groups from the store (Kafka replays __consumer_offsets the same way). Every
         stored group is a classic one: GroupMetadata records, or offsets of a simple group."""
         for group_id in set(self.store.groups) | set(self.store.offsets):
-            self.groups[group_id] = self.classic.load_group(group_id, self.store.groups.get(group_id), now_ms)
+            self.groups[group_id] = ClassicGroup.from_record(group_id, self.store.groups.get(group_id), now_ms)
 
     def close(self, now_ms: int) -> None:
         """Answer every parked request (the broker is going away) and compact the offsets log."""
