@@ -601,3 +601,27 @@ def test_the_coordinator_core_imports_neither_trio_nor_the_shell():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_the_group_record_holds_the_members_and_the_leaders_assignment():
+    """As Kafka's GroupMetadataValue: written when the join phase ends (no assignment yet) and again
+    when the leader's assignment arrives; an emptied group's record has no members."""
+    h = Harness()
+    a, _ = h.completing()
+    record = h.coordinator.store.groups[GROUP]
+    assert (record.generation, record.protocol, record.leader, record.members) == (1, "range", h.ids["A"], 2)
+    assert [(m.member_id, m.client_id, m.subscription, m.assignment) for m in record.member_metadata] == [
+        (h.ids["A"], "A", b"range-meta", b""), (h.ids["B"], "B", b"range-meta", b"")]
+    h.sync("B")
+    h.sync("A", h.assignment_for(m for m, _, _ in a.result.members))
+    record = h.coordinator.store.groups[GROUP]
+    members = [(m.member_id, m.session_timeout_ms, m.rebalance_timeout_ms, m.assignment)
+               for m in record.member_metadata]
+    assert members == [
+        (h.ids["A"], SESSION_MS, REBALANCE_MS, b"for-" + h.ids["A"].encode()),
+        (h.ids["B"], SESSION_MS, REBALANCE_MS, b"for-" + h.ids["B"].encode())]
+    h.leave("A")
+    h.leave("B")
+    record = h.coordinator.store.groups[GROUP]
+    assert (record.generation, record.protocol, record.leader, record.member_metadata) == (2, "", None, ())
+    assert record.state_timestamp_ms == h.wall

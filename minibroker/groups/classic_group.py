@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from minibroker.groups.api import CLASSIC, CONSUMER_PROTOCOL_TYPE, GroupDescription, MemberDescription, Pending
 from protocol.errors import ErrorCode
-from storage.offsets_store import StoredGroup
+from storage.group_records import StoredGroup, StoredMember
 
 if TYPE_CHECKING:
-    from storage.offsets_store import OffsetAndMetadata
+    from storage.group_records import OffsetAndMetadata
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,15 @@ class ClassicGroup:
         return group
 
     def to_record(self) -> StoredGroup:
-        """The group's record in __consumer_offsets (Kafka's newGroupMetadataRecord)."""
+        """The group's record in __consumer_offsets (Kafka's newGroupMetadataRecord): each member
+        with its metadata for the group's protocol and its current assignment."""
+        members = tuple(
+            StoredMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                         m.session_timeout_ms, m.metadata(self.protocol_name), m.assignment)
+            for m in self.members.values()
+        )
         return StoredGroup(self.protocol_type or "", self.generation_id, self.protocol_name or "",
-                           len(self.members), self.state_timestamp_ms)
+                           len(members), self.state_timestamp_ms, self.leader_id, members)
 
     def describe(self) -> GroupDescription:
         """DescribeGroups' view (Kafka's asDescribedGroup): member metadata and the protocol only

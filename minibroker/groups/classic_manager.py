@@ -413,6 +413,7 @@ class ClassicGroupManager:
                     other.assignment = assignments.get(other.member_id, b"")
                 self._propagate_assignment(now, group, ErrorCode.none)
                 group.transition_to(STABLE, now_ms)
+                self._persist_group(group, now_ms)  # with the assignment, as Kafka stores it at sync
         else:  # Stable
             self._synced(group, member_id)
             pending.result = SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name,
