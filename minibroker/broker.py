@@ -493,7 +493,7 @@ class Broker:
         psm = None
         if header.has_producer_id:
             psm = self.producer_states.manager(topic, partition, log, now_ms)
-            verdict = psm.check(header)
+            verdict = psm.prepare_update(header)
             if not verdict.should_append:
                 base_offset = verdict.duplicate_of[0] if verdict.duplicate_of else -1
                 return {
