@@ -1,6 +1,9 @@
 """The committed-offsets store: its record batches are real v2 batches (checked by our own batch
-checks and by kafka-python's decoder), its state survives reopening the log, and its self-compaction
-keeps the state while dropping the old records. A Hypothesis model compares the store with a dict.
+checks and by kafka-python's decoder), its records are Kafka's OffsetCommit and GroupMetadata
+layouts (checked by a reader written from Kafka's specs, not by ours), records in the layout this
+broker wrote before still load, its state survives reopening the log, and its self-compaction keeps
+the state while dropping the old records. Hypothesis compares the store with a dict and round-trips
+the values.
 """
 
 from __future__ import annotations

@@ -562,7 +562,7 @@ def test_snapshots_above_the_log_end_are_deleted(mode, tmp_path):
     assert [offset for offset, _ in list_snapshots(tmp_path)] == [3]
 
 
-def test_load_snapshot_without_snapshots(tmp_path):
+def test_truncate_and_reload_without_snapshots(tmp_path):
     psm = ProducerStateManager.for_mode()
     assert psm.truncate_and_reload(tmp_path / "missing", 100) == 0
     assert psm.truncate_and_reload(tmp_path, 100) == 0
@@ -585,7 +585,7 @@ def test_unrelated_files_are_left_alone(tmp_path):
     assert other.exists() and (tmp_path / "7.snapshot").exists()
 
 
-def test_delete_snapshots_below_keeps_the_newest(tmp_path):
+def test_delete_snapshots_before_keeps_the_newest(tmp_path):
     psm = filled("lean").psm
     for offset in (1, 5, 9, 20):
         psm.take_snapshot(tmp_path, offset)
