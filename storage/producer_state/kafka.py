@@ -64,22 +64,12 @@ class KafkaProducerStateManager(ProducerStateManager):
 
     def __init__(self, *args: int, **kwargs: int) -> None:
         super().__init__(*args, **kwargs)
-        self._entries: dict[int, _KafkaEntry] = {}
+        self._producers: dict[int, _KafkaEntry] = {}
 
     # --- inspection ---------------------------------------------------------------------------
 
-    @property
-    def producer_id_count(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, producer_id: object) -> bool:
-        return producer_id in self._entries
-
-    def producer_ids(self) -> list[int]:
-        return list(self._entries)
-
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        entry = self._entries.get(producer_id)
+        entry = self._producers.get(producer_id)
         if entry is None:
             return None
         batches = tuple(
@@ -91,8 +81,8 @@ class KafkaProducerStateManager(ProducerStateManager):
     def memory_bytes(self) -> int:
         """Counts producer ids, entries, batch lists and batches with their fields. An int shared
         by several fields is counted each time."""
-        total = sys.getsizeof(self._entries)
-        for producer_id, entry in self._entries.items():
+        total = sys.getsizeof(self._producers)
+        for producer_id, entry in self._producers.items():
             total += sys.getsizeof(producer_id) + sys.getsizeof(entry) + sys.getsizeof(entry.batches)
             total += sys.getsizeof(entry.epoch) + sys.getsizeof(entry.last_append_ms)
             for batch in entry.batches:
@@ -102,7 +92,7 @@ class KafkaProducerStateManager(ProducerStateManager):
     # --- validation ---------------------------------------------------------------------------
 
     def _validate(self, header: BatchHeader, producer_id: int, first: int) -> ProducerAppendInfo:
-        entry = self._entries.get(producer_id)
+        entry = self._producers.get(producer_id)
         if entry is None:
             return ACCEPT
         batch_epoch = header.producer_epoch
@@ -132,9 +122,9 @@ class KafkaProducerStateManager(ProducerStateManager):
         batch = _KafkaBatch(
             header.base_sequence, header.last_sequence, header.base_offset + delta, delta, header.max_timestamp
         )
-        entry = self._entries.get(header.producer_id)
+        entry = self._producers.get(header.producer_id)
         if entry is None:
-            self._entries[header.producer_id] = _KafkaEntry(header.producer_epoch, now_ms, [batch])
+            self._producers[header.producer_id] = _KafkaEntry(header.producer_epoch, now_ms, [batch])
             return
         if entry.epoch != header.producer_epoch:
             entry.epoch = header.producer_epoch
@@ -148,18 +138,18 @@ class KafkaProducerStateManager(ProducerStateManager):
 
     def remove_expired_producers(self, now_ms: int) -> int:
         cutoff = now_ms - self.expiration_ms
-        gone = [pid for pid, entry in self._entries.items() if entry.last_append_ms <= cutoff]
+        gone = [pid for pid, entry in self._producers.items() if entry.last_append_ms <= cutoff]
         for producer_id in gone:
-            del self._entries[producer_id]
+            del self._producers[producer_id]
         return len(gone)
 
     def clear(self) -> None:
-        self._entries = {}
+        self._producers = {}
 
     # --- snapshots ----------------------------------------------------------------------------
 
     def _snapshot_rows(self) -> Iterator[SnapshotRow]:
-        for producer_id, entry in self._entries.items():
+        for producer_id, entry in self._producers.items():
             latest = entry.batches[-1]
             # coordinator_epoch and current_txn_first_offset: -1, no transactions.
             yield (producer_id, entry.epoch, latest.last_seq, latest.last_offset, latest.offset_delta,
@@ -171,4 +161,4 @@ class KafkaProducerStateManager(ProducerStateManager):
             first_seq = (last_seq - delta) % SEQUENCE_SPACE
             batch = _KafkaBatch(first_seq, last_seq, last_offset, delta, -1)
             entries[producer_id] = _KafkaEntry(epoch, last_append_ms, [batch])
-        self._entries = entries
+        self._producers = entries

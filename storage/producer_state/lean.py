@@ -95,24 +95,14 @@ class LeanProducerStateManager(ProducerStateManager):
     def __init__(self, *args: int, **kwargs: int) -> None:
         super().__init__(*args, **kwargs)
         # producer id -> slot in _records; freed slots are reused before the array grows.
-        self._slots: dict[int, int] = {}
+        self._producers: dict[int, int] = {}
         self._records = bytearray()
         self._free: list[int] = []
 
     # --- inspection ---------------------------------------------------------------------------
 
-    @property
-    def producer_id_count(self) -> int:
-        return len(self._slots)
-
-    def __contains__(self, producer_id: object) -> bool:
-        return producer_id in self._slots
-
-    def producer_ids(self) -> list[int]:
-        return list(self._slots)
-
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        slot = self._slots.get(producer_id)
+        slot = self._producers.get(producer_id)
         if slot is None:
             return None
         epoch, last_seq, last_offset, delta, last_append_ms = _LEAN.unpack_from(self._records, slot * _LEAN_SIZE)
@@ -120,14 +110,14 @@ class LeanProducerStateManager(ProducerStateManager):
         return ProducerStateEntry(producer_id, epoch, last_append_ms, (batch,))
 
     def memory_bytes(self) -> int:
-        total = sys.getsizeof(self._slots) + sys.getsizeof(self._records) + sys.getsizeof(self._free)
-        total += sum(sys.getsizeof(pid) + sys.getsizeof(slot) for pid, slot in self._slots.items())
+        total = sys.getsizeof(self._producers) + sys.getsizeof(self._records) + sys.getsizeof(self._free)
+        total += sum(sys.getsizeof(pid) + sys.getsizeof(slot) for pid, slot in self._producers.items())
         return total + sum(map(sys.getsizeof, self._free))
 
     # --- validation ---------------------------------------------------------------------------
 
     def _validate(self, header: BatchHeader, producer_id: int, first: int) -> ProducerAppendInfo:
-        slot = self._slots.get(producer_id)
+        slot = self._producers.get(producer_id)
         if slot is None:
             return ACCEPT
         epoch, last_seq, last_offset, delta, _ = _LEAN.unpack_from(self._records, slot * _LEAN_SIZE)
@@ -161,14 +151,14 @@ class LeanProducerStateManager(ProducerStateManager):
 
     def _append_batch(self, header: BatchHeader, now_ms: int) -> None:
         producer_id = header.producer_id
-        slot = self._slots.get(producer_id)
+        slot = self._producers.get(producer_id)
         if slot is None:
             if self._free:
                 slot = self._free.pop()
             else:
                 slot = len(self._records) // _LEAN_SIZE
                 self._records.extend(bytes(_LEAN_SIZE))
-            self._slots[producer_id] = slot
+            self._producers[producer_id] = slot
         delta = header.last_offset_delta
         _LEAN.pack_into(self._records, slot * _LEAN_SIZE, header.producer_epoch, header.last_sequence,
                         header.base_offset + delta, delta, now_ms)
@@ -179,31 +169,31 @@ class LeanProducerStateManager(ProducerStateManager):
         read_time = _LEAN_LAST_APPEND.unpack_from
         expired = [
             (producer_id, slot)
-            for producer_id, slot in self._slots.items()
+            for producer_id, slot in self._producers.items()
             if read_time(records, slot * _LEAN_SIZE + _LEAN_LAST_APPEND_AT)[0] <= cutoff
         ]
         for producer_id, slot in expired:
-            del self._slots[producer_id]
+            del self._producers[producer_id]
             self._free.append(slot)
-        if len(self._free) >= _MIN_FREE_TO_COMPACT and len(self._free) > len(self._slots):
+        if len(self._free) >= _MIN_FREE_TO_COMPACT and len(self._free) > len(self._producers):
             self._compact()
         return len(expired)
 
     def _compact(self) -> None:
         """Give back the memory of freed slots by rewriting the live records contiguously."""
         old = self._records
-        records = bytearray(len(self._slots) * _LEAN_SIZE)
+        records = bytearray(len(self._producers) * _LEAN_SIZE)
         slots = {}
-        for new_slot, (producer_id, slot) in enumerate(self._slots.items()):
+        for new_slot, (producer_id, slot) in enumerate(self._producers.items()):
             start = slot * _LEAN_SIZE
             records[new_slot * _LEAN_SIZE : (new_slot + 1) * _LEAN_SIZE] = old[start : start + _LEAN_SIZE]
             slots[producer_id] = new_slot
         self._records = records
-        self._slots = slots
+        self._producers = slots
         self._free = []
 
     def clear(self) -> None:
-        self._slots = {}
+        self._producers = {}
         self._records = bytearray()
         self._free = []
 
@@ -211,7 +201,7 @@ class LeanProducerStateManager(ProducerStateManager):
 
     def _snapshot_rows(self) -> Iterator[SnapshotRow]:
         records = self._records
-        for producer_id, slot in self._slots.items():
+        for producer_id, slot in self._producers.items():
             # coordinator_epoch and current_txn_first_offset: -1, no transactions.
             yield (producer_id, *_LEAN.unpack_from(records, slot * _LEAN_SIZE), -1, -1)
 
@@ -223,5 +213,5 @@ class LeanProducerStateManager(ProducerStateManager):
             _LEAN.pack_into(records, slot * _LEAN_SIZE, epoch, last_seq, last_offset, delta, last_append_ms)
             slots[producer_id] = slot
         self._records = records
-        self._slots = slots
+        self._producers = slots
         self._free = []

@@ -36,7 +36,7 @@ import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, NamedTuple
 
 from protocol.errors import ErrorCode
 from storage.producer_state.snapshot import (
@@ -158,16 +158,19 @@ class ProducerStateManager(ABC):
 
     # --- inspection ---------------------------------------------------------------------------
 
+    # Every implementation keys its state by producer id here (what a key maps to is its own).
+    _producers: dict[int, Any]
+
     @property
-    @abstractmethod
     def producer_id_count(self) -> int:
         """How many producer ids have state here."""
+        return len(self._producers)
 
-    @abstractmethod
-    def __contains__(self, producer_id: object) -> bool: ...
+    def __contains__(self, producer_id: object) -> bool:
+        return producer_id in self._producers
 
-    @abstractmethod
-    def producer_ids(self) -> list[int]: ...
+    def producer_ids(self) -> list[int]:
+        return list(self._producers)
 
     @abstractmethod
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
