@@ -50,6 +50,27 @@ class GroupConfig:
         )
 
 
+# --- requests ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JoinGroupRequest:
+    """A JoinGroup, as the classic protocol sees it whatever the request's version."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]  # (name, metadata), in the member's order of preference
+    require_known_member_id: bool  # v4+: KIP-394's MEMBER_ID_REQUIRED round trip
+    supports_skip_assignment: bool = False  # v9+
+    reason: str | None = None
+
+
 # --- answers -------------------------------------------------------------------------------------
 
 

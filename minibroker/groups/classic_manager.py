@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
-from minibroker.groups.api import GroupDescription, JoinResult, Pending, SyncResult
+from minibroker.groups.api import GroupDescription, JoinGroupRequest, JoinResult, Pending, SyncResult
 from minibroker.groups.classic_group import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -96,29 +95,13 @@ class ClassicGroupManager:
 
     # -- JoinGroup --------------------------------------------------------------------------------
 
-    def join_group(
-        self,
-        now: float,
-        now_ms: int,
-        *,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        require_known_member_id: bool,
-        supports_skip_assignment: bool = False,
-        reason: str | None = None,
-    ) -> Pending:
+    def join_group(self, now: float, now_ms: int, request: JoinGroupRequest) -> Pending:
         """Handle a JoinGroup; the Pending completes when the join phase does."""
         pending = Pending()
+        group_id, member_id = request.group_id, request.member_id
         if not group_id:
             pending.result = JoinResult(ErrorCode.invalid_group_id, member_id)
-        elif not (self.config.min_session_timeout_ms <= session_timeout_ms
+        elif not (self.config.min_session_timeout_ms <= request.session_timeout_ms
                   <= self.config.max_session_timeout_ms):
             pending.result = JoinResult(ErrorCode.invalid_session_timeout, member_id)
         else:
@@ -128,17 +111,13 @@ class ClassicGroupManager:
                     pending.result = JoinResult(ErrorCode.unknown_member_id, member_id)
                     return pending
                 group = self.shard.create_classic_group(group_id, now_ms)
-            request = _JoinRequest(member_id, group_instance_id, client_id, client_host,
-                                   session_timeout_ms, rebalance_timeout_ms, protocol_type,
-                                   list(protocols), require_known_member_id,
-                                   supports_skip_assignment, reason)
             if member_id:
                 self._join_existing_member(now, now_ms, group, request, pending)
             else:
                 self._join_new_member(now, now_ms, group, request, pending)
         return pending
 
-    def _join_new_member(self, now: float, now_ms: int, group: ClassicGroup, req: _JoinRequest,
+    def _join_new_member(self, now: float, now_ms: int, group: ClassicGroup, req: JoinGroupRequest,
                          pending: Pending) -> None:
         if group.is_(DEAD):
             pending.result = JoinResult(ErrorCode.coordinator_not_available)
@@ -161,7 +140,7 @@ class ClassicGroupManager:
         else:
             self._add_member_and_rebalance(now, now_ms, group, req, new_id, pending)
 
-    def _join_existing_member(self, now: float, now_ms: int, group: ClassicGroup, req: _JoinRequest,
+    def _join_existing_member(self, now: float, now_ms: int, group: ClassicGroup, req: JoinGroupRequest,
                               pending: Pending) -> None:
         member_id = req.member_id
         if group.is_(DEAD):
@@ -209,7 +188,7 @@ class ClassicGroupManager:
             skip_assignment,
         )
 
-    def _add_member_and_rebalance(self, now: float, now_ms: int, group: ClassicGroup, req: _JoinRequest,
+    def _add_member_and_rebalance(self, now: float, now_ms: int, group: ClassicGroup, req: JoinGroupRequest,
                                   member_id: str, pending: Pending) -> None:
         member = ClassicGroupMember(member_id, req.group_instance_id, req.client_id, req.client_host,
                         req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
@@ -224,7 +203,7 @@ class ClassicGroupManager:
 
     def _update_member_and_rebalance(self, now: float, now_ms: int, group: ClassicGroup,
                                      member: ClassicGroupMember,
-                                     req: _JoinRequest, pending: Pending) -> None:
+                                     req: JoinGroupRequest, pending: Pending) -> None:
         if member.awaiting_join is not None:
             # A duplicate join (the client gave up on the first): the newest request gets the answer.
             self._complete_join(group, member, JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
@@ -235,7 +214,7 @@ class ClassicGroupManager:
         self._maybe_prepare_rebalance_or_complete_join(
             now, now_ms, group, f"member {member.member_id} rejoined ({req.reason or 'no reason given'})")
 
-    def _replace_static_member(self, now: float, now_ms: int, group: ClassicGroup, req: _JoinRequest,
+    def _replace_static_member(self, now: float, now_ms: int, group: ClassicGroup, req: JoinGroupRequest,
                                old_id: str, new_id: str, pending: Pending) -> None:
         current_leader = group.leader_id
         old = group.members[old_id]
@@ -576,21 +555,6 @@ class ClassicGroupManager:
         if group is None or group.is_(DEAD):
             return None
         return group.describe()
-
-
-@dataclass
-class _JoinRequest:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    require_known_member_id: bool
-    supports_skip_assignment: bool
-    reason: str | None
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import trio
 
-from minibroker.groups.api import GroupConfig, GroupDescription, GroupOverview, Pending
+from minibroker.groups.api import GroupConfig, GroupDescription, GroupOverview, JoinGroupRequest, Pending
 from minibroker.groups.classic_group import ClassicGroup
 from minibroker.groups.shard import GroupCoordinatorShard
 from minibroker.purgatory import DelayedOperation, Purgatory
@@ -138,14 +138,11 @@ class GroupCoordinator:
         reason: str | None = None,
     ) -> Pending:
         """Handle a JoinGroup; the Pending completes when the join phase does (`wait_for`)."""
+        request = JoinGroupRequest(group_id, member_id, group_instance_id, client_id, client_host,
+                                   session_timeout_ms, rebalance_timeout_ms, protocol_type, list(protocols),
+                                   require_known_member_id, supports_skip_assignment, reason)
         try:
-            return self.shard.classic.join_group(
-                now, self.wall_clock_ms(), group_id=group_id, member_id=member_id,
-                group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
-                session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
-                protocol_type=protocol_type, protocols=protocols,
-                require_known_member_id=require_known_member_id,
-                supports_skip_assignment=supports_skip_assignment, reason=reason)
+            return self.shard.classic.join_group(now, self.wall_clock_ms(), request)
         finally:
             self._after()
 
