@@ -12,6 +12,7 @@ the group's consumers do not subscribe to (`Group.is_subscribed_to_topic`). Not 
 offsets of topics a Stable group no longer subscribes to, and transactional offset commits (issue
 14: TxnOffsetCommit would keep pending offsets per producer id here, made visible by the marker).
 
+It sees groups only through the api.Group interface, so a second group type shares it as it is.
 Pure: no trio, no clock (`now_ms` is wall-clock milliseconds, the timestamps Kafka stores).
 """
 
@@ -25,6 +26,7 @@ from storage.errors import storage_error_message
 from storage.offsets_store import OffsetAndMetadata
 
 if TYPE_CHECKING:
+    from minibroker.groups.api import Group
     from minibroker.groups.shard import GroupCoordinatorShard
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ class OffsetMetadataManager:
                          instance_id: str | None, version: int) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
-        group = self.shard.groups.get(group_id)
+        group: Group | None = self.shard.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
                 return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
@@ -114,7 +116,8 @@ class OffsetMetadataManager:
         """KIP-211 retention; drops groups left Empty without offsets. Returns offsets expired."""
         retention = self.config.offsets_retention_ms
         expired_total = 0
-        for group_id, group in list(self.shard.groups.items()):
+        groups: list[tuple[str, Group]] = list(self.shard.groups.items())
+        for group_id, group in groups:
             offsets = self.store.offsets.get(group_id, {})
             base = group.offset_expiration_base()
             if base is None:
@@ -142,7 +145,7 @@ class OffsetMetadataManager:
         __consumer_offsets) and a partition without one is answered NONE all the same."""
         if not group_id:
             return ErrorCode.invalid_group_id, {}
-        group = self.shard.groups.get(group_id)
+        group: Group | None = self.shard.groups.get(group_id)
         if group is None or group.is_dead():
             return ErrorCode.group_id_not_found, {}
         error = group.validate_offset_delete()

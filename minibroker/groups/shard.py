@@ -26,7 +26,7 @@ import heapq
 import logging
 from typing import Iterable
 
-from minibroker.groups.api import GroupConfig, GroupOverview
+from minibroker.groups.api import Group, GroupConfig, GroupOverview
 from minibroker.groups.classic_group import ClassicGroup
 from minibroker.groups.classic_manager import ClassicGroupManager
 from minibroker.groups.offsets import OffsetMetadataManager
@@ -131,9 +131,10 @@ class GroupCoordinatorShard:
                     ) -> list[GroupOverview]:
         states = {s.lower() for s in states_filter}
         types = {t.lower() for t in types_filter}
+        groups: list[Group] = sorted(self.groups.values(), key=lambda g: g.group_id)
         return [
             GroupOverview(g.group_id, g.protocol_type or "", g.state_name, g.group_type)
-            for g in sorted(self.groups.values(), key=lambda g: g.group_id)
+            for g in groups
             if not g.is_dead() and (not states or g.state_name.lower() in states)
             and (not types or g.group_type in types)
         ]
@@ -141,7 +142,7 @@ class GroupCoordinatorShard:
     def delete_groups(self, now_ms: int, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            group = self.groups.get(group_id)
+            group: Group | None = self.groups.get(group_id)
             if not group_id:
                 results[group_id] = ErrorCode.invalid_group_id
             elif group is None or group.is_dead():
