@@ -19,7 +19,6 @@ the wall-clock milliseconds stored with commits and group states.
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -35,8 +34,6 @@ from storage.offsets_store import OffsetAndMetadata, OffsetsStore
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
     from storage.manager import LogManager
-
-log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
