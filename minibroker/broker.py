@@ -26,7 +26,7 @@ from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, clien
 from minibroker.config import BrokerConfig
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.dynamic_config import DynamicBrokerConfigs
-from minibroker.groups import GroupCoordinator
+from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.audit import AuditLog
@@ -493,7 +493,7 @@ class Broker:
         psm = None
         if header.has_producer_id:
             psm = self.producer_states.manager(topic, partition, log, now_ms)
-            verdict = psm.check(header)
+            verdict = psm.prepare_update(header)
             if not verdict.should_append:
                 base_offset = verdict.duplicate_of[0] if verdict.duplicate_of else -1
                 return {
