@@ -27,7 +27,7 @@ from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.dynamic_config import DynamicBrokerConfigs
-from minibroker.groups import GroupCoordinator
+from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.audit import AuditLog
@@ -267,7 +267,7 @@ class Broker:
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
-        self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms)
+        self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
@@ -512,7 +512,7 @@ class Broker:
         psm = None
         if header.has_producer_id:
             psm = self.producer_states.manager(topic, partition, log, now_ms)
-            verdict = psm.check(header)
+            verdict = psm.prepare_update(header)
             if not verdict.should_append:
                 return AppendOutcome(
                     ErrorCode(verdict.error_code),

@@ -53,7 +53,6 @@ from protocol.records.batch import BatchHeader, assign_offsets, batch_spans
 from storage.config import LogConfig
 from storage.file_cache import FileCache
 from storage.files import fsync_directory
-from storage.files import write_atomically as write_atomically  # re-exported: storage.producer_state's import
 from storage.index import NO_TIMESTAMP
 from storage.log_dir import (
     create_marker,

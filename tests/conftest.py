@@ -2,16 +2,9 @@ import gc
 import itertools
 import os
 
-import hypothesis  # noqa: F401 - loads hypothesis's plugins (trio's among them) in this process
 import pytest
 
 from minibroker.testing import running_broker
-
-# Child processes (brokers, the import checks of tests/test_layering.py) run without hypothesis's
-# plugins: kio imports hypothesis whenever it is installed, and hypothesis then imports trio for
-# trio's plugin, so in the test environment every module that names a kio ErrorCode would appear to
-# import trio. A broker installed for use has no hypothesis; this keeps the children like it.
-os.environ["HYPOTHESIS_NO_PLUGINS"] = "1"
 
 _counter = itertools.count()
 

@@ -15,7 +15,7 @@ import errno
 import os
 
 STORAGE_MODULES = ("storage.segment", "storage.batch_scan", "storage.index", "storage.log", "storage.log_dir",
-                   "storage.files", "storage.retention", "storage.manager", "storage.producer_state",
+                   "storage.files", "storage.retention", "storage.manager", "storage.producer_state.snapshot",
                    "storage.file_cache")
 
 

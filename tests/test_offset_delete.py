@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from minibroker.groups import consumer_subscription_topics
+from minibroker.groups.classic_group import consumer_subscription_topics
 from protocol.entities import build
 from tests.wire import WireClient, schema
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from minibroker.groups import DelayedJoin
+from minibroker.groups.coordinator import DelayedJoin
 from minibroker.handlers import Reply, handler
 from protocol.entities import to_ms
 

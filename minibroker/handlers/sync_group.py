@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from minibroker.groups import DelayedSync
+from minibroker.groups.coordinator import DelayedSync
 from minibroker.handlers import Reply, handler
 
 if TYPE_CHECKING:
