@@ -12,7 +12,8 @@ argument; this module is where the shell reads it. Two readings, one source:
   sleeps an hour of virtual time sees an hour pass on both readings, in milliseconds of real time.
 
 Outside a trio run (opening the data directory before the server starts, closing it after, tools)
-`now_ms()` is the system clock itself.
+`now_ms()` is the system clock itself. Inside one, a step of the system clock (an NTP correction)
+is not followed until the next run: the wall clock is the run's start plus the monotonic time since.
 
 Each `Broker` owns one `BrokerClock` (passed in, or a new one): a harness that runs several brokers
 in one process can give each its own and move one forward without the others.
