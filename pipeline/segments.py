@@ -10,7 +10,6 @@ is not seen. Records below the partition's log start offset (DeleteRecords) are 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -20,17 +19,16 @@ from protocol.records import (
     InvalidRecordError,
     decode_records,
     iter_headers,
+    read_header,
 )
 from storage.audit_format import AUDIT_TOPIC, decode_event
-from storage.log import LOG_START_OFFSET_FILE
-from storage.segment import LOG_SUFFIX
+from storage.log_dir import read_log_start_offset, segment_files
 
 __all__ = ["audit_segment_files", "iter_audit_events", "iter_segment_events"]
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 8 * 1024 * 1024
-_ATTRIBUTES = slice(21, 23)
 
 
 def audit_segment_files(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> list[tuple[str, int]]:
@@ -39,16 +37,8 @@ def audit_segment_files(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> list[
     directory = Path(data_dir).resolve() / f"{topic}-0"
     if not directory.is_dir():
         return []
-    start = 0
-    try:
-        start = int((directory / LOG_START_OFFSET_FILE).read_text().strip())
-    except (FileNotFoundError, ValueError):
-        pass
-    names = sorted(
-        name for name in os.listdir(directory)
-        if name.endswith(LOG_SUFFIX) and len(name) == 20 + len(LOG_SUFFIX) and name[:20].isdigit()
-    )
-    return [(str(directory / name), start) for name in names]
+    start = read_log_start_offset(directory) or 0
+    return [(str(directory / name), start) for name, _ in sorted(segment_files(directory))]
 
 
 def _iter_batches(path: str) -> Iterator[bytes]:
@@ -73,8 +63,7 @@ def iter_segment_events(path: str, log_start_offset: int = 0) -> Iterator[tuple[
     are not JSON objects are skipped with a warning."""
     skipped = 0
     for batch in _iter_batches(path):
-        attributes = int.from_bytes(batch[_ATTRIBUTES], "big")
-        if attributes & (ATTR_CONTROL | ATTR_COMPRESSION_MASK):
+        if read_header(batch).attributes & (ATTR_CONTROL | ATTR_COMPRESSION_MASK):
             skipped += 1
             continue
         try:

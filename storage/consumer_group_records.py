@@ -39,9 +39,11 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping, TypeVar
 
 from protocol.records import read_uvarint, write_uvarint
+
+T = TypeVar("T")
 
 CONSUMER_GROUP_METADATA = 3
 CONSUMER_GROUP_PARTITION_METADATA = 4
@@ -402,19 +404,21 @@ def apply_record(group: StoredConsumerGroup, record_type: int, member: str | Non
                                   else parse_epoch_value(value, "ConsumerGroupTargetAssignmentMetadataValue"))
     else:
         assert member is not None
-        table: dict
         if record_type == CONSUMER_GROUP_MEMBER_METADATA:
-            table, parse = group.members, parse_member_metadata_value
+            _replay(group.members, member, value, parse_member_metadata_value)
         elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
-            table, parse = group.target_assignments, parse_target_assignment_value
+            _replay(group.target_assignments, member, value, parse_target_assignment_value)
         elif record_type == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
-            table, parse = group.current_assignments, parse_current_assignment_value
+            _replay(group.current_assignments, member, value, parse_current_assignment_value)
         else:
             raise ValueError(f"record type {record_type} is not a consumer group record")
-        if value is None:
-            table.pop(member, None)
-        else:
-            table[member] = parse(value)
+
+
+def _replay(table: dict[str, T], member: str, value: bytes | None, parse: Callable[[bytes], T]) -> None:
+    if value is None:
+        table.pop(member, None)
+    else:
+        table[member] = parse(value)
 
 
 Record = tuple[bytes, bytes | None]

@@ -68,9 +68,16 @@ class GroupConfig:
 
 
 class TopicInfo(Protocol):
-    name: str
-    topic_id: uuid.UUID
-    num_partitions: int
+    """What a consumer group reads of a topic (storage's TopicInfo is one; read-only, as it is frozen)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic_id(self) -> uuid.UUID: ...
+
+    @property
+    def num_partitions(self) -> int: ...
 
 
 class TopicsImage(Protocol):
@@ -246,9 +253,17 @@ class Group(Protocol):
     """What the type-agnostic parts of the coordinator ask of a group (Kafka's `Group`)."""
 
     group_id: str
-    group_type: str  # ListGroups v5's type: "classic", or "consumer" for a KIP-848 group
-    protocol_type: str | None  # ListGroups' protocol type; None when not known yet
     state_timestamp_ms: int  # wall clock, when the group entered its current state
+
+    @property
+    def group_type(self) -> str:
+        """ListGroups v5's type: "classic", or "consumer" for a KIP-848 group."""
+        ...
+
+    @property
+    def protocol_type(self) -> str | None:
+        """ListGroups' protocol type ("consumer" for a consumer group); None when not known yet."""
+        ...
 
     @property
     def state_name(self) -> str:

@@ -63,6 +63,7 @@ from minibroker.groups.consumer_group import (
     FencedMemberEpoch,
     MemberState,
     TopicMetadata,
+    held_partitions,
     reconcile,
 )
 from protocol.errors import ErrorCode
@@ -301,13 +302,11 @@ class ConsumerGroupManager:
 
         # 3. Reconcile the member towards its target.
         owned = None if req.owned is None else {t: frozenset(ps) for t, ps in req.owned.items()}
-        partition_epoch = group.partition_epoch
-        if replaced is not None:
-            held_by_replaced = {(t, p) for a in (replaced.assigned, replaced.pending_revocation)
-                                for t, ps in a.items() for p in ps}
+        # The partitions of a static member being replaced pass to its successor: free to it.
+        held_by_replaced = set() if replaced is None else set(held_partitions(replaced))
 
-            def partition_epoch(topic_id: uuid.UUID, p: int) -> int:
-                return -1 if (topic_id, p) in held_by_replaced else group.partition_epoch(topic_id, p)
+        def partition_epoch(topic_id: uuid.UUID, p: int) -> int:
+            return -1 if (topic_id, p) in held_by_replaced else group.partition_epoch(topic_id, p)
         if updated.is_reconciled_to(target_epoch):
             reconciled = updated
         else:

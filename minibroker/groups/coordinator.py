@@ -15,10 +15,11 @@ before the time the timer task sleeps until, the timer task. Waiting is the only
 A KIP-848 ConsumerGroupHeartbeat never waits: it is answered at once, and a member learns of a new
 assignment at its next heartbeat.
 
-Two clocks are injected: `clock`, the monotonic seconds every deadline is on, which must be trio's
-(`trio.current_time`, the default: the purgatory and the timer task wait with trio deadlines), so
-that trio's `MockClock(autojump_threshold=0)` drives every timeout of a test; and `wall_clock_ms`,
-the wall-clock milliseconds stored with commits and group states.
+Two clocks are injected (the broker passes its minibroker.clock.BrokerClock's readings): `clock`, the
+monotonic seconds every deadline is on, which must be trio's (`trio.current_time`, the default: the
+purgatory and the timer task wait with trio deadlines), so that trio's
+`MockClock(autojump_threshold=0)` drives every timeout of a test; and `wall_clock_ms`, the
+wall-clock milliseconds stored with commits and group states.
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ class GroupCoordinator:
         self._on_change: Callable[[], None] | None = None
 
     @classmethod
-    def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int]) -> GroupCoordinator:
+    def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int],
+             clock: Callable[[], float] = trio.current_time) -> GroupCoordinator:
         store = OffsetsStore.open(logs, wall_clock_ms())
-        return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms,
+        return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms, clock=clock,
                    purgatory=Purgatory("Group"), topics=logs)
 
     @property

@@ -4,14 +4,22 @@ Behaviour (Kafka's ClientQuotaControlManager, via quotas.config.QuotaConfigStore
 entity; an entity's changes apply all or none; INVALID_REQUEST with Kafka's message for an invalid
 entity, key or value. Applied changes reach the quota managers at once (the next request of an
 affected client sees the new limit) and are written to `client-quotas.json` in the data dir before
-the response goes out. validate_only checks without applying.
+the response goes out. validate_only checks without applying. Its clients never throttle themselves
+(Kafka's default): a quota throttle holds the response back.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 @handler(49, 0, 1)
-async def alter_client_quotas(ctx, request):
+async def alter_client_quotas(ctx: RequestContext, request: Any) -> Reply:
     entries = [
         (
             [(e.entity_type, e.entity_name) for e in entry.entity],
@@ -20,8 +28,7 @@ async def alter_client_quotas(ctx, request):
         for entry in request.entries
     ]
     results = ctx.broker.quotas.alter(entries, bool(request.validate_only))
-    return {
-        "throttle_time": 0,
+    return Reply({
         "entries": [
             {
                 "error_code": code,
@@ -30,4 +37,4 @@ async def alter_client_quotas(ctx, request):
             }
             for entity, code, message in results
         ],
-    }
+    })

@@ -7,20 +7,28 @@ Errors per group, with Kafka's messages: INVALID_GROUP_ID for an empty id, GROUP
 unknown group ("Group g not found.") or a classic one ("Group g is not a consumer group."). Topics
 are named by id and by name; a deleted topic is left out of an assignment, as Kafka does. v1 adds
 each member's type (1: consumer protocol; classic-protocol members do not exist here). With no
-ACLs, every group operation is authorized.
+ACLs, every group operation is authorized. Its clients never throttle themselves (Kafka's
+AbstractResponse default).
 """
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+import uuid
+from typing import TYPE_CHECKING, Any, Mapping
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
 from minibroker.handlers.describe_groups import GROUP_ALL_OPERATIONS
 from protocol.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
+    from storage.manager import LogManager
+
 CONSUMER_MEMBER = 1  # MemberType: -1 unknown, 0 classic protocol, 1 consumer protocol
 
 
-def _assignment(logs, assignment) -> dict:
+def _assignment(logs: LogManager, assignment: Mapping[uuid.UUID, tuple[int, ...]]) -> dict:
     parts = []
     for topic_id, partitions in assignment.items():
         info = logs.topic_by_id(topic_id)
@@ -30,13 +38,13 @@ def _assignment(logs, assignment) -> dict:
 
 
 @handler(69, 0, 1)
-async def consumer_group_describe(ctx, request):
+async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
     groups, logs = ctx.broker.groups, ctx.broker.logs
     operations = GROUP_ALL_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     if not groups.config.consumer_protocol_enabled:
-        return {"throttle_time": 0, "groups": [
+        return Reply({"groups": [
             {"error_code": ErrorCode.unsupported_version, "group_id": g, "group_state": "", "group_epoch": 0,
-             "assignment_epoch": 0, "assignor_name": "", "members": []} for g in request.group_ids]}
+             "assignment_epoch": 0, "assignor_name": "", "members": []} for g in request.group_ids]})
     described = []
     for d in groups.consumer_group_describe(request.group_ids):
         described.append({
@@ -59,4 +67,4 @@ async def consumer_group_describe(ctx, request):
             ],
             "authorized_operations": operations if not d.error else NO_AUTHORIZED_OPERATIONS,
         })
-    return {"throttle_time": 0, "groups": described}
+    return Reply({"groups": described})

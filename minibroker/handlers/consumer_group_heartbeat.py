@@ -7,23 +7,28 @@ coordinator choose the member id of a joining member (an empty id); from v1 (KIP
 generates it and an empty one is INVALID_REQUEST; v1 adds SubscribedTopicRegex. An error response
 carries the code and Kafka's message only. Without `consumer` in
 group.coordinator.rebalance.protocols the answer is UNSUPPORTED_VERSION, as Kafka's with the protocol
-disabled, which tells Java's consumer to use group.protocol=classic.
+disabled, which tells Java's consumer to use group.protocol=classic. Its clients never throttle
+themselves (Kafka's AbstractResponse default): a quota throttle holds the response back.
 """
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
 from minibroker.groups.api import ConsumerGroupHeartbeatRequest
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.join_group import client_host
 from protocol.entities import to_ms
 
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
+
 
 @handler(68, 0, 1)
-async def consumer_group_heartbeat(ctx, request):
+async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     owned = request.topic_partitions
-    result = ctx.broker.groups.consumer_group_heartbeat(trio.current_time(), ConsumerGroupHeartbeatRequest(
+    groups = ctx.broker.groups
+    result = groups.consumer_group_heartbeat(ctx.broker.clock.monotonic(), ConsumerGroupHeartbeatRequest(
         group_id=request.group_id,
         member_id=request.member_id,
         member_epoch=request.member_epoch,
@@ -42,12 +47,11 @@ async def consumer_group_heartbeat(ctx, request):
     if result.assignment is not None:
         assignment = {"topic_partitions": [{"topic_id": topic_id, "partitions": partitions}
                                            for topic_id, partitions in result.assignment.items()]}
-    return {
-        "throttle_time": 0,
+    return Reply({
         "error_code": result.error,
         "error_message": result.message,
         "member_id": result.member_id,
         "member_epoch": result.member_epoch,
         "heartbeat_interval": result.heartbeat_interval_ms,
         "assignment": assignment,
-    }
+    })

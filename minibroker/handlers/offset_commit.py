@@ -5,31 +5,35 @@ while the group has no members (assign() consumers and admin tools; this creates
 A stale generation gets ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v9 when the group does not
 exist), an unknown member UNKNOWN_MEMBER_ID, a commit while the group awaits its assignment
 REBALANCE_IN_PROGRESS; a KIP-848 consumer group checks the member epoch instead (STALE_MEMBER_EPOCH,
-and UNSUPPORTED_VERSION below v9, as Kafka). Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION (v10 names topics
-by id: UNKNOWN_TOPIC_ID). v2-v4 retention_time sets the offsets' own expiry; v6+ carries the leader
-epoch; v7+ group.instance.id. Errors are per partition, as in Kafka.
+and UNSUPPORTED_VERSION below v9, as Kafka). Partitions of unknown topics get
+UNKNOWN_TOPIC_OR_PARTITION (v10 names topics by id: UNKNOWN_TOPIC_ID). v2-v4 retention_time sets
+the offsets' own expiry; v6+ carries the leader epoch; v7+ group.instance.id. Errors are per
+partition, as in Kafka.
 """
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers import Reply, handler
 from protocol.entities import to_ms
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(8, 2, 10)
-async def offset_commit(ctx, request):
+@handler(8, 2, 10, client_throttles_from=4)
+async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.broker.logs
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     answers = []  # (topic entry, [(partition, name or None, error or None)])
     for topic in request.topics:
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
-        info = logs.topic(name) if name is not None else logs.topic_by_id(topic_id)
-        missing = UNKNOWN_TOPIC_ID if name is None else UNKNOWN_TOPIC_OR_PARTITION
-        rows = []
+        info = logs.resolve(name, topic_id)
+        missing = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+        rows: list[tuple[int, ErrorCode | tuple[str, int]]] = []  # an error, or the offset's key
         for p in topic.partitions:
             if info is None or not 0 <= p.partition_index < info.num_partitions:
                 rows.append((p.partition_index, missing))
@@ -43,7 +47,7 @@ async def offset_commit(ctx, request):
         answers.append((name, topic_id, rows))
     retention = getattr(request, "retention_time", None)
     errors = ctx.broker.groups.commit_offsets(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id,
@@ -52,8 +56,7 @@ async def offset_commit(ctx, request):
         retention_ms=-1 if retention is None else to_ms(retention),
         version=ctx.version,
     )
-    return {
-        "throttle_time": 0,
+    return Reply({
         "topics": [
             {
                 "name": name,
@@ -65,4 +68,4 @@ async def offset_commit(ctx, request):
             }
             for name, topic_id, rows in answers
         ],
-    }
+    })

@@ -11,13 +11,18 @@ group).
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 NO_OFFSET = -1
 
 
-def _partition(index: int, om, error: int = 0) -> dict:
+def _partition(index: int, om, error: ErrorCode = ErrorCode.none) -> dict:
     return {
         "partition_index": index,
         "committed_offset": om.offset if om is not None else NO_OFFSET,
@@ -28,7 +33,7 @@ def _partition(index: int, om, error: int = 0) -> dict:
 
 
 def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | None = None,
-                member_epoch: int = -1) -> tuple[int, list[dict]]:
+                member_epoch: int = -1) -> tuple[ErrorCode, list[dict]]:
     """(group error, topic entries) for one group; `topics` None means all."""
     groups, logs = broker.groups, broker.logs
     error = ErrorCode.invalid_group_id if not group_id else ErrorCode.none
@@ -51,7 +56,7 @@ def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | Non
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
         if name is None:
-            info = logs.topic_by_id(topic_id)
+            info = logs.resolve(None, topic_id)
             name = info.name if info is not None else None
         wanted = [(name, p) for p in topic.partition_indexes]
         found = groups.fetch_offsets(group_id, wanted) if name is not None and not error else [
@@ -64,16 +69,16 @@ def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | Non
     return error, entries
 
 
-@handler(9, 1, 10)
-async def offset_fetch(ctx, request):
+@handler(9, 1, 10, client_throttles_from=4)
+async def offset_fetch(ctx: RequestContext, request: Any) -> Reply:
     batched = getattr(request, "groups", None)
     if batched is None:
         error, topics = fetch_group(ctx.broker, request.group_id, request.topics, by_id=False)
-        return {"throttle_time": 0, "error_code": error, "topics": topics}
+        return Reply({"error_code": error, "topics": topics})
     by_id = ctx.version >= 10
     answer = []
     for group in batched:
         error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id,
                                     getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
         answer.append({"group_id": group.group_id, "error_code": error, "topics": topics})
-    return {"throttle_time": 0, "groups": answer}
+    return Reply({"groups": answer})
