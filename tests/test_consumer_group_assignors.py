@@ -77,6 +77,18 @@ def loads(result) -> dict[str, int]:
     return {m: sum(len(ps) for ps in a.values()) for m, a in result.items()}
 
 
+def valid_uniform(members, partitions) -> tuple[dict, dict[str, int]]:
+    """The uniform assignor's answer, checked valid, and each member's number of partitions."""
+    result = uniform(members, partitions)
+    check_valid(members, partitions, result)
+    return result, loads(result)
+
+
+def holding(members, result) -> dict[str, MemberSpec]:
+    """The same members, each now holding what `result` gave it (the next rebalance's input)."""
+    return {m: MemberSpec(spec.topics, result[m], spec.instance_id) for m, spec in members.items()}
+
+
 def valid_current(members, partitions) -> dict[str, set]:
     """Each member's current partitions it may keep (the assignors' own notion, recomputed here:
     subscribed, existing, and not claimed by a member with a smaller id)."""
@@ -102,9 +114,7 @@ def flat(assignment) -> set:
 @given(groups(homogeneous=True))
 def test_uniform_homogeneous_is_valid_balanced_and_sticky(group):
     members, partitions = group
-    result = uniform(members, partitions)
-    check_valid(members, partitions, result)
-    counts = loads(result)
+    result, counts = valid_uniform(members, partitions)
     assert max(counts.values()) - min(counts.values()) <= 1
     total = sum(counts.values())
     floor = total // len(members)
@@ -124,17 +134,14 @@ def test_uniform_homogeneous_is_valid_balanced_and_sticky(group):
 def test_uniform_returns_a_balanced_valid_assignment_unchanged(group):
     members, partitions = group
     first = uniform(members, partitions)
-    again = {m: MemberSpec(spec.topics, first[m], spec.instance_id) for m, spec in members.items()}
-    assert uniform(again, partitions) == first
+    assert uniform(holding(members, first), partitions) == first
 
 
 @settings(max_examples=300, deadline=None)
 @given(groups(homogeneous=False))
 def test_uniform_heterogeneous_is_valid_and_no_single_move_is_fairer(group):
     members, partitions = group
-    result = uniform(members, partitions)
-    check_valid(members, partitions, result)
-    counts = loads(result)
+    result, counts = valid_uniform(members, partitions)
     for giver, assignment in result.items():
         for topic_id in assignment:
             for taker, spec in members.items():
@@ -142,8 +149,7 @@ def test_uniform_heterogeneous_is_valid_and_no_single_move_is_fairer(group):
                     assert counts[taker] + 1 >= counts[giver], (
                         f"{topic_id} could move from {giver} ({counts[giver]}) to {taker} ({counts[taker]})")
     # Stability: the answer is its own fixed point.
-    again = {m: MemberSpec(spec.topics, result[m], spec.instance_id) for m, spec in members.items()}
-    assert uniform(again, partitions) == result
+    assert uniform(holding(members, result), partitions) == result
 
 
 @settings(max_examples=300, deadline=None)

@@ -64,6 +64,27 @@ class Harness:
             for m in members:
                 m.heartbeat(self.send)
 
+    def b_joins_a(self) -> tuple[SimConsumer, SimConsumer]:
+        """A joins alone and gets all six partitions; B joins (epoch 2); A's next heartbeat tells it
+        to revoke three, which it has not acknowledged yet."""
+        a, b = self.member("A"), self.member("B")
+        a.heartbeat(self.send)
+        b.heartbeat(self.send)
+        a.heartbeat(self.send)
+        return a, b
+
+    def heartbeat_through(self, seconds: int, *members: SimConsumer) -> None:
+        """Let `seconds` pass in one-second steps, `members` heartbeating after each."""
+        for _ in range(seconds):
+            self.advance(1.0)
+            for m in members:
+                m.heartbeat(self.send)
+
+    def settled_alone(self, member: SimConsumer, topic: str = "t") -> set[int]:
+        """`member`'s partitions of `topic` once it alone has heartbeated the group settled."""
+        self.settle(member)
+        return member.partitions(self.topics.id(topic))
+
     def check_no_partition_twice(self, *members: SimConsumer) -> None:
         seen: dict[tuple[uuid.UUID, int], str] = {}
         for m in members:
@@ -115,10 +136,7 @@ def test_a_partition_moves_only_after_its_owner_acknowledged_the_revocation():
 def test_a_member_that_keeps_reporting_a_revoked_partition_stays_unrevoked():
     h = Harness()
     t = h.topics.id("t")
-    a, b = h.member("A"), h.member("B")
-    a.heartbeat(h.send)
-    b.heartbeat(h.send)
-    a.heartbeat(h.send)
+    a, b = h.b_joins_a()
     still_owned = {t: tuple(range(6))}  # a client that did not revoke yet
     result = h.send(ConsumerGroupHeartbeatRequest(GROUP, "A", 1, owned=still_owned))
     assert result.member_epoch == 1 and h.group.members["A"].state is MemberState.UNREVOKED_PARTITIONS
@@ -136,10 +154,7 @@ def test_a_member_that_keeps_reporting_a_revoked_partition_stays_unrevoked():
 def test_member_epoch_checks(epoch, owned, error):
     h = Harness()
     t = h.topics.id("t")
-    a, b = h.member("A"), h.member("B")
-    a.heartbeat(h.send)
-    b.heartbeat(h.send)
-    a.heartbeat(h.send)
+    a, b = h.b_joins_a()
     a.heartbeat(h.send)  # acknowledged: A at epoch 2, previous 1, three partitions
     assert (h.group.members["A"].member_epoch, h.group.members["A"].previous_member_epoch) == (2, 1)
     kept = h.group.members["A"].assigned[t]
@@ -210,7 +225,6 @@ def test_v0_lets_the_coordinator_choose_the_member_id():
 
 def test_unknown_members_and_leaving():
     h = Harness()
-    t = h.topics.id("t")
     a, b = h.member("A"), h.member("B")
     h.settle(a, b)
     assert h.send(ConsumerGroupHeartbeatRequest(GROUP, "Z", 2, owned={})).error == ErrorCode.unknown_member_id
@@ -219,8 +233,7 @@ def test_unknown_members_and_leaving():
     assert (result.error, result.member_id, result.member_epoch) == (ErrorCode.none, "B", -1)
     assert h.group.group_epoch == epoch + 1 and "B" not in h.group.members
     # B's partitions are free at once: A takes them at its next heartbeat.
-    h.settle(a)
-    assert a.partitions(t) == set(range(6))
+    assert h.settled_alone(a) == set(range(6))
     assert b.leave(h.send).error == ErrorCode.unknown_member_id
     a.leave(h.send)
     assert h.group.state_name == "Empty"
@@ -266,21 +279,16 @@ def test_static_member_leaves_for_a_while_and_its_replacement_takes_its_partitio
 
 def test_a_static_member_that_does_not_come_back_is_fenced_at_its_session_end():
     h = Harness()
-    t = h.topics.id("t")
     a, b = h.member("A", instance_id="i-a"), h.member("B", instance_id="i-b")
     h.settle(a, b)
     b.leave(h.send, static_for_now=True)
-    for _ in range(int(SESSION_MS / 1000) + 1):
-        h.advance(1.0)
-        a.heartbeat(h.send)
+    h.heartbeat_through(SESSION_MS // 1000 + 1, a)
     assert "B" not in h.group.members
-    h.settle(a)
-    assert a.partitions(t) == set(range(6))
+    assert h.settled_alone(a) == set(range(6))
 
 
 def test_session_expiry_fences_a_silent_member():
     h = Harness()
-    t = h.topics.id("t")
     a, b = h.member("A"), h.member("B")
     h.settle(a, b)
     epoch = h.group.group_epoch
@@ -288,8 +296,7 @@ def test_session_expiry_fences_a_silent_member():
     a.heartbeat(h.send)
     h.advance(1.5)  # B's session has run out; A's has not
     assert set(h.group.members) == {"A"} and h.group.group_epoch == epoch + 1
-    h.settle(a)
-    assert a.partitions(t) == set(range(6))
+    assert h.settled_alone(a) == set(range(6))
     assert h.shard.next_deadline() is not None  # A's session stays watched
 
 
@@ -309,8 +316,7 @@ def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced():
     assert "A" in h.group.members
     h.advance(1.5)
     assert "A" not in h.group.members
-    h.settle(b)
-    assert b.partitions(t) == set(range(6))
+    assert h.settled_alone(b) == set(range(6))
 
 
 def test_the_range_assignor_when_members_ask_for_it():
