@@ -258,6 +258,10 @@ class Broker:
         )
         self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
+        # Issue 17: a large log an unclean stop left is replayed now, not on the event loop at its
+        # first produce while every connection waits.
+        self.producer_states.rebuild_recovered(recovery.recovered_partitions, self.clock.now_ms(),
+                                               config["num.recovery.threads.per.data.dir"])
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
         # versions) in a tagged field, in lean mode only (protocol.extensions).
