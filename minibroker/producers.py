@@ -127,7 +127,9 @@ class ProducerStates:
         todo = []
         for topic, partition in recovered:
             plog = self._logs.log(topic, partition) if self._logs is not None else None
-            if plog is not None and (size := replay_bytes(plog)) >= EAGER_REBUILD_BYTES:
+            # size_bytes bounds the replay at no cost: most recovered partitions stop there.
+            if plog is not None and plog.size_bytes >= EAGER_REBUILD_BYTES \
+                    and (size := replay_bytes(plog)) >= EAGER_REBUILD_BYTES:
                 todo.append((topic, partition, plog, size))
         if not todo:
             return 0
