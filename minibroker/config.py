@@ -227,6 +227,17 @@ BROKER_CONFIGS: dict[str, Key] = {
 }
 
 
+def _parse_value(name: str, key: Key, raw: str) -> Any:
+    """`raw` parsed and checked as `key`; a ConfigError naming `name` when it is not valid."""
+    try:
+        value = key.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc)) from None
+    if key.check is not None and (reason := key.check(value)) is not None:
+        raise ConfigError(name, f"{raw!r} {reason}")
+    return value
+
+
 def _listener_key(key: str) -> tuple[str, str] | None:
     """`listener.name.plaintext.max.connection.creation.rate` -> ("plaintext", "max.connection.creation.rate")."""
     if not key.startswith(LISTENER_CONFIG_PREFIX):
@@ -266,27 +277,12 @@ class BrokerConfig:
         self.props: dict[str, str] = dict(props or {})
         self._values: dict[str, Any] = {}
         for name, key in BROKER_CONFIGS.items():
-            raw = self.props.get(name, key.default)
-            try:
-                value = key.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
-            if key.check is not None and (reason := key.check(value)) is not None:
-                raise ConfigError(name, f"{raw!r} {reason}")
-            self._values[name] = value
+            self._values[name] = _parse_value(name, key, self.props.get(name, key.default))
         self._listener_values: dict[tuple[str, str], Any] = {}
         for raw_key, raw in self.props.items():
             parsed = _listener_key(raw_key)
-            if parsed is None:
-                continue
-            key = BROKER_CONFIGS[parsed[1]]
-            try:
-                value = key.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(raw_key, str(exc)) from None
-            if key.check is not None and (reason := key.check(value)) is not None:
-                raise ConfigError(raw_key, f"{raw!r} {reason}")
-            self._listener_values[parsed] = value
+            if parsed is not None:
+                self._listener_values[parsed] = _parse_value(raw_key, BROKER_CONFIGS[parsed[1]], raw)
         self._check_together()
         # The log.* keys belong to storage, which validates them (a ConfigError naming the key).
         self.log_config = LogConfig.from_broker(self.props)
