@@ -66,6 +66,10 @@ def _fault_rules(value: str):
 # Settings of a custom quota callback (client.quota.callback.class) live under this prefix.
 CALLBACK_CONFIG_PREFIX = "client.quota.callback."
 
+# Per-listener settings: listener.name.<listener, lower case>.<key> (Kafka's ListenerName.configPrefix).
+LISTENER_CONFIG_PREFIX = "listener.name."
+LISTENER_KEYS = ("max.connection.creation.rate",)
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -206,6 +210,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),
         Key("max.connections.per.ip", _int, "2147483647", "Most connections from one address; one more is closed as soon as it is accepted.", _at_least(0)),
         Key("max.connections.per.ip.overrides", _ip_overrides, "", "Per-address limits, HOST:COUNT,... (host names are resolved at start)."),
+        Key("max.connection.creation.rate", _int, "2147483647", "Most new connections per second, all listeners together (KIP-612), and each listener's unless listener.name.<listener>.max.connection.creation.rate sets its own: over it the broker stops accepting for the time that brings the rate back (at most quota.window.size.seconds). The rate is measured over the client quotas' window.", _at_least(0)),
         Key("connections.max.idle.ms", _int, "600000", "Close a connection that has not completed a request for this long: time since its last response (or since it connected), so a client that dribbles a frame byte by byte is closed too. -1: never."),
         Key("queued.max.request.bytes", _int, "-1", "Most bytes of requests read and not yet handled, all connections together; a connection whose next request does not fit waits, reading nothing. -1: unbounded. Must be at least socket.request.max.bytes when set."),
         Key("sasl.server.max.receive.size", _int, "524288", "Largest request frame on a SASL listener before authentication completes.", _at_least(1)),
@@ -252,6 +257,29 @@ BROKER_CONFIGS: dict[str, Key] = {
 }
 
 
+def _parse_value(name: str, key: Key, raw: str) -> Any:
+    """`raw` parsed and checked as `key`; a ConfigError naming `name` when it is not valid."""
+    try:
+        value = key.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc)) from None
+    if key.check is not None and (reason := key.check(value)) is not None:
+        raise ConfigError(name, f"{raw!r} {reason}")
+    return value
+
+
+def _listener_key(key: str) -> tuple[str, str] | None:
+    """`listener.name.plaintext.max.connection.creation.rate` -> ("plaintext", "max.connection.creation.rate")."""
+    if not key.startswith(LISTENER_CONFIG_PREFIX):
+        return None
+    rest = key[len(LISTENER_CONFIG_PREFIX):]
+    for name in LISTENER_KEYS:
+        listener, dot, suffix = rest.partition(".")
+        if dot and suffix == name and listener:
+            return listener.lower(), name
+    return None
+
+
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     """Parse Kafka-style `key=value` lines (`#`/`!` comments, `:` separators, `\\` continuations)."""
     props: dict[str, str] = {}
@@ -279,14 +307,12 @@ class BrokerConfig:
         self.props: dict[str, str] = dict(props or {})
         self._values: dict[str, Any] = {}
         for name, key in BROKER_CONFIGS.items():
-            raw = self.props.get(name, key.default)
-            try:
-                value = key.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
-            if key.check is not None and (reason := key.check(value)) is not None:
-                raise ConfigError(name, f"{raw!r} {reason}")
-            self._values[name] = value
+            self._values[name] = _parse_value(name, key, self.props.get(name, key.default))
+        self._listener_values: dict[tuple[str, str], Any] = {}
+        for raw_key, raw in self.props.items():
+            parsed = _listener_key(raw_key)
+            if parsed is not None:
+                self._listener_values[parsed] = _parse_value(raw_key, BROKER_CONFIGS[parsed[1]], raw)
         self._check_together()
         # The log.* keys belong to storage, which validates them (a ConfigError naming the key).
         self.log_config = LogConfig.from_broker(self.props)
@@ -325,7 +351,16 @@ class BrokerConfig:
     def unknown_keys(self) -> list[str]:
         """Supplied keys nothing reads; keys under `client.quota.callback.` belong to the callback."""
         return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS
-                      and not k.startswith(CALLBACK_CONFIG_PREFIX))
+                      and not k.startswith(CALLBACK_CONFIG_PREFIX) and _listener_key(k) is None)
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """A per-listener setting: `listener.name.<listener>.<name>` when given, else `name` (Kafka
+        configures each listener with valuesWithPrefixOverride)."""
+        return self._listener_values.get((listener.lower(), name), self[name])
+
+    def listener_overrides(self) -> dict[tuple[str, str], Any]:
+        """(listener in lower case, key) -> value of every `listener.name.<listener>.<key>` given."""
+        return dict(self._listener_values)
 
     def effective_props(self) -> dict[str, str]:
         """Every known key at its configured or default value, plus every other supplied key: what a

@@ -6,6 +6,10 @@
 // Several commands may run in one JVM, separated by "--" (JVM start-up is the slow part).
 //
 //   create-topic BOOTSTRAP TOPIC PARTITIONS
+//   create-topics-once BOOTSTRAP PREFIX COUNT PARTITIONS   one createTopics of PREFIX-0..COUNT-1 with
+//                                                  retryOnQuotaViolation(false); one outcome line per
+//                                                  topic, with a ThrottlingQuotaExceededException's
+//                                                  throttleTimeMs
 //   produce BOOTSTRAP TOPIC COUNT [COMPRESSION]   idempotent, acks=all, record i -> partition i % n
 //   consume BOOTSTRAP TOPIC PARTITIONS COUNT      assign() + seekToBeginning()
 //   group-consume BOOTSTRAP TOPIC GROUP COUNT [MEMBERS]   subscribe() in a group, commitSync()
@@ -138,6 +142,7 @@ public final class MiniClient {
         String[] a = c.toArray(new String[0]);
         switch (a[0]) {
             case "create-topic" -> createTopic(a[1], a[2], Integer.parseInt(a[3]));
+            case "create-topics-once" -> createTopicsOnce(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
             case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "none");
             case "consume" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
             case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
@@ -193,6 +198,26 @@ public final class MiniClient {
             TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
             OUT.println("{\"type\":\"created\",\"topic\":" + str(d.name()) + ",\"partitions\":"
                     + d.partitions().size() + ",\"topic_id\":" + str(d.topicId().toString()) + "}");
+        }
+    }
+
+    static void createTopicsOnce(String bootstrap, String prefix, int count, int partitions) throws Exception {
+        List<NewTopic> topics = new ArrayList<>();
+        for (int i = 0; i < count; i++) topics.add(new NewTopic(prefix + "-" + i, partitions, (short) 1));
+        var options = new org.apache.kafka.clients.admin.CreateTopicsOptions().retryOnQuotaViolation(false);
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.createTopics(topics, options).values();
+            for (NewTopic t : topics) {
+                String throttle = "null";
+                try {
+                    futures.get(t.name()).get();
+                } catch (java.util.concurrent.ExecutionException e) {
+                    if (e.getCause() instanceof org.apache.kafka.common.errors.ThrottlingQuotaExceededException q)
+                        throttle = Integer.toString(q.throttleTimeMs());
+                }
+                OUT.println("{\"type\":\"topic-created\",\"topic\":" + str(t.name()) + ","
+                        + outcome(futures.get(t.name())) + ",\"throttle_time_ms\":" + throttle + "}");
+            }
         }
     }
 
