@@ -209,7 +209,7 @@ class LogSegment:
             if expected_next is None:
                 if header.last_offset != indexed_offset:
                     return False
-            elif header.base_offset != expected_next:
+            elif header.base_offset < expected_next:  # (a cleaned segment has gaps: offsets only grow)
                 return False
             expected_next = header.last_offset + 1
             if header.max_timestamp > self.max_timestamp:
@@ -272,7 +272,7 @@ class LogSegment:
         next_offset = self.base_offset
         scan = scan_verified if verify else scan_headers
         for header in scan(self._pread, 0, self.size):
-            if header.base_offset != next_offset:
+            if header.base_offset < next_offset:  # offsets grow; gaps are a cleaned segment's
                 break
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
