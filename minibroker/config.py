@@ -95,6 +95,31 @@ def _listeners(value: str) -> tuple[Listener, ...]:
     return tuple(out)
 
 
+def _group_protocols(value: str) -> tuple[str, ...]:
+    names = tuple(p.strip().lower() for p in value.split(",") if p.strip())
+    unknown = [p for p in names if p not in ("classic", "consumer")]
+    if unknown:
+        raise ValueError(f"unsupported group protocol(s) {', '.join(unknown)}; supported: classic, consumer")
+    if "classic" not in names:
+        raise ValueError("must include classic")
+    return names
+
+
+def _assignors(value: str) -> tuple[str, ...]:
+    """`uniform,range`; Kafka's class names are accepted for them."""
+    from minibroker.groups.assignors import ASSIGNORS, CLASS_NAMES
+
+    names = tuple(CLASS_NAMES.get(a.strip(), a.strip()) for a in value.split(",") if a.strip())
+    unknown = [a for a in names if a not in ASSIGNORS]
+    if unknown:
+        raise ValueError(f"unknown assignor(s) {', '.join(unknown)}; available: {', '.join(ASSIGNORS)}")
+    if not names:
+        raise ValueError("must name at least one assignor")
+    if len(set(names)) != len(names):
+        raise ValueError("names an assignor twice")
+    return names
+
+
 def _non_empty(v: Any) -> str | None:
     return None if v else "must name at least one listener"
 
@@ -210,6 +235,11 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
+        Key("group.coordinator.rebalance.protocols", _group_protocols, "classic,consumer", "The group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848's ConsumerGroupHeartbeat); without consumer, ConsumerGroupHeartbeat and ConsumerGroupDescribe answer UNSUPPORTED_VERSION (Kafka 4's default; share and streams groups are not served here)."),
+        Key("group.consumer.session.timeout.ms", _int, "10000", "A KIP-848 consumer group member that sends no heartbeat for this long is fenced and its partitions go to the others. Kafka's default is 45000; 10000 makes a test's crashed consumer fail over quickly.", _at_least(1)),
+        Key("group.consumer.heartbeat.interval.ms", _int, "1000", "How often KIP-848 consumers heartbeat (the coordinator tells them); a member learns of a new assignment at its next heartbeat. Kafka's default is 5000; 1000 lets a test's group rebalance in about a second.", _at_least(1)),
+        Key("group.consumer.max.size", _int, "2147483647", "Most members of one KIP-848 consumer group; one more gets GROUP_MAX_SIZE_REACHED (Kafka's default).", _at_least(1)),
+        Key("group.consumer.assignors", _assignors, "uniform,range", "The server-side assignors KIP-848 members may choose (group.remote.assignor); the first is the default (Kafka's default; its class names are accepted too)."),
         Key("offsets.retention.minutes", _int, "10080", "Committed offsets of a group Empty this long (or of a simple group, this long after the commit) expire (KIP-211).", _at_least(1)),
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
         Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
@@ -277,6 +307,10 @@ class BrokerConfig:
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             raise ConfigError("max.connections.per.ip",
                               "0 is allowed only with max.connections.per.ip.overrides")
+        interval, session = self["group.consumer.heartbeat.interval.ms"], self["group.consumer.session.timeout.ms"]
+        if interval >= session:
+            raise ConfigError("group.consumer.heartbeat.interval.ms",
+                              f"{interval} must be less than group.consumer.session.timeout.ms ({session})")
         idle, delay = self["connections.max.idle.ms"], self["connection.failed.authentication.delay.ms"]
         if idle >= 0 and delay >= idle:
             raise ConfigError("connection.failed.authentication.delay.ms",

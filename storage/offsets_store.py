@@ -7,8 +7,9 @@ generation and every deletion is a record appended to `__consumer_offsets-0`; at
 read from its start and the last record for each key wins (a tombstone, a null value, deletes).
 
 The records are Kafka's own (OffsetCommitKey/Value, GroupMetadataKey/Value; storage/group_records.py
-has their layouts and reads the layout this broker wrote before them), inside ordinary uncompressed
-v2 record batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
+has their layouts and reads the layout this broker wrote before them; a KIP-848 consumer group's
+six record types are in storage/consumer_group_records.py), inside ordinary uncompressed v2 record
+batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
 
 There is no log cleaner in this broker (cleanup.policy=compact is stored but acts as delete), so the
 store compacts itself: when the log holds many more records than live keys, it rolls a new segment,
@@ -32,6 +33,13 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from construct import ConstructError
 
 from protocol.records import decode_records, encode_batch, iter_headers
+from storage.consumer_group_records import (
+    CONSUMER_RECORD_TYPES,
+    StoredConsumerGroup,
+    apply_record,
+    diff_records,
+    parse_consumer_key,
+)
 from storage.group_records import (
     GROUP_KEY,
     OFFSET_KEY,
@@ -51,7 +59,8 @@ if TYPE_CHECKING:
     from storage.log import PartitionLog
     from storage.manager import LogManager
 
-__all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredGroup", "StoredMember"]
+__all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredConsumerGroup", "StoredGroup",
+           "StoredMember"]
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +91,16 @@ TopicPartition = tuple[str, int]
 class OffsetsStore:
     """Committed offsets and group records, in memory and (when given a log) on disk.
 
-    `offsets[group][(topic, partition)]` and `groups[group]` are the live state; every change goes
-    to the log first, then to memory, so what a client was told is committed is on disk.
+    `offsets[group][(topic, partition)]`, `groups[group]` (classic groups) and
+    `consumer_groups[group]` (KIP-848 groups) are the live state; every change goes to the log
+    first, then to memory, so what a client was told is committed is on disk.
     """
 
     def __init__(self, log: PartitionLog | None = None) -> None:
         self.log = log
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.groups: dict[str, StoredGroup] = {}
+        self.consumer_groups: dict[str, StoredConsumerGroup] = {}
         self.records_in_log = 0  # records replayed or appended since the log start
         self.skipped_records = 0  # records that could not be decoded at load
         self.replay_complete = True  # False when the load skipped or stopped short of anything
@@ -109,6 +120,7 @@ class OffsetsStore:
     def load(self) -> None:
         self.offsets.clear()
         self.groups.clear()
+        self.consumer_groups.clear()
         self.records_in_log = 0
         self.skipped_records = 0
         self.replay_complete = True
@@ -157,6 +169,15 @@ class OffsetsStore:
                 log.warning("%s: skipping unreadable record near offset %d: %s", TOPIC, base_offset, exc)
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
+        if len(key) >= 2 and (record_type := int.from_bytes(key[:2], "big", signed=True)) in CONSUMER_RECORD_TYPES:
+            group_id, member = parse_consumer_key(record_type, key[2:])
+            group = self.consumer_groups.setdefault(group_id, StoredConsumerGroup())
+            try:
+                apply_record(group, record_type, member, value)
+            finally:
+                if group.is_empty():
+                    del self.consumer_groups[group_id]
+            return
         parsed = RECORD_KEY.parse(key)
         body = parsed.key
         if parsed.type in (0, OFFSET_KEY):
@@ -211,19 +232,43 @@ class OffsetsStore:
         self.groups[group] = stored
 
     def delete_group(self, group: str, now_ms: int) -> None:
-        """Tombstones for the group's offsets and its group record."""
+        """Tombstones for the group's offsets and its group records (of either type)."""
         records: list[tuple[bytes | None, bytes | None]] = [
             (offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
         if group in self.groups:
             records.append((group_key(group), None))
+        records.extend(diff_records(group, self.consumer_groups.get(group), None))
         self._append(records, now_ms)
         self.offsets.pop(group, None)
         self.groups.pop(group, None)
+        self.consumer_groups.pop(group, None)
+
+    def store_consumer_group(self, group: str, stored: StoredConsumerGroup | None, now_ms: int,
+                             drop_classic_record: bool = False) -> int:
+        """Write what changed in a consumer group's records since the last call (Kafka writes the
+        same deltas); None deletes them all. `drop_classic_record` also tombstones the group's
+        classic record in the same batch (an Empty classic group becoming a consumer group).
+        Returns the number of records written."""
+        records: list[tuple[bytes | None, bytes | None]] = []
+        if drop_classic_record and group in self.groups:
+            records.append((group_key(group), None))
+        records.extend(diff_records(group, self.consumer_groups.get(group), stored))
+        if not records:
+            return 0
+        self._append(records, now_ms)
+        if drop_classic_record:
+            self.groups.pop(group, None)
+        if stored is None or stored.is_empty():
+            self.consumer_groups.pop(group, None)
+        else:
+            self.consumer_groups[group] = stored
+        return len(records)
 
     # -- compaction -------------------------------------------------------------------------------
 
     def live_records(self) -> int:
-        return sum(len(o) for o in self.offsets.values()) + len(self.groups)
+        return (sum(len(o) for o in self.offsets.values()) + len(self.groups)
+                + sum(g.record_count() for g in self.consumer_groups.values()))
 
     def maybe_compact(self, now_ms: int, slack: int = COMPACT_SLACK) -> bool:
         """Rewrite the live state and drop the old records when they are mostly dead."""
@@ -237,6 +282,8 @@ class OffsetsStore:
         records: list[tuple[bytes, bytes | None]] = []
         for group, stored in self.groups.items():
             records.append((group_key(group), group_value(stored)))
+        for group, consumer_group in self.consumer_groups.items():
+            records.extend(diff_records(group, None, consumer_group))
         for group, group_offsets in self.offsets.items():
             records.extend(
                 (offset_key(group, t, p), offset_value(om)) for (t, p), om in group_offsets.items()

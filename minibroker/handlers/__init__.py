@@ -104,6 +104,8 @@ MODULES = (
     "list_groups",
     "describe_groups",
     "delete_groups",
+    "consumer_group_heartbeat",
+    "consumer_group_describe",
     "describe_log_dirs",
     "alter_replica_log_dirs",
     "elect_leaders",
