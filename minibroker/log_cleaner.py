@@ -90,7 +90,7 @@ class LogCleanerTask:
             if result is None:
                 await trio.sleep(self.backoff_s)
             else:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
 
     async def clean_once(self) -> CleaningResult | None:
         """Clean the dirtiest cleanable log now, if there is one; its result, else None."""

@@ -381,7 +381,7 @@ class _Record(NamedTuple):
 
 def _records(batch: memoryview, header: BatchHeader, max_decompressed: int) -> list[_Record]:
     """The records of one batch (decompressed if need be). CorruptRecordError when they do not add up."""
-    data: bytes | memoryview = batch[HEADER_SIZE:header.size]
+    data: memoryview = batch[HEADER_SIZE:header.size]
     if header.compression:
         try:
             data = memoryview(decompress(header.compression, data, max_decompressed))
@@ -511,11 +511,11 @@ def _batches(segment: LogSegment, position: int, round_: CleaningRound) -> Itera
             yield header, chunk[header.position:header.position + header.size]
             consumed = header.position + header.size
         if consumed == 0:  # one batch bigger than a chunk
-            header = next(segment.headers(position), None)
-            if header is None:
+            big = next(segment.headers(position), None)
+            if big is None:
                 raise CorruptRecordError(f"{segment.log_path}: no whole batch at byte {position}")
-            yield header, memoryview(segment._pread(header.size, position))
-            consumed = header.size
+            yield big, memoryview(segment._pread(big.size, position))
+            consumed = big.size
         position += consumed
 
 
@@ -680,17 +680,16 @@ def discard(result: CleaningResult) -> None:
 
 
 def commit(result: CleaningResult) -> int:
-    """Swap the cleaned segments in, group by group (`PartitionLog.replace_segments`), on the log
-    owner's thread. A group whose old segments are no longer all the log's (retention, DeleteRecords
-    or a truncation took some meanwhile) is discarded, and so are the ones after it; returns how
-    many groups were swapped in."""
-    swapped = 0
+    """Swap the cleaned segments in (`PartitionLog.replace_segments`), on the log owner's thread.
+    Groups whose old segments are no longer all the log's (retention, DeleteRecords or a truncation
+    took some meanwhile) are discarded from the first such group on; returns how many groups were
+    swapped in."""
     log = result.log
-    for cleaned, old in result.swaps:
-        if not log.holds_segments(old):
-            break
-        log.replace_segments(cleaned, old)
+    swapped = 0
+    while swapped < len(result.swaps) and log.holds_segments(result.swaps[swapped][1]):
         swapped += 1
+    if swapped:
+        log.replace_segments(result.swaps[:swapped])
     for cleaned, _ in result.swaps[swapped:]:
         cleaned.delete()
     return swapped

@@ -507,39 +507,42 @@ class PartitionLog:
         return (current[start:start + len(segments)] == segments
                 and start + len(segments) < len(current))
 
-    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
-        """Swap the cleaned segment `new` (its files suffixed `.cleaned`) in for the consecutive
-        segments `old` (Kafka's LocalLog.replaceSegments), crash-safe at every step:
+    def replace_segments(self, swaps: list[tuple[LogSegment, list[LogSegment]]]) -> None:
+        """Swap cleaned segments in, each `new` (its files suffixed `.cleaned`) for the consecutive
+        segments `old` it was cleaned from (Kafka's LocalLog.replaceSegments), crash-safe at every
+        step, with two fsyncs of the directory whatever the number of groups:
 
-        1. `new`'s files are renamed `.cleaned` -> `.swap`, the directory fsynced: from here a
-           restart completes the swap (storage.log_dir) instead of discarding it;
-        2. the old segments that do not share `new`'s base offset are renamed `.deleted`;
-        3. `new`'s files are renamed `.swap` -> their final names, atomically replacing the old
-           segment of the same base offset; the directory is fsynced;
+        1. every `new`'s files are renamed `.cleaned` -> `.swap`, the directory fsynced: from here a
+           restart completes each swap (storage.log_dir) instead of discarding it;
+        2. the old segments that do not share their `new`'s base offset are renamed `.deleted`;
+        3. every `new`'s files are renamed `.swap` -> their final names, atomically replacing the
+           old segment of the same base offset; the directory is fsynced;
         4. the `.deleted` files are removed.
 
         A crash before 1 leaves `.cleaned` files, removed at the next load (the old segments are
-        intact); after 1, `.swap` files whose offset range names the old segments they replace."""
+        intact); after 1, `.swap` files whose offset ranges name the old segments they replace."""
         segments = self._loaded_segments()
-        assert self.holds_segments(old), "the segments to replace are no longer the log's"
+        assert all(self.holds_segments(old) for _, old in swaps), "the segments to replace are no longer the log's"
         self._begin_write()
-        new.change_suffix(SWAP_SUFFIX)
+        for new, _ in reversed(swaps):
+            new.change_suffix(SWAP_SUFFIX)
         fsync_directory(self.directory)
-        for segment in old:
-            segment.close()
-            if segment.base_offset != new.base_offset:
-                segment.change_suffix(DELETED_SUFFIX)
-        new.change_suffix("")
+        for new, old in swaps:
+            for segment in old:
+                segment.close()
+                if segment.base_offset != new.base_offset:
+                    segment.change_suffix(DELETED_SUFFIX)
+            new.change_suffix("")
         fsync_directory(self.directory)
-        start = segments.index(old[0])
-        following = segments[start + len(old)]
-        new.next_offset = following.base_offset
-        segments[start:start + len(old)] = [new]
-        self._base_offsets[start:start + len(old)] = [new.base_offset]
-        self._size += new.size - sum(segment.size for segment in old)
-        for segment in old:
-            if segment.base_offset != new.base_offset:
-                segment.delete()
+        for new, old in swaps:
+            start = segments.index(old[0])
+            new.next_offset = segments[start + len(old)].base_offset
+            segments[start:start + len(old)] = [new]
+            self._base_offsets[start:start + len(old)] = [new.base_offset]
+            self._size += new.size - sum(segment.size for segment in old)
+            for segment in old:
+                if segment.base_offset != new.base_offset:
+                    segment.delete()
 
     def _delete_oldest_segment(self) -> None:
         self._begin_write()

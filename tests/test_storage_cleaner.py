@@ -307,7 +307,7 @@ def _crash_at(log: PartitionLog, step: str) -> None:
         return
     first_cleaned, first_old = result.swaps[0]
     if step == "group-done":  # the first group swapped in completely, the others still .cleaned
-        log.replace_segments(first_cleaned, first_old)
+        log.replace_segments([(first_cleaned, first_old)])
         return
     first_cleaned.change_suffix(SWAP_SUFFIX)
     if step == "swap":
