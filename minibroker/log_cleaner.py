@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+COMMIT_SLICE = 4  # cleaned groups swapped in per step of the event loop
+
 
 @dataclass
 class CleanerMetrics:
@@ -152,15 +154,18 @@ class LogCleanerTask:
                 discard(result)
                 return None
             try:
-                swapped = commit(result)
+                # A few groups at a time (each a handful of renames and two fsyncs), the loop free between.
+                while commit(result, COMMIT_SLICE):
+                    await trio.lowlevel.checkpoint()
             except OSError as exc:
                 self.metrics.failures += 1
                 log.error("swapping in the cleaned segments of %s failed: %s", name, storage_error_message(exc))
                 discard(result)
                 return None
+            swapped = result.committed
             elapsed = time.perf_counter() - started
             stats = result.stats
-            if swapped == len(result.swaps):
+            if result.complete:
                 checkpoints = read_checkpoint(logs.data_dir)
                 checkpoints[key] = result.end_offset
                 # Entries of partitions that no longer exist go (Kafka's updateCheckpoints).

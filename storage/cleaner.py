@@ -122,6 +122,7 @@ OFFSET_MAP_ENTRY_BYTES = 24  # Kafka's SkimpyOffsetMap slot: an MD5 of the key a
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 READ_CHUNK = 1 << 20  # bytes of a segment read at once
 WRITE_CHUNK = 1 << 20  # bytes of cleaned batches buffered before a write
+YIELD_EVERY = 64  # batches between two releases of the GIL (see `_batches`)
 INT32_MAX = 0x7FFFFFFF
 _UINT32 = struct.Struct(">I")
 
@@ -318,7 +319,8 @@ class CleaningRound:
     segment_bytes: int
     segment_index_bytes: int
     max_message_bytes: int
-    producer_last_offsets: Mapping[int, int]  # producer id -> the last offset of its last data batch
+    # Producer id -> the last offset of its last data batch; None: read from the log by `clean`.
+    producer_last_offsets: Mapping[int, int] | None
     aborted: bool = False  # set by the owner to stop the round at its next batch
 
     @classmethod
@@ -329,13 +331,12 @@ class CleaningRound:
         log = target.log
         segments = log.segments
         inactive = segments[:-1]
-        if producer_last_offsets is None:
-            producer_last_offsets = last_batches_by_producer(segments)
         config = log.config
         return cls(log, log.directory, inactive, [s.base_offset for s in segments[1:]],
                    target.first_dirty_offset, target.first_uncleanable_offset, now_ms,
                    config.delete_retention_ms, config.segment_bytes, config.segment_index_bytes,
-                   config.max_message_bytes, dict(producer_last_offsets))
+                   config.max_message_bytes,
+                   None if producer_last_offsets is None else dict(producer_last_offsets))
 
 
 @dataclass
@@ -358,6 +359,12 @@ class CleaningResult:
     swaps: list[tuple[LogSegment, list[LogSegment]]]
     stats: CleaningStats = field(default_factory=CleaningStats)
     tombstone_horizon: int | None = None  # the earliest delete horizon of a kept tombstone
+    committed: int = 0  # groups swapped in so far (`commit`)
+    discarded: bool = False  # the groups not swapped in were given up
+
+    @property
+    def complete(self) -> bool:
+        return self.committed == len(self.swaps)
 
 
 def last_batches_by_producer(segments: Sequence[LogSegment]) -> dict[int, int]:
@@ -507,9 +514,13 @@ def _batches(segment: LogSegment, position: int, round_: CleaningRound) -> Itera
             raise CleaningAborted(str(segment.log_path))
         chunk = memoryview(segment._pread(min(READ_CHUNK, end - position), position))
         consumed = 0
-        for header in iter_headers(chunk):
+        for count, header in enumerate(iter_headers(chunk), 1):
             yield header, chunk[header.position:header.position + header.size]
             consumed = header.position + header.size
+            if not count % YIELD_EVERY:
+                # Release the GIL now and then: the owner's thread (the broker's event loop) waits
+                # for it otherwise up to the interpreter's switch interval at each of its steps.
+                os.sched_yield()
         if consumed == 0:  # one batch bigger than a chunk
             big = next(segment.headers(position), None)
             if big is None:
@@ -586,6 +597,9 @@ def clean(round_: CleaningRound, offset_map: OffsetMap) -> CleaningResult:
     built), without touching the log's state: `commit` swaps them in. On any failure the files
     written so far are removed and the error (OSError, CorruptRecordError, CleaningAborted) raised."""
     stats = CleaningStats()
+    if round_.producer_last_offsets is None:
+        # The segments below the active one: the active one's batches are never cleaned anyway.
+        round_.producer_last_offsets = last_batches_by_producer(round_.segments)
     build_offset_map(round_, offset_map, stats)
     end_offset = offset_map.latest_offset + 1
     stats.map_utilization = offset_map.utilization
@@ -617,6 +631,7 @@ def _clean_group(round_: CleaningRound, old: list[LogSegment], offset_map: Offse
         unlink_if_exists(path)  # a leftover of an earlier attempt
     fd = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     horizon: int | None = None
+    producers = round_.producer_last_offsets or {}
     try:
         out = bytearray()
         pending: tuple[BatchHeader, memoryview] | None = None  # the previous batch (the last is kept)
@@ -625,7 +640,7 @@ def _clean_group(round_: CleaningRound, old: list[LogSegment], offset_map: Offse
             nonlocal horizon
             # Kept even when empty: the group's last batch, and a producer's last data batch.
             retain_empty = last or (header.has_producer_id
-                                    and round_.producer_last_offsets.get(header.producer_id) == header.last_offset)
+                                    and producers.get(header.producer_id) == header.last_offset)
             cleaned, kept_horizon = _clean_batch(
                 batch, header, offset_map, round_.now_ms, round_.delete_retention_ms, retain_empty,
                 _max_decompressed(round_, header), stats)
@@ -673,23 +688,32 @@ def _write_all(fd: int, data: bytearray) -> None:
 
 
 def discard(result: CleaningResult) -> None:
-    """Remove the `.cleaned` files of a result that will not be committed."""
-    for cleaned, _ in result.swaps:
+    """Remove the `.cleaned` files of the groups of a result that will not be swapped in."""
+    for cleaned, _ in result.swaps[result.committed:]:
         if cleaned.suffix == CLEANED_SUFFIX:
             cleaned.delete()
+    result.discarded = True
 
 
-def commit(result: CleaningResult) -> int:
-    """Swap the cleaned segments in (`PartitionLog.replace_segments`), on the log owner's thread.
-    Groups whose old segments are no longer all the log's (retention, DeleteRecords or a truncation
-    took some meanwhile) are discarded from the first such group on; returns how many groups were
-    swapped in."""
+def commit(result: CleaningResult, limit: int | None = None) -> int:
+    """Swap up to `limit` more cleaned groups in (`PartitionLog.replace_segments`: renames and two
+    directory fsyncs), on the log owner's thread; the caller may run other work between calls, so
+    a round of many groups never holds the thread long. A group whose old segments are no longer
+    all the log's (retention, DeleteRecords or a truncation took some meanwhile) is discarded with
+    every group after it. Returns how many groups this call swapped in (0: nothing is left)."""
+    if result.discarded:
+        return 0
     log = result.log
-    swapped = 0
-    while swapped < len(result.swaps) and log.holds_segments(result.swaps[swapped][1]):
-        swapped += 1
+    end = len(result.swaps) if limit is None else min(len(result.swaps), result.committed + limit)
+    ready = result.committed
+    while ready < end and log.holds_segments(result.swaps[ready][1]):
+        ready += 1
+    swapped = ready - result.committed
     if swapped:
-        log.replace_segments(result.swaps[:swapped])
-    for cleaned, _ in result.swaps[swapped:]:
-        cleaned.delete()
+        log.replace_segments(result.swaps[result.committed:ready])
+        result.committed = ready
+    if ready < end:  # the log changed under this group: it and the rest are given up
+        for cleaned, _ in result.swaps[ready:]:
+            cleaned.delete()
+        result.discarded = True
     return swapped
