@@ -75,7 +75,9 @@ class LogCleanerTask:
         self.load_factor: float = config["log.cleaner.io.buffer.load.factor"]
         self.metrics = CleanerMetrics()
         self.uncleanable: set[tuple[str, int]] = set()
-        self._horizons: dict[tuple[str, int], int] = {}  # the earliest horizon of the tombstones kept
+        # Per partition, the earliest delete horizon of the tombstones its last cleaning kept: due, the
+        # log is cleaned again without new dirty data (storage.cleaner, LogToClean.tombstones_due).
+        self.tombstone_horizons: dict[tuple[str, int], int] = {}
         self._round: CleaningRound | None = None
         self._lock = trio.Lock()
 
@@ -107,7 +109,7 @@ class LogCleanerTask:
                     continue
                 try:
                     candidate = log_to_clean(topic, partition, plog, checkpoints.get((topic, partition)), now_ms,
-                                             self._horizons.get((topic, partition)))
+                                             self.tombstone_horizons.get((topic, partition)))
                 except OSError as exc:
                     log.error("%s-%d: cannot look at the log for cleaning: %s", topic, partition,
                               storage_error_message(exc))
@@ -171,9 +173,9 @@ class LogCleanerTask:
                 # Entries of partitions that no longer exist go (Kafka's updateCheckpoints).
                 write_checkpoint(logs.data_dir, {k: v for k, v in checkpoints.items() if logs.log(*k) is not None})
                 if result.tombstone_horizon is not None:
-                    self._horizons[key] = result.tombstone_horizon
+                    self.tombstone_horizons[key] = result.tombstone_horizon
                 else:
-                    self._horizons.pop(key, None)
+                    self.tombstone_horizons.pop(key, None)
             else:
                 log.info("%s changed while it was cleaned: %d of %d cleaned segment(s) swapped in",
                          name, swapped, len(result.swaps))

@@ -327,7 +327,8 @@ class CleaningRound:
     def of(cls, target: LogToClean, now_ms: int, producer_last_offsets: Mapping[int, int] | None = None
            ) -> CleaningRound:
         """A round for `target`. `producer_last_offsets`: the live producers' last data batches (the
-        producer state); None: every producer id's last batch in the log is kept."""
+        producer state); None: `clean` keeps every producer id's last batch below the active
+        segment, read from the log on its own thread."""
         log = target.log
         segments = log.segments
         inactive = segments[:-1]

@@ -114,7 +114,7 @@ def test_compacted_topic_reads_latest_value_per_key_at_original_offsets_and_tomb
         assert found[b"k1"] == expected[b"k1"] and found[b"k1"][1] is None  # the tombstone, still there
         assert found[b"k2"][1] == b"after"
         # delete.retention.ms after the cleaning that first kept it, the next cleaning removes it.
-        horizon = running.broker.cleaner._horizons[(topic, 0)]
+        horizon = running.broker.cleaner.tombstone_horizons[(topic, 0)]
         while running.broker.clock.now_ms() < horizon:
             time.sleep(0.05)
         assert clean_until_done(running) >= 1
