@@ -30,6 +30,7 @@ from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
+from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
@@ -268,6 +269,7 @@ class Broker:
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
+        self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()

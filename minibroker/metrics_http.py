@@ -191,6 +191,28 @@ def render(broker: Broker) -> str:
             "bytes of requests read and not yet handled (bounded by queued.max.request.bytes)", {}, memory.used)
     out.add("minibroker_request_memory_waits_total", "counter",
             "times a connection waited for queued.max.request.bytes to read its next request", {}, memory.waits)
+    cleaner = broker.cleaner.metrics
+    out.add("minibroker_log_cleaner_runs_total", "counter", "log cleaner rounds completed", {}, cleaner.runs)
+    out.add("minibroker_log_cleaner_bytes_read_total", "counter", "bytes of segments the log cleaner read", {},
+            cleaner.bytes_read)
+    out.add("minibroker_log_cleaner_bytes_written_total", "counter", "bytes of cleaned segments the log cleaner wrote",
+            {}, cleaner.bytes_written)
+    out.add("minibroker_log_cleaner_records_removed_total", "counter",
+            "records the log cleaner removed (superseded values, expired tombstones)", {}, cleaner.records_removed)
+    out.add("minibroker_log_cleaner_failures_total", "counter", "log cleaner rounds that failed", {}, cleaner.failures)
+    out.add("minibroker_log_cleaner_in_progress", "gauge", "1 while the log cleaner is cleaning a log", {},
+            int(cleaner.in_progress))
+    out.add("kafka_log_log_cleaner_manager_max_dirty_percent", "gauge",
+            "LogCleanerManager max-dirty-percent: the dirty ratio of the dirtiest compacted log, in percent", {},
+            cleaner.max_dirty_percent)
+    out.add("kafka_log_log_cleaner_max_clean_time_secs", "gauge", "LogCleaner max-clean-time-secs: the longest round",
+            {}, cleaner.max_clean_seconds)
+    out.add("kafka_log_log_cleaner_max_buffer_utilization_percent", "gauge",
+            "LogCleaner max-buffer-utilization-percent: how full the last round's key map got", {},
+            100 * cleaner.max_buffer_utilization)
+    out.add("kafka_log_log_cleaner_manager_uncleanable_partitions_count", "gauge",
+            "LogCleanerManager uncleanable-partitions-count: partitions skipped after damaged data", {},
+            len(broker.cleaner.uncleanable))
     files = broker.files
     out.add("minibroker_open_segment_files", "gauge", "segment files open now", {}, len(files))
     out.add("minibroker_open_segment_files_max", "gauge", "segment files kept open at most (log.max.open.files)",

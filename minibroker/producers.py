@@ -74,6 +74,21 @@ class ProducerStates:
         self._managers[(topic, partition)] = (plog, psm)
         return psm
 
+    def last_data_offsets(self, topic: str, partition: int, plog: PartitionLog) -> dict[int, int] | None:
+        """Producer id -> the last offset of its last data batch, for the partition's live producers
+        (Kafka's lastRecordsOfActiveProducers, what the log cleaner keeps); None when the partition's
+        producer state is not loaded (the cleaner then keeps every producer id's last batch)."""
+        entry = self._managers.get((topic, partition))
+        if entry is None or entry[0] is not plog:
+            return None
+        psm = entry[1]
+        offsets = {}
+        for producer_id in psm.producer_ids():
+            last = psm.last_entry(producer_id)
+            if last is not None and last.batch_metadata and last.last_data_offset >= 0:
+                offsets[producer_id] = last.last_data_offset
+        return offsets
+
     def load_all(self, now_ms: int) -> None:
         """Load every partition's producer state not loaded yet (once: partitions created later start
         empty and are loaded at their first produce)."""

@@ -1,5 +1,6 @@
 """`PartitionLog`: the on-disk log of one topic partition (Kafka's UnifiedLog + LocalLog, minus
-replication and compaction).
+replication; compaction is storage.cleaner's, which swaps cleaned segments in through
+`replace_segments`).
 
 Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
 20 digits (`00000000000000000000.log`, `.index`, `.timeindex`; see `storage.segment` and
@@ -55,6 +56,8 @@ from storage.file_cache import FileCache
 from storage.files import fsync_directory
 from storage.index import NO_TIMESTAMP
 from storage.log_dir import (
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
     create_marker,
     has_marker,
     list_segments,
@@ -339,11 +342,19 @@ class PartitionLog:
         config = self._config
         if active.size + size > config.segment_bytes:
             return True
-        if active.first_append_ms is not None and now_ms - active.first_append_ms > config.segment_ms:
+        if active.first_append_ms is not None and now_ms - active.first_append_ms > self._max_segment_ms():
             return True
         if last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
             return True
         return active.indexes_full()
+
+    def _max_segment_ms(self) -> int:
+        """segment.ms, or max.compaction.lag.ms when that is shorter on a compacted topic (Kafka's
+        LogConfig.maxSegmentMs: the active segment is never cleaned, so it must roll in time)."""
+        config = self._config
+        if "compact" in config.cleanup_policy.split(",") and config.max_compaction_lag_ms > 0:
+            return min(config.segment_ms, config.max_compaction_lag_ms)
+        return config.segment_ms
 
     def roll(self, now_ms: int) -> int:
         """Start a new segment at the log end (if the active one holds anything); returns its base."""
@@ -482,6 +493,56 @@ class PartitionLog:
         if deleted:
             self._log_start_offset = max(self._log_start_offset, segments[0].base_offset)
         return deleted
+
+    def holds_segments(self, segments: list[LogSegment]) -> bool:
+        """Whether every one of `segments` is still one of the log's, in the same order and not the
+        active one (the cleaner checks this before it swaps cleaned segments in)."""
+        current = self._segments
+        if current is None or self._closed or not segments:
+            return False
+        try:
+            start = current.index(segments[0])
+        except ValueError:
+            return False
+        return (current[start:start + len(segments)] == segments
+                and start + len(segments) < len(current))
+
+    def replace_segments(self, swaps: list[tuple[LogSegment, list[LogSegment]]]) -> None:
+        """Swap cleaned segments in, each `new` (its files suffixed `.cleaned`) for the consecutive
+        segments `old` it was cleaned from (Kafka's LocalLog.replaceSegments), crash-safe at every
+        step, with two fsyncs of the directory whatever the number of groups:
+
+        1. every `new`'s files are renamed `.cleaned` -> `.swap`, the directory fsynced: from here a
+           restart completes each swap (storage.log_dir) instead of discarding it;
+        2. the old segments that do not share their `new`'s base offset are renamed `.deleted`;
+        3. every `new`'s files are renamed `.swap` -> their final names, atomically replacing the
+           old segment of the same base offset; the directory is fsynced;
+        4. the `.deleted` files are removed.
+
+        A crash before 1 leaves `.cleaned` files, removed at the next load (the old segments are
+        intact); after 1, `.swap` files whose offset ranges name the old segments they replace."""
+        segments = self._loaded_segments()
+        assert all(self.holds_segments(old) for _, old in swaps), "the segments to replace are no longer the log's"
+        self._begin_write()
+        for new, _ in reversed(swaps):
+            new.change_suffix(SWAP_SUFFIX)
+        fsync_directory(self.directory)
+        for new, old in swaps:
+            for segment in old:
+                segment.close()
+                if segment.base_offset != new.base_offset:
+                    segment.change_suffix(DELETED_SUFFIX)
+            new.change_suffix("")
+        fsync_directory(self.directory)
+        for new, old in swaps:
+            start = segments.index(old[0])
+            new.next_offset = segments[start + len(old)].base_offset
+            segments[start:start + len(old)] = [new]
+            self._base_offsets[start:start + len(old)] = [new.base_offset]
+            self._size += new.size - sum(segment.size for segment in old)
+            for segment in old:
+                if segment.base_offset != new.base_offset:
+                    segment.delete()
 
     def _delete_oldest_segment(self) -> None:
         self._begin_write()

@@ -50,6 +50,14 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
+    """The `.log`, `.index` and `.timeindex` paths of a segment, each with `suffix` appended (Kafka's
+    file suffixes: `.cleaned` while the cleaner writes a segment, `.swap` while it is swapped in)."""
+    name = segment_name(base_offset)
+    return (directory / (name + LOG_SUFFIX + suffix), directory / (name + INDEX_SUFFIX + suffix),
+            directory / (name + TIME_INDEX_SUFFIX + suffix))
+
+
 class LogSegment:
     """A segment of a partition log. `size` counts only whole batches; `next_offset` is the offset
     after the segment's last batch (kept current for the active segment; for the others it is the
@@ -64,13 +72,12 @@ class LogSegment:
         max_index_size: int,
         files: FileCache,
         size: int,
+        suffix: str = "",
     ) -> None:
-        name = segment_name(base_offset)
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = directory / (name + LOG_SUFFIX)
-        self.index_path = directory / (name + INDEX_SUFFIX)
-        self.time_index_path = directory / (name + TIME_INDEX_SUFFIX)
+        self.suffix = suffix  # "" for a live segment; the cleaner's ".cleaned" / ".swap" (Kafka's)
+        self.log_path, self.index_path, self.time_index_path = segment_paths(directory, base_offset, suffix)
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
         self.files = files
@@ -114,11 +121,11 @@ class LogSegment:
     @classmethod
     def open(
         cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
-        files: FileCache,
+        files: FileCache, suffix: str = "",
     ) -> LogSegment:
         """An existing segment, read nothing of (see `load_inactive` / `load_clean` / `recover`);
-        no descriptor is opened until it is used."""
-        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        no descriptor is opened until it is used. `suffix`: a cleaned segment not yet swapped in."""
+        path = segment_paths(directory, base_offset, suffix)[0]
         return cls(
             directory,
             base_offset,
@@ -126,7 +133,29 @@ class LogSegment:
             max_index_size=max_index_size,
             files=files,
             size=os.stat(path).st_size,
+            suffix=suffix,
         )
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the segment's files to carry `suffix` instead of their current one (Kafka's
+        LogSegment.changeFileSuffixes), each by an atomic rename, replacing a file of that name (a
+        swapped-in segment takes over the name of the one it replaces). Index files not written
+        yet are written first. The caller fsyncs the directory."""
+        self.write_indexes()
+        self.files.forget(self.log_path)
+        new_paths = segment_paths(self.directory, self.base_offset, suffix)
+        for old, new in zip((self.log_path, self.index_path, self.time_index_path), new_paths):
+            try:
+                os.replace(old, new)
+            except FileNotFoundError:
+                if old == self.log_path:
+                    raise
+        self.suffix = suffix
+        self.log_path, self.index_path, self.time_index_path = new_paths
+        if self._offset_index is not None:
+            self._offset_index.path = self.index_path
+        if self._time_index is not None:
+            self._time_index.path = self.time_index_path
 
     def load_inactive(self) -> None:
         """Cheap load for a segment that is not the last: trust its files (fsynced at roll), read
@@ -180,7 +209,7 @@ class LogSegment:
             if expected_next is None:
                 if header.last_offset != indexed_offset:
                     return False
-            elif header.base_offset != expected_next:
+            elif header.base_offset < expected_next:  # (a cleaned segment has gaps: offsets only grow)
                 return False
             expected_next = header.last_offset + 1
             if header.max_timestamp > self.max_timestamp:
@@ -243,7 +272,7 @@ class LogSegment:
         next_offset = self.base_offset
         scan = scan_verified if verify else scan_headers
         for header in scan(self._pread, 0, self.size):
-            if header.base_offset != next_offset:
+            if header.base_offset < next_offset:  # offsets grow; gaps are a cleaned segment's
                 break
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
