@@ -109,7 +109,8 @@ class LogCleanerTask:
                     continue
                 try:
                     candidate = log_to_clean(topic, partition, plog, checkpoints.get((topic, partition)), now_ms,
-                                             self.tombstone_horizons.get((topic, partition)))
+                                             self.tombstone_horizons.get((topic, partition)),
+                                             broker.last_stable_offset(topic, partition, plog, now_ms))
                 except OSError as exc:
                     log.error("%s-%d: cannot look at the log for cleaning: %s", topic, partition,
                               storage_error_message(exc))

@@ -40,10 +40,13 @@ Cleaning (`clean`, on any thread; `commit`, on the log's owner's), Kafka's Clean
    delete-horizon flag (attributes bit 6) and baseTimestamp = now + delete.retention.ms (record
    timestamp deltas are re-based, so every record keeps its timestamp); a later cleaning at or past
    the horizon removes the tombstone.
-5. transaction markers and transactional batches are kept whole for now. Kafka's rules would apply
-   in `_clean_batch` (aborted batches discarded, a marker kept until its transaction's records are
-   gone and its own delete horizon passed): they need the aborted-transaction index of the
-   transactions work.
+5. transactions: nothing at or after the last stable offset is cleaned (an open transaction may
+   still abort); the records of aborted transactions never enter the key map, so they never
+   supersede a committed value (they are themselves superseded by later values, and otherwise
+   kept, hidden from read_committed consumers by the transaction index, which carries over into
+   the cleaned segment); transaction markers are all kept. Kafka goes further (aborted batches
+   discarded at once, a marker dropped once its transaction's records are gone and its delete
+   horizon has passed): not done here.
 
 Crash safety (Kafka's `.cleaned` / `.swap` / `.deleted` suffixes): each `.cleaned` segment (log and
 both indexes) is fsynced complete before `commit` swaps it in through `PartitionLog.replace_segments`
@@ -92,7 +95,7 @@ from protocol.records.varint import read_varint, write_varint
 from storage.config import LONG_MAX
 from storage.files import unlink_if_exists, write_atomically
 from storage.log_dir import CLEANED_SUFFIX
-from storage.segment import LogSegment, segment_paths
+from storage.segment import LogSegment, segment_paths, txn_index_path
 
 if TYPE_CHECKING:
     from storage.log import PartitionLog
@@ -255,10 +258,11 @@ def _overlapping(segments: Sequence[LogSegment], start: int, end: int) -> list[L
 
 
 def log_to_clean(topic: str, partition: int, log: PartitionLog, checkpoint: int | None, now_ms: int,
-                 tombstone_horizon: int | None = None) -> LogToClean:
+                 tombstone_horizon: int | None = None, last_stable_offset: int | None = None) -> LogToClean:
     """The sections of `log` now (Kafka's cleanableOffsets, calculateCleanableBytes and
     maxCompactionDelay). `checkpoint`: its cleaner-offset-checkpoint entry; `tombstone_horizon`: the
-    earliest delete horizon of the tombstones the last cleaning kept, if known."""
+    earliest delete horizon of the tombstones the last cleaning kept, if known; `last_stable_offset`:
+    nothing at or after it is cleaned (an open transaction may still abort), as Kafka."""
     config = log.config
     segments = log.segments
     start, end = log.log_start_offset, log.log_end_offset
@@ -269,7 +273,7 @@ def log_to_clean(topic: str, partition: int, log: PartitionLog, checkpoint: int 
                        "offset %d is outside the log", log.directory.name, start, checkpoint)
         first_dirty = start
     active = segments[-1]
-    uncleanable = active.base_offset
+    uncleanable = active.base_offset if last_stable_offset is None else min(active.base_offset, last_stable_offset)
     dirty_inactive = [s for s in _overlapping(segments, first_dirty, LONG_MAX) if s is not active]
     if config.min_compaction_lag_ms > 0:
         for segment in dirty_inactive:
@@ -277,9 +281,9 @@ def log_to_clean(topic: str, partition: int, log: PartitionLog, checkpoint: int 
                 uncleanable = min(uncleanable, segment.base_offset)
                 break
     uncleanable = max(first_dirty, uncleanable)
-    # Snapped to a segment boundary (calculateCleanableBytes).
-    after = [s for s in segments[:-1] if s.base_offset >= uncleanable]
-    first_uncleanable = after[0].base_offset if after else active.base_offset
+    # Snapped down to the start of the segment holding it (calculateCleanableBytes:
+    # nonActiveLogSegmentsFrom(uncleanable).head, else the active segment).
+    first_uncleanable = _overlapping(segments, uncleanable, LONG_MAX)[0].base_offset
     if first_uncleanable < first_dirty:
         first_uncleanable = first_dirty
     cleanable_bytes = sum(s.size for s in _overlapping(segments, min(first_dirty, first_uncleanable), first_uncleanable))
@@ -539,6 +543,11 @@ def build_offset_map(round_: CleaningRound, offset_map: OffsetMap, stats: Cleani
     """Kafka's buildOffsetMap over the cleanable section, stopping when the map is full."""
     offset_map.clear()
     start, end = round_.first_dirty_offset, round_.first_uncleanable_offset
+    # The records of aborted transactions never supersede a key's value (Kafka's
+    # CleanedTransactionMetadata): a read_committed consumer must still find the committed one.
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    for txn in round_.log.aborted_transactions(start, end):
+        aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
     for segment, next_offset in zip(round_.segments, round_.next_offsets):
         if next_offset <= start or segment.base_offset >= end:
             continue
@@ -547,8 +556,9 @@ def build_offset_map(round_: CleaningRound, offset_map: OffsetMap, stats: Cleani
             continue
         for header, batch in _batches(segment, position, round_):
             stats.bytes_read += header.size
-            if not header.is_control:
-                # (Kafka skips the records of aborted transactions here, once transactions exist.)
+            if not header.is_control and not (
+                    header.is_transactional and any(first <= header.base_offset <= last
+                                                    for first, last in aborted.get(header.producer_id, ()))):
                 for record in _records(batch, header, _max_decompressed(round_, header)):
                     if record.key is not None and record.offset >= start:
                         if offset_map.full:
@@ -628,7 +638,7 @@ def _clean_group(round_: CleaningRound, old: list[LogSegment], offset_map: Offse
     base = old[0].base_offset
     directory = round_.directory
     paths = segment_paths(directory, base, CLEANED_SUFFIX)
-    for path in paths:
+    for path in (*paths, txn_index_path(directory, base, CLEANED_SUFFIX)):
         unlink_if_exists(path)  # a leftover of an earlier attempt
     fd = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     horizon: int | None = None
@@ -674,6 +684,9 @@ def _clean_group(round_: CleaningRound, old: list[LogSegment], offset_map: Offse
                               suffix=CLEANED_SUFFIX)
     try:
         cleaned.rebuild_indexes()
+        # Every control batch is kept (see the module docstring), so every aborted transaction the
+        # old segments' indexes hold still ends in the cleaned one: their entries carry over.
+        cleaned.txn_index.replace([entry for segment in old for entry in round_.log.txn_index_entries(segment)])
         if cleaned.size:
             cleaned.time_index.maybe_append(cleaned.max_timestamp, cleaned.offset_of_max_timestamp)
         cleaned.flush()  # the indexes, fsynced: the segment is complete before it is swapped in

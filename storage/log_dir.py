@@ -1,7 +1,7 @@
 """A partition log's directory: which files it holds besides the segments' own, and how they are read.
 
 `<data_dir>/<topic>-<partition>/` holds the segments (`<base offset, 20 digits>.log`, `.index`,
-`.timeindex`; storage.segment), and:
+`.timeindex`, `.txnindex`; storage.segment), and:
 
 * `log-start-offset`: the log start offset DeleteRecords moved up, decimal text, written atomically;
   absent while the log starts at its first segment. An unreadable one is recovered from what is on
@@ -24,7 +24,14 @@ from pathlib import Path
 
 from storage.batch_scan import scan_headers
 from storage.files import TMP_SUFFIX, fsync_directory, unlink_if_exists, write_atomically
-from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_paths
+from storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_paths,
+    txn_index_path,
+)
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -48,9 +55,9 @@ SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in
 DELETED_SUFFIX = ".deleted"  # a segment replaced or deleted, its files about to be removed
 _LEFTOVER_SUFFIXES = tuple(
     s + extra
-    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
     for extra in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
-) + (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX)
+) + (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX, TXN_INDEX_SUFFIX + SWAP_SUFFIX)
 _SEGMENT_NAME_LENGTH = 20 + len(LOG_SUFFIX)
 
 
@@ -75,7 +82,7 @@ def list_segments(directory: Path) -> list[int]:
             continue
         if "." + suffix == LOG_SUFFIX:
             bases.append(int(stem))
-        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             index_names.append((name, int(stem)))
     bases.sort()
     known = set(bases)
@@ -105,11 +112,18 @@ def _complete_swaps(directory: Path, names: list[str]) -> None:
                             directory, old)
                 for path in segment_paths(directory, old):
                     unlink_if_exists(path)
+                if old != base:  # its aborted transactions are in the cleaned segment's index
+                    unlink_if_exists(txn_index_path(directory, old))
     for base, _, path in swaps:
         for index in segment_paths(directory, base)[1:]:  # rebuilt from the swapped-in log
             unlink_if_exists(index)
         for index in segment_paths(directory, base, SWAP_SUFFIX)[1:]:
             unlink_if_exists(index)
+        # The cleaned segment's transaction index, renamed before its log (LogSegment.change_suffix):
+        # either still `.swap` here, or already in place. It keeps every marker, so no index at all
+        # means the segments it replaces had no aborted transaction either.
+        if txn_index_path(directory, base, SWAP_SUFFIX).exists():
+            os.replace(txn_index_path(directory, base, SWAP_SUFFIX), txn_index_path(directory, base))
         os.replace(path, segment_paths(directory, base)[0])
         logger.warning("%s: completed the swap of cleaned segment %d that a crash interrupted", directory, base)
     fsync_directory(directory)
