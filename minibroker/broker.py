@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import trio
 
@@ -30,10 +30,12 @@ from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
+from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
+from minibroker.txn_markers import AllowAllTransactions, MarkerResult, TransactionVerifier, TxnMarker, write_txn_markers
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
@@ -272,9 +274,13 @@ class Broker:
         if self.producer_states.mode == "lean":
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
+        # KIP-890 part 1: Produce asks it whether a transactional batch's partition is in the
+        # producer's transaction; the transaction coordinator replaces the default (allow all).
+        self.transactions: TransactionVerifier = AllowAllTransactions()
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
+        self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
@@ -537,6 +543,15 @@ class Broker:
             self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
         return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
+
+    def write_txn_markers(self, markers: Iterable[TxnMarker | tuple]) -> list[MarkerResult]:
+        """WriteTxnMarkers in process: COMMIT/ABORT markers to partitions (minibroker.txn_markers)."""
+        return write_txn_markers(self, markers)
+
+    def last_stable_offset(self, topic: str, partition: int, log: PartitionLog, now_ms: int | None = None) -> int:
+        """The partition's last stable offset (ProducerStates.last_stable_offset)."""
+        return self.producer_states.last_stable_offset(
+            topic, partition, log, self.clock.now_ms() if now_ms is None else now_ms)
 
     def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
         """This broker as clients of `listener` must reach it (the first listener by default)."""

@@ -66,6 +66,10 @@ def _fault_rules(value: str):
 # Settings of a custom quota callback (client.quota.callback.class) live under this prefix.
 CALLBACK_CONFIG_PREFIX = "client.quota.callback."
 
+# Per-listener settings: listener.name.<listener, lower case>.<key> (Kafka's ListenerName.configPrefix).
+LISTENER_CONFIG_PREFIX = "listener.name."
+LISTENER_KEYS = ("max.connection.creation.rate",)
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -206,12 +210,20 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),
         Key("max.connections.per.ip", _int, "2147483647", "Most connections from one address; one more is closed as soon as it is accepted.", _at_least(0)),
         Key("max.connections.per.ip.overrides", _ip_overrides, "", "Per-address limits, HOST:COUNT,... (host names are resolved at start)."),
+        Key("max.connection.creation.rate", _int, "2147483647", "Most new connections per second, all listeners together (KIP-612), and each listener's unless listener.name.<listener>.max.connection.creation.rate sets its own: over it the broker stops accepting for the time that brings the rate back (at most quota.window.size.seconds). The rate is measured over the client quotas' window.", _at_least(0)),
         Key("connections.max.idle.ms", _int, "600000", "Close a connection that has not completed a request for this long: time since its last response (or since it connected), so a client that dribbles a frame byte by byte is closed too. -1: never."),
         Key("queued.max.request.bytes", _int, "-1", "Most bytes of requests read and not yet handled, all connections together; a connection whose next request does not fit waits, reading nothing. -1: unbounded. Must be at least socket.request.max.bytes when set."),
         Key("sasl.server.max.receive.size", _int, "524288", "Largest request frame on a SASL listener before authentication completes.", _at_least(1)),
         Key("message.max.bytes", _int, "1048588", "Largest record batch accepted (topic: max.message.bytes).", _at_least(0)),
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
+        Key("log.cleaner.enable", _bool, "true", "Run the log cleaner: compaction of topics whose cleanup.policy includes compact (Kafka's default). Off: compacted topics keep every record."),
+        Key("log.cleaner.threads", _int, "1", "Accepted for Kafka's sake: one cleaner task cleans one log at a time, on a worker thread.", _at_least(0)),
+        Key("log.cleaner.backoff.ms", _int, "15000", "How long the cleaner sleeps when no log needs cleaning.", _at_least(0)),
+        Key("log.cleaner.dedupe.buffer.size", _int, "134217728", "Memory for the cleaner's key map: at most size / 24 x log.cleaner.io.buffer.load.factor keys per round (Kafka's 16-byte key hash and 8-byte offset per slot); a log with more keys is cleaned over several rounds.", _at_least(1)),
+        Key("log.cleaner.io.buffer.load.factor", _float, "0.9", "How full the cleaner's key map may get.", lambda v: None if 0.0 < v <= 1.0 else "must be in (0, 1]"),
+        Key("log.cleaner.io.buffer.size", _int, "524288", "Accepted for Kafka's sake (the cleaner reads segments 1 MiB at a time).", _at_least(0)),
+        Key("log.cleaner.io.max.bytes.per.second", _float, "1.7976931348623157E308", "Accepted for Kafka's sake: the cleaner is not throttled.", _at_least(0)),
         Key("log.max.open.files", _int, "-1", "Segment files kept open at once (least recently used closed first, reopened on demand); -1: half of what the process's descriptor limit leaves after a reserve of 64, the other half being for connections.", lambda v: None if v == -1 or v >= 1 else "must be -1 or at least 1"),
         Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover, at start, the partitions not closed cleanly whose last segment holds 1 MiB or more (smaller ones are recovered on the main thread, where threads would only contend for Python's GIL), then rebuild the producer state of those whose log runs 1 MiB or more past their newest snapshot, and that fsync the logs at a clean shutdown where the kernel has no syncfs (Kafka's default).", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
@@ -252,6 +264,29 @@ BROKER_CONFIGS: dict[str, Key] = {
 }
 
 
+def _parse_value(name: str, key: Key, raw: str) -> Any:
+    """`raw` parsed and checked as `key`; a ConfigError naming `name` when it is not valid."""
+    try:
+        value = key.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc)) from None
+    if key.check is not None and (reason := key.check(value)) is not None:
+        raise ConfigError(name, f"{raw!r} {reason}")
+    return value
+
+
+def _listener_key(key: str) -> tuple[str, str] | None:
+    """`listener.name.plaintext.max.connection.creation.rate` -> ("plaintext", "max.connection.creation.rate")."""
+    if not key.startswith(LISTENER_CONFIG_PREFIX):
+        return None
+    rest = key[len(LISTENER_CONFIG_PREFIX):]
+    for name in LISTENER_KEYS:
+        listener, dot, suffix = rest.partition(".")
+        if dot and suffix == name and listener:
+            return listener.lower(), name
+    return None
+
+
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     """Parse Kafka-style `key=value` lines (`#`/`!` comments, `:` separators, `\\` continuations)."""
     props: dict[str, str] = {}
@@ -279,14 +314,12 @@ class BrokerConfig:
         self.props: dict[str, str] = dict(props or {})
         self._values: dict[str, Any] = {}
         for name, key in BROKER_CONFIGS.items():
-            raw = self.props.get(name, key.default)
-            try:
-                value = key.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
-            if key.check is not None and (reason := key.check(value)) is not None:
-                raise ConfigError(name, f"{raw!r} {reason}")
-            self._values[name] = value
+            self._values[name] = _parse_value(name, key, self.props.get(name, key.default))
+        self._listener_values: dict[tuple[str, str], Any] = {}
+        for raw_key, raw in self.props.items():
+            parsed = _listener_key(raw_key)
+            if parsed is not None:
+                self._listener_values[parsed] = _parse_value(raw_key, BROKER_CONFIGS[parsed[1]], raw)
         self._check_together()
         # The log.* keys belong to storage, which validates them (a ConfigError naming the key).
         self.log_config = LogConfig.from_broker(self.props)
@@ -325,7 +358,16 @@ class BrokerConfig:
     def unknown_keys(self) -> list[str]:
         """Supplied keys nothing reads; keys under `client.quota.callback.` belong to the callback."""
         return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS
-                      and not k.startswith(CALLBACK_CONFIG_PREFIX))
+                      and not k.startswith(CALLBACK_CONFIG_PREFIX) and _listener_key(k) is None)
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """A per-listener setting: `listener.name.<listener>.<name>` when given, else `name` (Kafka
+        configures each listener with valuesWithPrefixOverride)."""
+        return self._listener_values.get((listener.lower(), name), self[name])
+
+    def listener_overrides(self) -> dict[tuple[str, str], Any]:
+        """(listener in lower case, key) -> value of every `listener.name.<listener>.<key>` given."""
+        return dict(self._listener_values)
 
     def effective_props(self) -> dict[str, str]:
         """Every known key at its configured or default value, plus every other supplied key: what a

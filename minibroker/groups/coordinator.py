@@ -120,8 +120,8 @@ class GroupCoordinator:
         return self.shard.classic.rebalances
 
     def close(self) -> None:
-        """Answer every parked request (the broker is going away) and compact the offsets log."""
-        self.shard.close(self.wall_clock_ms())
+        """Answer every parked request (the broker is going away)."""
+        self.shard.close()
         self._after(notify=False)
 
     def _after(self, notify: bool = True) -> None:

@@ -73,15 +73,11 @@ class GroupCoordinatorShard:
         for group_id in (set(self.store.groups) | set(self.store.offsets)) - set(self.groups):
             self.groups[group_id] = ClassicGroup.from_record(group_id, self.store.groups.get(group_id), now_ms)
 
-    def close(self, now_ms: int) -> None:
-        """Answer every parked request (the broker is going away) and compact the offsets log."""
+    def close(self) -> None:
+        """Answer every parked request (the broker is going away)."""
         for group in self.groups.values():
             if isinstance(group, ClassicGroup):
                 self.classic.close(group)
-        try:
-            self.store.maybe_compact(now_ms)
-        except Exception:  # our bug or a disk fault: the logs must still be closed
-            log.exception("compacting %s at shutdown failed", TOPIC)
 
     # -- the registry -----------------------------------------------------------------------------
 
@@ -162,9 +158,8 @@ class GroupCoordinatorShard:
             self._next_retention_check = now + self.config.offsets_retention_check_interval_ms / 1000
             try:
                 self.offsets.expire_offsets(now_ms)
-                self.store.maybe_compact(now_ms)
             except OSError as exc:  # tried again at the next check
-                log.error("%s: offset expiry or compaction failed: %s", TOPIC, storage_error_message(exc))
+                log.error("%s: offset expiry failed: %s", TOPIC, storage_error_message(exc))
 
     # -- ListGroups / DeleteGroups ----------------------------------------------------------------
 

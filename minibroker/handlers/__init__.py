@@ -121,6 +121,8 @@ MODULES = (
     "describe_topic_partitions",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    "write_txn_markers",
+    "describe_producers",
 )
 
 
