@@ -42,6 +42,7 @@ from protocol.entities import build
 from protocol.records import BatchHeader
 from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
+from protocol.fetch_response import FrameParts, encode_fetch_response
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
     API_VERSIONS_KEY,
@@ -65,6 +66,8 @@ from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
+
+FETCH_KEY = 1  # its responses are encoded by protocol.fetch_response
 
 
 
@@ -129,7 +132,7 @@ class BrokerMetrics:
 class Response:
     """What one request produced, for the connection loop (server.py)."""
 
-    data: bytes | None  # the response frame; None when there is none (acks=0)
+    data: bytes | FrameParts | None  # the response frame; None when there is none (acks=0)
     throttle_ms: int = 0  # quota throttle: read nothing more from the connection for this long
     client_throttles: bool = True  # KIP-219 client: send at once; else hold the response back
     close: bool = False  # close the connection once the response is sent
@@ -260,6 +263,10 @@ class Broker:
         )
         self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
+        # Issue 17: a large log an unclean stop left is replayed now, not on the event loop at its
+        # first produce while every connection waits.
+        self.producer_states.rebuild_recovered(recovery.recovered_partitions, self.clock.now_ms(),
+                                               config["num.recovery.threads.per.data.dir"])
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
         # versions) in a tagged field, in lean mode only (protocol.extensions).
@@ -479,14 +486,18 @@ class Broker:
             data = self._encode(ctx, reply.body, throttle_ms)
         return self._response(ctx, data, throttle_ms)
 
-    def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes:
-        """The response frame: `body` with the throttle time, in the request's version."""
+    def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes | FrameParts:
+        """The response frame: `body` with the throttle time, in the request's version. A Fetch
+        response keeps its large records as buffers of their own (protocol.fetch_response)."""
         schema = ctx.schema
+        if schema.api_key == FETCH_KEY:
+            return encode_fetch_response(schema, ctx.header.correlation_id, {**body, "throttle_time": throttle_ms},
+                                         self.response_tags.get(schema.api_key))
         return encode_response(schema, ctx.header.correlation_id,
                                build(schema.response, {**body, "throttle_time": throttle_ms}),
                                self.response_tags.get(schema.api_key))
 
-    def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
+    def _response(self, ctx: RequestContext, data: bytes | FrameParts, throttle_ms: int = 0) -> Response:
         self.metrics.bytes_out += len(data)
         schema = ctx.schema
         if ctx.close_connection:  # a failed SASL exchange: answer late, then close (Kafka)
