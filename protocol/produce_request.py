@@ -189,11 +189,17 @@ def _decoder(version: int) -> Callable[[bytes, int], tuple[ProduceRequest, int]]
     # Smallest wire size of one element, as the guard computes it: fields plus the tagged section.
     partition_min = 4 + (1 + 1 if flexible else 4)
     topic_min = (16 if by_id else (1 if flexible else 2)) + (1 if flexible else 4) + (1 if flexible else 0)
+    null_marker, null_size = (0, 1) if flexible else (0xFF, 2)  # a null string: compact 0, or int16 -1
 
     def decode(frame: bytes, offset: int) -> tuple[ProduceRequest, int]:
         view = memoryview(frame)
         size = len(frame)
-        transactional_id, pos = _string(frame, offset, flexible, True, "transactional_id")
+        # Fast paths inline (a null transactional id, one-byte counts, empty tagged sections): this
+        # runs once per Produce request; anything else goes through the helpers above.
+        if frame[offset] == null_marker and (flexible or frame[offset + 1] == 0xFF):
+            transactional_id, pos = None, offset + null_size
+        else:
+            transactional_id, pos = _string(frame, offset, flexible, True, "transactional_id")
         acks, timeout_ms = _ACKS_TIMEOUT(frame, pos)
         pos += 6
         topic_count, pos = _count(frame, pos, flexible, topic_min, "topic_data")
@@ -234,10 +240,16 @@ def _decoder(version: int) -> Callable[[bytes, int], tuple[ProduceRequest, int]]
                         raise _short("topic_data.partition_data.records", n, size - at)
                     records = view[at:pos]
                 if flexible:
-                    pos = _skip_tagged(frame, pos, "topic_data.partition_data tagged fields")
+                    if frame[pos] == 0:
+                        pos += 1
+                    else:
+                        pos = _skip_tagged(frame, pos, "topic_data.partition_data tagged fields")
                 partitions.append(PartitionProduceData(index, records, at))
             if flexible:
-                pos = _skip_tagged(frame, pos, "topic_data tagged fields")
+                if frame[pos] == 0:
+                    pos += 1
+                else:
+                    pos = _skip_tagged(frame, pos, "topic_data tagged fields")
             topics.append(TopicProduceData(name, topic_id, tuple(partitions)))
         if flexible:
             pos = _skip_tagged(frame, pos, "ProduceRequest tagged fields")
