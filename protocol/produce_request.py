@@ -108,27 +108,34 @@ def _short(where: str, length: int, remaining: int, what: str = "byte(s)") -> Re
     return RequestRejected(f"{where} declares {length} {what} but only {remaining} byte(s) remain")
 
 
-def _string(buf: bytes, pos: int, flexible: bool, nullable: bool, where: str) -> tuple[str | None, int]:
+def _length(buf: bytes, pos: int, flexible: bool, unpack, width: int, nullable: bool,
+            where: str) -> tuple[int, int]:
+    """A length or count prefix: in flexible versions an unsigned varint of length + 1 (0 for
+    null), else a signed int16 or int32 (`unpack`, `width` bytes; -1 for null). (length, position
+    after it), the length -1 for a null; a null where the field allows none is refused, as is any
+    other negative length."""
     if flexible:
         n = buf[pos]
         if n < 128:
             pos += 1
         else:
             n, pos = _uvarint(buf, pos, where)
-        if n == 0:
-            if not nullable:
-                raise RequestRejected(f"non-nullable field {where} was serialized as null")
-            return None, pos
         n -= 1
     else:
-        (n,) = _I16(buf, pos)
-        pos += 2
-        if n < 0:
-            if n == -1 and nullable:
-                return None, pos
-            if n == -1:
-                raise RequestRejected(f"non-nullable field {where} was serialized as null")
+        (n,) = unpack(buf, pos)
+        pos += width
+    if n < 0:
+        if n != -1:
             raise RequestRejected(f"{where} has length {n}")
+        if not nullable:
+            raise RequestRejected(f"non-nullable field {where} was serialized as null")
+    return n, pos
+
+
+def _string(buf: bytes, pos: int, flexible: bool, nullable: bool, where: str) -> tuple[str | None, int]:
+    n, pos = _length(buf, pos, flexible, _I16, 2, nullable, where)
+    if n < 0:
+        return None, pos
     end = pos + n
     if end > len(buf):
         raise _short(where, n, len(buf) - pos)
@@ -141,22 +148,7 @@ def _string(buf: bytes, pos: int, flexible: bool, nullable: bool, where: str) ->
 def _count(buf: bytes, pos: int, flexible: bool, element_min: int, where: str) -> tuple[int, int]:
     """A non-nullable array's element count, checked against the bytes remaining (Kafka: each
     element takes at least `element_min` bytes) before a single element is read."""
-    if flexible:
-        c = buf[pos]
-        if c < 128:
-            pos += 1
-        else:
-            c, pos = _uvarint(buf, pos, where)
-        if c == 0:
-            raise RequestRejected(f"non-nullable field {where} was serialized as null")
-        c -= 1
-    else:
-        (c,) = _I32(buf, pos)
-        pos += 4
-        if c < 0:
-            if c == -1:
-                raise RequestRejected(f"non-nullable field {where} was serialized as null")
-            raise RequestRejected(f"{where} has length {c}")
+    c, pos = _length(buf, pos, flexible, _I32, 4, False, where)
     if c * element_min > len(buf) - pos:
         raise _short(where, c, len(buf) - pos, f"element(s) of at least {element_min} byte(s)")
     return c, pos
@@ -219,20 +211,9 @@ def _decoder(version: int) -> Callable[[bytes, int], tuple[ProduceRequest, int]]
             for _ in range(partition_count):
                 (index,) = _I32(frame, pos)
                 pos += 4
-                if flexible:  # COMPACT_RECORDS: length + 1, 0 for null
-                    n = frame[pos]
-                    if n < 128:
-                        pos += 1
-                    else:
-                        n, pos = _uvarint(frame, pos, "topic_data.partition_data.records")
-                    n -= 1
-                else:
-                    (n,) = _I32(frame, pos)
-                    pos += 4
+                n, pos = _length(frame, pos, flexible, _I32, 4, True, "topic_data.partition_data.records")
                 at = pos
                 if n < 0:
-                    if n != -1:
-                        raise RequestRejected(f"topic_data.partition_data.records has length {n}")
                     records = None
                 else:
                     pos += n
