@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+import typing
 import uuid
 from typing import Callable
 
@@ -55,7 +56,7 @@ class PartitionProduceData:
     def origin(self) -> tuple[bytes, int] | None:
         """(frame, position) of the records, for protocol.records.check_produce_records to walk
         them in the frame rather than copy them out; None for null records."""
-        return None if self.records is None else (self.records.obj, self.records_at)
+        return None if self.records is None else (typing.cast(bytes, self.records.obj), self.records_at)
 
     def __repr__(self) -> str:
         size = None if self.records is None else len(self.records)
