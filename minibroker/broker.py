@@ -26,7 +26,7 @@ from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, clien
 from minibroker.config import BrokerConfig
 from minibroker.groups import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
-from minibroker.audit import AuditLog
+from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
@@ -205,6 +205,8 @@ class Broker:
                 topic_configs={"retention.ms": str(config["audit.retention.ms"])},
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
+            # The quotas the recorded decisions are made under (the pipeline replays them).
+            self.audit.record_quota_config(wall_clock_ms(), self.quotas.store.entities(), quota_settings(config))
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).

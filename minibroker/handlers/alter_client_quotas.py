@@ -4,10 +4,14 @@ Behaviour (Kafka's ClientQuotaControlManager, via quotas.config.QuotaConfigStore
 entity; an entity's changes apply all or none; INVALID_REQUEST with Kafka's message for an invalid
 entity, key or value. Applied changes reach the quota managers at once (the next request of an
 affected client sees the new limit) and are written to `client-quotas.json` in the data dir before
-the response goes out. validate_only checks without applying.
+the response goes out. validate_only checks without applying. With `audit.enable`, the entities
+altered are recorded in the audit stream with their new values (storage.audit_format).
 """
 
+from minibroker.audit import quota_settings
+from minibroker.broker import wall_clock_ms
 from minibroker.handlers import handler
+from quotas.callback import ClientQuotaEntity
 
 
 @handler(49, 0, 1)
@@ -20,6 +24,13 @@ async def alter_client_quotas(ctx, request):
         for entry in request.entries
     ]
     results = ctx.broker.quotas.alter(entries, bool(request.validate_only))
+    audit = ctx.broker.audit
+    if audit is not None and not request.validate_only:
+        store = ctx.broker.quotas.store
+        altered = [ClientQuotaEntity.from_pairs(entity) for entity, code, _ in results if code == 0]
+        if altered:
+            audit.record_quota_config(wall_clock_ms(), [(e, store.quotas_for(e)) for e in altered],
+                                      quota_settings(ctx.broker.config), ctx)
     return {
         "throttle_time": 0,
         "entries": [
