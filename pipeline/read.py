@@ -84,12 +84,14 @@ def read_kafka(spark: SparkSession, bootstrap_servers: str, topic: str = AUDIT_T
     # Spark's JSON offsets: the snapshot just taken, so planning again cannot move it.
     options["startingOffsets"] = _offsets_json(topic, {r.partition: r.start for r in ranges})
     options["endingOffsets"] = _offsets_json(topic, {r.partition: r.end for r in ranges})
-    if min_partitions:
-        options["minPartitions"] = str(min_partitions)
-    if max_records_per_partition:
-        options["maxRecordsPerPartition"] = str(max_records_per_partition)
+    options.update(_splits(minPartitions=min_partitions, maxRecordsPerPartition=max_records_per_partition))
     spark.dataSource.register(KafkaRecordsSource)
     return parse_records(spark.read.format(KAFKA_FORMAT).options(**options).load())
+
+
+def _splits(**options: int | None) -> dict[str, str]:
+    """The split options that are set, as strings."""
+    return {name: str(value) for name, value in options.items() if value}
 
 
 def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
@@ -104,10 +106,7 @@ def read_data_dir(spark: SparkSession, data_dir: str | Path, topic: str = AUDIT_
     if not segment_byte_ranges(data_dir, topic):
         return _empty(spark)
     options = {"path": str(Path(data_dir).resolve()), "subscribe": topic}
-    if min_partitions:
-        options["minPartitions"] = str(min_partitions)
-    if max_bytes_per_partition:
-        options["maxBytesPerPartition"] = str(max_bytes_per_partition)
+    options.update(_splits(minPartitions=min_partitions, maxBytesPerPartition=max_bytes_per_partition))
     spark.dataSource.register(SegmentRecordsSource)
     return parse_records(spark.read.format(SEGMENTS_FORMAT).options(**options).load())
 

@@ -39,7 +39,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -339,18 +338,6 @@ class ByteRange:
         return self.end - self.start
 
 
-def _partition_dirs(data_dir: Path, topic: str) -> list[tuple[int, Path]]:
-    out = []
-    prefix = topic + "-"
-    if not data_dir.is_dir():
-        return out
-    for entry in data_dir.iterdir():
-        suffix = entry.name[len(prefix):]
-        if entry.name.startswith(prefix) and suffix.isdigit() and entry.is_dir():
-            out.append((int(suffix), entry))
-    return sorted(out)
-
-
 def _batch_positions(path: str) -> list[int]:
     """Positions of each whole batch in a segment file and, last, the end of the last whole one."""
     positions = [0]
@@ -371,21 +358,9 @@ def segment_byte_ranges(data_dir: str | Path, topic: str = AUDIT_TOPIC,
                         max_bytes: int = DEFAULT_MAX_BYTES_PER_PARTITION, min_parts: int = 0) -> list[ByteRange]:
     """Every segment of the topic's partitions in `data_dir`, cut at batch boundaries into ranges
     (see the module docstring); [] when the topic is not there."""
-    from storage.log import LOG_START_OFFSET_FILE
-    from storage.segment import LOG_SUFFIX
+    from pipeline.segments import segment_files
 
-    data_dir = Path(data_dir).resolve()
-    files = []  # (path, partition, log start offset, batch positions)
-    for partition, directory in _partition_dirs(data_dir, topic):
-        try:
-            start_offset = int((directory / LOG_START_OFFSET_FILE).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            start_offset = 0
-        names = sorted(name for name in os.listdir(directory)
-                       if name.endswith(LOG_SUFFIX) and len(name) == 20 + len(LOG_SUFFIX) and name[:20].isdigit())
-        for name in names:
-            path = str(directory / name)
-            files.append((path, partition, start_offset, _batch_positions(path)))
+    files = [(f.path, f.partition, f.log_start_offset, _batch_positions(f.path)) for f in segment_files(data_dir, topic)]
     pieces = split_sizes([positions[-1] for *_, positions in files], max_bytes, min_parts)
     ranges = []
     for (path, partition, start_offset, positions), n in zip(files, pieces):
@@ -400,27 +375,6 @@ def segment_byte_ranges(data_dir: str | Path, topic: str = AUDIT_TOPIC,
                 cut += 1
         # every batch boundary is a candidate cut, so the ranges cover [0, total) exactly
     return ranges
-
-
-def _iter_batches(path: str, start: int, end: int) -> Iterator[bytes]:
-    from protocol.records import iter_headers
-
-    chunk_size = 8 * 1024 * 1024
-    with open(path, "rb") as file:
-        file.seek(start)
-        remaining = end - start
-        pending = b""
-        while remaining > 0:
-            chunk = file.read(min(chunk_size, remaining))
-            if not chunk:
-                return
-            remaining -= len(chunk)
-            buf = pending + chunk if pending else chunk
-            done = 0
-            for header in iter_headers(buf):
-                done = header.position + header.size
-                yield buf[header.position:done]
-            pending = buf[done:]
 
 
 class _SegmentReader(DataSourceReader):
@@ -438,34 +392,24 @@ class _SegmentReader(DataSourceReader):
                                                                self.min_partitions)]
 
     def read(self, partition: InputPartition):
-        from protocol.records import ATTR_COMPRESSION_MASK, ATTR_CONTROL, InvalidRecordError, decode_records
+        from pipeline.segments import iter_records
 
         r: ByteRange = partition.value
         columns = _Columns(r.topic, r.partition)
-        keys, values, offsets, timestamps = (columns.keys.append, columns.values.append,
-                                             columns.offsets.append, columns.timestamps.append)
-        skipped = 0
-        for batch in _iter_batches(r.path, r.start, r.end):
-            attributes = int.from_bytes(batch[21:23], "big")
-            if attributes & (ATTR_CONTROL | ATTR_COMPRESSION_MASK):
-                skipped += 1
-                continue
-            append_time = 1 if attributes & 0x08 else 0
-            try:
-                for offset, ts, key, value in decode_records(batch):
-                    if offset < r.log_start_offset:
-                        continue
-                    keys(key)
-                    values(value)
-                    offsets(offset)
-                    timestamps(ts)
-            except InvalidRecordError:
-                skipped += 1
-            columns.types.extend([append_time] * (len(columns.offsets) - len(columns.types)))
+        keys, values, offsets, timestamps, types = (columns.keys.append, columns.values.append,
+                                                    columns.offsets.append, columns.timestamps.append,
+                                                    columns.types.append)
+        skipped = [0]
+        for offset, ts, key, value, kind in iter_records(r.path, r.start, r.end, r.log_start_offset, skipped):
+            keys(key)
+            values(value)
+            offsets(offset)
+            timestamps(ts)
+            types(kind)
             if len(columns) >= ARROW_BATCH_ROWS:
                 yield columns.batch()
-        if skipped:
-            log.warning("%s: skipped %d batch(es) that are not plain audit records", r.path, skipped)
+        if skipped[0]:
+            log.warning("%s: skipped %d batch(es) that are not plain audit records", r.path, skipped[0])
         if len(columns):
             yield columns.batch()
 

@@ -5,7 +5,6 @@ and the whole report. One SparkSession (local[2]) for the run (tests/conftest.py
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
