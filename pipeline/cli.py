@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipeline.read import read_data_dir, read_kafka, read_trace
     from pipeline.report import build_report
-    from pipeline.session import spark_session
+    from pipeline.session import cpu_seconds_probe, spark_session
 
     started = time.perf_counter()
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, conf=dict(args.conf),
@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             flags=flags_from(args),
             fallback=fallback_from(args),
             progress=_progress,
+            cpu=cpu_seconds_probe(spark),
             chunk_events=args.replay_chunk_events,
             producer_byte_rate=args.producer_byte_rate,
         )
@@ -203,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{result.events:,} audit events from {source}; report: {result.out / 'index.html'} "
           f"({time.perf_counter() - started:.1f} s)")
     print("stage timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()))
+    if result.cores:
+        print("stage cores busy: " + ", ".join(f"{k} {v:.1f}" for k, v in result.cores.items()))
     return 0
 
 

@@ -58,6 +58,7 @@ class ReportResult:
     out: Path
     events: int
     timings: dict[str, float] = field(default_factory=dict)
+    cores: dict[str, float] = field(default_factory=dict)  # cores kept busy per stage, when measured
     headline: list[str] = field(default_factory=list)
     answer: Answer | None = None
     totals: pd.DataFrame | None = None
@@ -67,11 +68,14 @@ class ReportResult:
 
 
 class _Stages:
-    """Times each stage and reports it (`progress(name, what, seconds)`) when it ends."""
+    """Times each stage and reports it (`progress(name, what, seconds)`) when it ends; with a
+    `cpu` probe (pipeline.session.cpu_seconds_probe) also how many cores it kept busy on average."""
 
-    def __init__(self, progress: Callable[[str, str, float], None] | None) -> None:
+    def __init__(self, progress: Callable[[str, str, float], None] | None, cpu: Callable[[], float] | None = None) -> None:
         self.timings: dict[str, float] = {}
+        self.cores: dict[str, float] = {}
         self.progress = progress
+        self.cpu = cpu
 
     def __call__(self, name: str):
         stages = self
@@ -80,14 +84,19 @@ class _Stages:
             note = ""
 
             def __enter__(self):
+                self.cpu = stages.cpu() if stages.cpu is not None else None
                 self.start = time.perf_counter()
                 return self
 
             def __exit__(self, *exc):
                 elapsed = time.perf_counter() - self.start
                 stages.timings[name] = elapsed
+                note = self.note
+                if self.cpu is not None and elapsed > 0:
+                    stages.cores[name] = (stages.cpu() - self.cpu) / elapsed
+                    note = f"{note} [{stages.cores[name]:.1f} cores busy]"
                 if stages.progress is not None and exc[0] is None:
-                    stages.progress(name, self.note, elapsed)
+                    stages.progress(name, note, elapsed)
 
         return _Stage()
 
@@ -153,6 +162,7 @@ def build_report(
     auto: bool = True,
     producer_byte_rate: float | None = None,
     progress: Callable[[str, str, float], None] | None = None,
+    cpu: Callable[[], float] | None = None,
     chunk_events: int | None = None,
 ) -> ReportResult:
     """The report of the audit in `parsed` (pipeline.read.PARSED_SCHEMA).
@@ -166,7 +176,7 @@ def build_report(
     model = model or StateMemoryModel()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    stages = _Stages(progress)
+    stages = _Stages(progress, cpu)
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     result = ReportResult(out, 0)
 
@@ -311,7 +321,7 @@ def build_report(
                   figures)
         )
         stage.note = f"{out / 'index.html'}"
-    result.timings = stages.timings
+    result.timings, result.cores = stages.timings, stages.cores
     result.answer, result.totals, result.settings = found, totals_pd, settings
     return result
 

@@ -55,3 +55,38 @@ def spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def cpu_seconds_probe(spark: SparkSession):
+    """For a local master: a function returning the CPU seconds used so far by Spark's JVM and its
+    Python workers (the process tree under the JVM, reaped children included; Linux /proc), so a
+    stage can say how many cores it kept busy. None where that cannot be measured."""
+    if not spark.sparkContext.master.startswith("local") or not Path("/proc/self/stat").exists():
+        return None
+    try:
+        root = spark.sparkContext._gateway.proc.pid  # the JVM py4j started for this driver
+    except AttributeError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def tree_cpu() -> float:
+        children: dict[int, list[int]] = {}
+        times: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(entry)
+            children.setdefault(int(fields[1]), []).append(pid)
+            times[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        total, stack = 0, [root]
+        while stack:
+            pid = stack.pop()
+            total += times.get(pid, 0)
+            stack.extend(children.get(pid, ()))
+        return total / ticks
+
+    return tree_cpu
