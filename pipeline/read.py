@@ -4,24 +4,25 @@ directory (offline), or from a trace file (Parquet or JSON lines).
 The broker and data-dir paths go through the Spark Python data sources in `pipeline.sources`, which
 yield the raw records as Spark's Kafka source does (key, value, offset, ...), split into offset or
 byte ranges; `parse_records` then parses the values in Spark with `from_json` and the declared
-schema (`VALUE_SCHEMA`: the audit fields of `storage.audit_format` plus the two fields of its
-quota-configuration events). The result, `PARSED_SCHEMA`, adds `seq`: the record's offset in the audit
-topic, the order in which the broker made its decisions (a trace's own `seq` column, else its row
-order). A value that is not an audit event (a client may produce anything to the topic) parses to
-nulls and is counted as skipped.
+schema (`pipeline.schema.AUDIT_SCHEMA`, the fields of `storage.audit_format`). The result,
+`PARSED_SCHEMA`, adds `seq` (the record's offset in the audit topic: the order in which the broker
+made its decisions; a trace's own `seq` column, else its row order) and `config_json`: for a
+quota-configuration event only, its JSON text (a handful of records, parsed on the driver by
+`quota_records`; no nested column is carried through the 10M-row cache). A value that is not an
+audit event (a client may produce anything to the topic) parses to nulls and is counted as skipped.
 
 `decision_events` keeps the decisions (`pipeline.schema.EVENTS_SCHEMA`: Produce, Fetch,
-InitProducerId); `quota_records` collects the quota-configuration events (a few rows) for
-`pipeline.timeline`.
+InitProducerId); `quota_records` collects the quota-configuration events for `pipeline.timeline`.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DoubleType, LongType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from pipeline.schema import AUDIT_SCHEMA, EVENTS_SCHEMA
 from pipeline.sources import (
@@ -36,7 +37,6 @@ from storage.audit_format import API_ALTER_CLIENT_QUOTAS, API_QUOTA_CONFIG, AUDI
 
 __all__ = [
     "PARSED_SCHEMA",
-    "VALUE_SCHEMA",
     "decision_events",
     "is_quota_config",
     "parse_records",
@@ -46,16 +46,7 @@ __all__ = [
     "read_trace",
 ]
 
-QUOTA_ENTRY = StructType([
-    StructField("entity", MapType(StringType(), StringType(), True), True),
-    StructField("values", MapType(StringType(), DoubleType(), True), True),
-])
-VALUE_SCHEMA = StructType([
-    *AUDIT_SCHEMA.fields,
-    StructField("quotas", ArrayType(QUOTA_ENTRY, True), True),
-    StructField("quota_settings", MapType(StringType(), DoubleType(), True), True),
-])
-PARSED_SCHEMA = StructType([*VALUE_SCHEMA.fields, StructField("seq", LongType(), True)])
+PARSED_SCHEMA = StructType([*EVENTS_SCHEMA.fields, StructField("config_json", StringType(), True)])
 CONFIG_APIS = (API_QUOTA_CONFIG[0], API_ALTER_CLIENT_QUOTAS[0])
 
 
@@ -63,10 +54,17 @@ def _empty(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], PARSED_SCHEMA)
 
 
+def parse_json(text, seq) -> DataFrame:
+    """JSON event texts (a string column) and their `seq` -> PARSED_SCHEMA columns, parsed by Spark."""
+    event = F.from_json(text, AUDIT_SCHEMA)
+    config = event["api"].isin(*CONFIG_APIS)
+    return [*(event[f.name].alias(f.name) for f in AUDIT_SCHEMA.fields), seq.alias("seq"),
+            F.when(config, text).alias("config_json")]
+
+
 def parse_records(raw: DataFrame) -> DataFrame:
-    """Raw records (pipeline.sources.RAW_SCHEMA) -> PARSED_SCHEMA, JSON parsed by Spark."""
-    value = F.from_json(F.col("value").cast("string"), VALUE_SCHEMA)
-    return raw.select(value.alias("e"), F.col("offset").alias("seq")).select("e.*", "seq")
+    """Raw records (pipeline.sources.RAW_SCHEMA) -> PARSED_SCHEMA."""
+    return raw.select(*parse_json(F.col("value").cast("string"), F.col("offset")))
 
 
 def read_kafka(spark: SparkSession, bootstrap_servers: str, topic: str = AUDIT_TOPIC, *,
@@ -95,8 +93,6 @@ def _splits(**options: int | None) -> dict[str, str]:
 
 
 def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
-    import json
-
     return json.dumps({topic: {str(p): o for p, o in offsets.items()}})
 
 
@@ -125,32 +121,37 @@ def _trace_format(path: Path) -> str:
     raise ValueError(f"{path}: not a Parquet or JSON-lines trace (expected *.parquet or *.jsonl)")
 
 
-def read_trace(spark: SparkSession, path: str | Path) -> DataFrame:
+def read_trace(spark: SparkSession, path: str | Path, min_partitions: int | None = None) -> DataFrame:
     """Audit events from a Parquet file or a JSON-lines file (or a directory of either), e.g. the
-    audit topic dumped by a console consumer, or `scripts/gen_trace`'s output."""
+    audit topic dumped by a console consumer, or `scripts/gen_trace`'s output. Spread over at least
+    `min_partitions` (a file with one big Parquet row group is one task otherwise)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"trace {path} does not exist")
-    if _trace_format(path) == "parquet":
-        raw = spark.read.parquet(str(path))
+    if _trace_format(path) == "json":
+        lines = spark.read.text(str(path))
+        # the line's own "seq" when it has one, else its place in the file
+        seq = F.coalesce(F.get_json_object("value", "$.seq").cast("long"), F.monotonically_increasing_id())
+        parsed = lines.select(*parse_json(F.col("value"), seq))
     else:
-        raw = spark.read.schema(PARSED_SCHEMA).json(str(path))
-    missing = [f.name for f in AUDIT_SCHEMA.fields if f.name not in raw.columns]
-    if missing:
-        raise ValueError(f"trace {path} lacks the audit field(s) {', '.join(missing)}")
-    seq = F.col("seq").cast("long") if "seq" in raw.columns else F.lit(None).cast("long")
-    columns = [
-        (F.col(f.name) if f.name in raw.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in VALUE_SCHEMA.fields
-    ]
-    return raw.select(*columns, F.coalesce(seq, F.monotonically_increasing_id()).alias("seq"))
+        raw = spark.read.parquet(str(path))
+        missing = [f.name for f in AUDIT_SCHEMA.fields if f.name not in raw.columns]
+        if missing:
+            raise ValueError(f"trace {path} lacks the audit field(s) {', '.join(missing)}")
+        seq = F.col("seq").cast("long") if "seq" in raw.columns else F.lit(None).cast("long")
+        columns = [F.col(f.name).cast(f.dataType).alias(f.name) for f in AUDIT_SCHEMA.fields]
+        parsed = raw.select(*columns, F.coalesce(seq, F.monotonically_increasing_id()).alias("seq"),
+                            F.lit(None).cast("string").alias("config_json"))
+    if min_partitions and parsed.rdd.getNumPartitions() < min_partitions:
+        parsed = parsed.repartition(min_partitions)
+    return parsed
 
 
 # -- the two kinds of events ----------------------------------------------------------------------
 
 
 def is_quota_config():
-    return F.col("quotas").isNotNull() | F.col("api").isin(*CONFIG_APIS)
+    return F.col("config_json").isNotNull()
 
 
 def is_audit_event():
@@ -165,15 +166,19 @@ def decision_events(parsed: DataFrame) -> DataFrame:
 
 def quota_records(parsed: DataFrame) -> list[dict]:
     """The quota-configuration events, in stream order: dicts of ts, seq, api, principal, quotas
-    ([{"entity": {...}, "values": {...}}]) and quota_settings."""
-    rows = (
-        parsed.where(is_audit_event() & is_quota_config())
-        .select("ts", "seq", "api", "principal", "quotas", "quota_settings")
-        .collect()
-    )
+    ([{"entity": {...}, "values": {...}}]) and quota_settings ({key: value})."""
+    rows = parsed.where(is_audit_event() & is_quota_config()).select("seq", "config_json").collect()
     out = []
-    for row in sorted(rows, key=lambda r: (r.seq, r.ts)):
-        quotas = [{"entity": dict(q.entity or {}), "values": dict(q["values"] or {})} for q in (row.quotas or [])]
-        out.append({"ts": row.ts, "seq": row.seq, "api": row.api, "principal": row.principal,
-                    "quotas": quotas, "quota_settings": dict(row.quota_settings or {})})
-    return out
+    for row in rows:
+        try:
+            event = json.loads(row.config_json)
+        except ValueError:
+            continue
+        quotas = [
+            {"entity": dict(q.get("entity") or {}), "values": dict(q.get("values") or {})}
+            for q in (event.get("quotas") or []) if isinstance(q, dict)
+        ]
+        out.append({"ts": int(event["ts"]), "seq": row.seq, "api": event.get("api"),
+                    "principal": event.get("principal") or "", "quotas": quotas,
+                    "quota_settings": dict(event.get("quota_settings") or {})})
+    return sorted(out, key=lambda r: (r["ts"], r["seq"]))
