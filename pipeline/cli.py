@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         parallel = 2 * context.defaultParallelism
         try:
             if args.trace:
-                parsed = read_trace(spark, args.trace, min_partitions=parallel)
+                parsed = read_trace(spark, args.trace)
             elif args.data_dir:
                 parsed = read_data_dir(spark, args.data_dir, args.topic, min_partitions=parallel,
                                        max_bytes_per_partition=args.max_bytes_per_partition)

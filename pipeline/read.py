@@ -54,17 +54,18 @@ def _empty(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], PARSED_SCHEMA)
 
 
-def parse_json(text, seq) -> DataFrame:
-    """JSON event texts (a string column) and their `seq` -> PARSED_SCHEMA columns, parsed by Spark."""
-    event = F.from_json(text, AUDIT_SCHEMA)
-    config = event["api"].isin(*CONFIG_APIS)
-    return [*(event[f.name].alias(f.name) for f in AUDIT_SCHEMA.fields), seq.alias("seq"),
-            F.when(config, text).alias("config_json")]
+def parse_json(frame: DataFrame, text, seq) -> DataFrame:
+    """JSON event texts (a string column of `frame`) and their `seq` -> PARSED_SCHEMA, parsed by
+    Spark: once per record (the struct is parsed in one projection and taken apart in the next; one
+    `from_json` per field would parse every record 18 times)."""
+    parsed = frame.select(F.from_json(text, AUDIT_SCHEMA).alias("_e"), text.alias("_text"), seq.alias("seq"))
+    config = F.col("_e.api").isin(*CONFIG_APIS)
+    return parsed.select("_e.*", "seq", F.when(config, F.col("_text")).alias("config_json"))
 
 
 def parse_records(raw: DataFrame) -> DataFrame:
     """Raw records (pipeline.sources.RAW_SCHEMA) -> PARSED_SCHEMA."""
-    return raw.select(*parse_json(F.col("value").cast("string"), F.col("offset")))
+    return parse_json(raw, F.col("value").cast("string"), F.col("offset"))
 
 
 def read_kafka(spark: SparkSession, bootstrap_servers: str, topic: str = AUDIT_TOPIC, *,
@@ -121,10 +122,10 @@ def _trace_format(path: Path) -> str:
     raise ValueError(f"{path}: not a Parquet or JSON-lines trace (expected *.parquet or *.jsonl)")
 
 
-def read_trace(spark: SparkSession, path: str | Path, min_partitions: int | None = None) -> DataFrame:
+def read_trace(spark: SparkSession, path: str | Path) -> DataFrame:
     """Audit events from a Parquet file or a JSON-lines file (or a directory of either), e.g. the
-    audit topic dumped by a console consumer, or `scripts/gen_trace`'s output. Spread over at least
-    `min_partitions` (a file with one big Parquet row group is one task otherwise)."""
+    audit topic dumped by a console consumer, or `scripts/gen_trace`'s output. Spark splits the file
+    (a Parquet file by row groups: one big row group is one task)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"trace {path} does not exist")
@@ -132,7 +133,7 @@ def read_trace(spark: SparkSession, path: str | Path, min_partitions: int | None
         lines = spark.read.text(str(path))
         # the line's own "seq" when it has one, else its place in the file
         seq = F.coalesce(F.get_json_object("value", "$.seq").cast("long"), F.monotonically_increasing_id())
-        parsed = lines.select(*parse_json(F.col("value"), seq))
+        parsed = parse_json(lines, F.col("value"), seq)
     else:
         raw = spark.read.parquet(str(path))
         missing = [f.name for f in AUDIT_SCHEMA.fields if f.name not in raw.columns]
@@ -142,8 +143,6 @@ def read_trace(spark: SparkSession, path: str | Path, min_partitions: int | None
         columns = [F.col(f.name).cast(f.dataType).alias(f.name) for f in AUDIT_SCHEMA.fields]
         parsed = raw.select(*columns, F.coalesce(seq, F.monotonically_increasing_id()).alias("seq"),
                             F.lit(None).cast("string").alias("config_json"))
-    if min_partitions and parsed.rdd.getNumPartitions() < min_partitions:
-        parsed = parsed.repartition(min_partitions)
     return parsed
 
 
