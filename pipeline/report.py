@@ -272,7 +272,8 @@ def build_report(
             if keep_decisions:
                 replay(events, settings, timeline).write.mode("overwrite").parquet(str(out / "replay_decisions"))
             aggregates = whatif(events, settings, window_ms, model, expiration_ms, timeline,
-                                chunk_events=chunk_events, plan=plan)
+                                chunk_events=chunk_events, plan=plan,
+                                user_counts=dict(zip(principals["principal"], principals["produce_events"].astype(int))))
         else:
             aggregates = events.sparkSession.createDataFrame([], "setting string")
         hot = {u: k for u, k in plan.get("chunks", {}).items() if k > 1}

@@ -281,24 +281,41 @@ def next_carry(ev: UserEvents, d: Decisions, carry: ChunkCarry, replay: UserRepl
     )
 
 
+def _spans(keys: list[np.ndarray], chunk_of: np.ndarray) -> list[tuple[tuple, int, int]]:
+    """(key, first chunk, last chunk) of each key (a tuple of the `keys` columns) found in more than
+    one chunk."""
+    if not len(chunk_of):
+        return []
+    order = np.lexsort((chunk_of, *reversed(keys)))
+    sorted_keys = [k[order] for k in keys]
+    chunks = chunk_of[order]
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:], len(order)) - 1
+    spanning = chunks[first] != chunks[last]
+    return [(tuple(int(k[i]) for k in sorted_keys), int(chunks[i]), int(chunks[j]))
+            for i, j in zip(first[spanning], last[spanning])]
+
+
 def replay_chunks(ev: UserEvents, chunk_of: np.ndarray, setting: QuotaSettings, timeline: QuotaTimeline,
                   expiration_ms: int) -> list[ChunkCarry]:
     """The carry for each chunk of one user's whole history (`chunk_of`: each event's chunk, 0..K-1,
     non-decreasing): the decisions alone over chunks 0..K-2 (phase A of `whatif`)."""
     chunks = int(chunk_of.max()) + 1 if len(chunk_of) else 1
     bounds = np.searchsorted(chunk_of, np.arange(chunks + 1), side="left")
-    # What appears in chunks after k: suffix unions, from the last chunk back.
+    # What chunk k must carry on: the PIDs and entries seen up to k that appear again after it (a
+    # long-lived producer; not the millions a new-producer-per-batch user opens and never reuses).
     future_pids: list[set[int]] = [set() for _ in range(chunks)]
     future_entries: list[set[EntryKey]] = [set() for _ in range(chunks)]
-    seen_pids: set[int] = set()
-    seen_entries: set[EntryKey] = set()
-    for c in range(chunks - 1, -1, -1):
-        future_pids[c], future_entries[c] = set(seen_pids), set(seen_entries)
-        lo, hi = bounds[c], bounds[c + 1]
-        mask = ev.pid[lo:hi] >= 0
-        seen_pids.update(ev.pid[lo:hi][mask].tolist())
-        seen_entries.update(zip((ev.topics[t] if t >= 0 else "" for t in ev.topic[lo:hi][mask]),
-                                ev.partition[lo:hi][mask].tolist(), ev.pid[lo:hi][mask].tolist()))
+    with_pid = ev.pid >= 0
+    pids, chunk_p = ev.pid[with_pid], chunk_of[with_pid]
+    for (pid,), first, last in _spans([pids], chunk_p):
+        for c in range(first, last):
+            future_pids[c].add(pid)
+    for (topic, partition, pid), first, last in _spans([ev.topic[with_pid], ev.partition[with_pid], pids], chunk_p):
+        for c in range(first, last):
+            future_entries[c].add((ev.topics[topic] if topic >= 0 else "", partition, pid))
     user = user_of(ev.principal)
     replay = UserReplay(user, setting, timeline.for_user(user), timeline.first_windows())
     carries: list[ChunkCarry] = []
@@ -471,16 +488,20 @@ def whatif(
     parallelism: int | None = None,
     chunk_events: int | None = None,
     plan: dict | None = None,
+    user_counts: dict[str, int] | None = None,
 ) -> DataFrame:
     """Replay every (user, setting) and aggregate (AGGREGATE_SCHEMA), as described in the module
     docstring. `chunk_events` forces the chunk size (tests); `plan`, if given, receives what was
-    decided (groups, chunks, partitions, carries)."""
+    decided (groups, chunks, partitions, carries); `user_counts`: each principal's Produce events,
+    when the caller has them already (else counted here)."""
     settings = tuple(settings)
     timeline = timeline or QuotaTimeline()
     spark = events.sparkSession
     parallelism = parallelism or spark.sparkContext.defaultParallelism
     produce = events.where(F.col("api_key") == PRODUCE_KEY).select(*INPUT_COLUMNS)
-    user_counts = {r.principal: r["count"] for r in produce.groupBy("principal").count().collect()}
+    if user_counts is None:
+        user_counts = {r.principal: r["count"] for r in produce.groupBy("principal").count().collect()}
+    user_counts = {u: n for u, n in user_counts.items() if n}
     chunks = plan_chunks(user_counts, len(settings), parallelism, chunk_events)
     hot = sorted(u for u, k in chunks.items() if k > 1)
     chunk = F.lit(0)
