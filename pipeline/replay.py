@@ -235,7 +235,8 @@ class UserEvents:
         error = pdf["error_code"].fillna(0).astype("int64").to_numpy()
         clients, client = _codes(pdf["client_id"].fillna("").astype(str).to_numpy())
         topics, topic = _codes(pdf["topic"].to_numpy(), nullable=True)
-        pid_new = pdf["pid_new"] if "pid_new" in pdf else pd.Series([None] * len(pdf))
+        pid_new = pdf["pid_new"] if "pid_new" in pdf else pd.Series([None] * len(pdf), dtype=object)
+        untracked = pid_new.isna().to_numpy()
         return cls(
             principal=str(pdf["principal"].iat[0]) if len(pdf) else "",
             ts=pdf["ts"].astype("int64").to_numpy(),
@@ -246,8 +247,7 @@ class UserEvents:
             nbytes=pdf["bytes"].fillna(0).astype("int64").to_numpy(),
             client=client, clients=clients, topic=topic, topics=topics,
             partition=pdf["partition"].fillna(-1).astype("int32").to_numpy(),
-            audit_pid_new=np.array([-1 if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
-                                    else int(bool(v)) for v in pid_new], dtype=np.int8),
+            audit_pid_new=np.where(untracked, -1, pid_new.where(~untracked, False).astype(bool).to_numpy()).astype(np.int8),
             audit_pid_rejected=quota == "producer_ids_rate",
         )
 

@@ -84,7 +84,7 @@ ARROW_BATCH_ROWS = 65_536
 DEFAULT_MAX_RECORDS_PER_PARTITION = 500_000
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024  # spark.sql.files.maxPartitionBytes' default
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # how long a task waits for records it knows exist
-PLANNING_TIMEOUT_S = 30.0
+PLANNING_TIMEOUT_S = 10.0  # a broker that does not answer in this long is reported
 PIPELINE_GROUP_ID = "minibroker-pipeline"  # librdkafka wants one; assign() never joins it
 
 

@@ -432,26 +432,47 @@ def _events_from_arrow(table) -> UserEvents:
     )
 
 
-def _groups(table) -> Iterator[tuple[str, int, object]]:
-    """The (principal, chunk) groups of a sorted partition."""
-    principal = table["principal"].to_pylist()
-    chunk = table["chunk"].to_numpy()
-    start = 0
-    for i in range(1, len(principal) + 1):
-        if i == len(principal) or principal[i] != principal[start] or chunk[i] != chunk[start]:
-            yield principal[start], int(chunk[start]), table.slice(start, i - start)
-            start = i
+def _groups(table, keys: tuple[str, ...]) -> Iterator[tuple[tuple, object]]:
+    """The groups of a table sorted by `keys`: (key values, the group's rows)."""
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    change = None
+    for key in keys:
+        column = table[key].combine_chunks()
+        differs = pc.not_equal(column.slice(1), column.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        change = differs if change is None else change | differs
+    starts = [0, *(np.flatnonzero(change) + 1).tolist()] if n > 1 else [0]
+    for start, stop in zip(starts, [*starts[1:], n]):
+        yield tuple(table[key][start].as_py() for key in keys), table.slice(start, stop - start)
+
+
+def _concat(batches):
+    import pyarrow as pa
+
+    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    return pa.concat_tables(tables) if tables else None
 
 
 def _phase_a(index: int, setting: QuotaSettings, timeline: QuotaTimeline, expiration_ms: int):
-    """The task of phase A for one setting: a hot user's whole history -> the carry of each chunk."""
+    """The task of phase A for one setting: each hot user's whole history (its partition, sorted by
+    principal, ts, seq) -> the carry of each of its chunks."""
 
-    def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        ev = UserEvents.from_pandas(pdf.drop(columns=["chunk"]))
-        chunk_of = pdf.sort_values(["ts", "seq"], kind="stable")["chunk"].to_numpy()
-        out = replay_chunks(ev, chunk_of, setting, timeline, expiration_ms)
-        return pd.DataFrame({"setting": index, "principal": ev.principal, "chunk": range(len(out)),
-                             "carry": [pickle.dumps(c) for c in out]})
+    def run(batches):
+        import pyarrow as pa
+
+        table = _concat(batches)
+        if table is None:
+            return
+        for _, part in _groups(table, ("principal",)):
+            ev = _events_from_arrow(part)
+            out = replay_chunks(ev, part["chunk"].to_numpy(), setting, timeline, expiration_ms)
+            yield pa.RecordBatch.from_pydict({
+                "setting": pa.array([index] * len(out), pa.int32()),
+                "principal": pa.array([ev.principal] * len(out), pa.string()),
+                "chunk": pa.array(range(len(out)), pa.int32()),
+                "carry": pa.array([pickle.dumps(c) for c in out], pa.binary()),
+            })
 
     return run
 
@@ -463,11 +484,10 @@ def _phase_b(setting: QuotaSettings, carries: dict, timeline: QuotaTimeline, win
     def run(batches):
         import pyarrow as pa
 
-        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-        if not tables:
+        table = _concat(batches)
+        if table is None:
             return
-        table = pa.concat_tables(tables)
-        for principal, chunk_no, part in _groups(table):
+        for (principal, chunk_no), part in _groups(table, ("principal", "chunk")):
             blob = carries.get((principal, chunk_no))
             carry = pickle.loads(blob) if blob is not None else None
             rows = run_chunk(_events_from_arrow(part), setting, timeline, carry, window_ms=window_ms, model=model,
@@ -544,17 +564,27 @@ def whatif(
     # Phase A: the carries of the hot users' chunks, one task per (hot user, setting).
     carries: dict[tuple[int, str, int], bytes] = {}
     if hot:
-        hot_rows = produce.where(F.col("principal").isin(hot)).repartition(len(hot), "principal")
+        # One partition per hot user (the same exact-hash trick), sorted, cached: each setting's task
+        # reads it narrowly.
+        hot_keys = _partition_keys(spark, len(hot))
+        hot_mapping = spark.createDataFrame([(u, hot_keys[i]) for i, u in enumerate(hot)],
+                                            "principal string, part_key long")
+        hot_rows = (
+            produce.join(F.broadcast(hot_mapping), "principal")
+            .repartition(len(hot), "part_key")
+            .sortWithinPartitions("principal", "ts", "seq")
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
         frames = []
         for index, setting in enumerate(settings):
-            frames.append(hot_rows.groupBy("principal").applyInPandas(
-                _phase_a(index, setting, timeline, expiration_ms),
-                schema="setting int, principal string, chunk int, carry binary"))
+            frames.append(hot_rows.mapInArrow(_phase_a(index, setting, timeline, expiration_ms),
+                                              "setting int, principal string, chunk int, carry binary"))
         union = frames[0]
         for frame in frames[1:]:
             union = union.unionByName(frame)
         for row in union.collect():
             carries[(row.setting, row.principal, row.chunk)] = bytes(row.carry)
+        hot_rows.unpersist()
     if plan is not None:
         plan.update(chunks=chunks, bounds=bounds, groups=group_sizes, partitions=partitions, where=where,
                     carries=len(carries))

@@ -131,7 +131,8 @@ def test_pipeline_imports_neither_the_broker_nor_trio():
     import sys
 
     code = (
-        "import sys, pipeline.cli, pipeline.read, pipeline.report, pipeline.whatif, pipeline.gen; "
+        "import sys, pipeline.cli, pipeline.read, pipeline.report, pipeline.whatif, pipeline.gen, "
+        "pipeline.standalone; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('minibroker', 'trio')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
