@@ -24,14 +24,19 @@ import trio
 from minibroker.cluster import ClusterView
 from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
 from minibroker.config import BrokerConfig
-from minibroker.groups import GroupCoordinator
+from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
+from minibroker.dynamic_config import DynamicBrokerConfigs
+from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import REGISTRY, Handler, load_all
+from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore, allowed_before_authentication
+from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
+from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
     API_VERSIONS_KEY,
@@ -47,6 +52,7 @@ from protocol.messages import (
     peek_api,
 )
 from storage.errors import DamagedFileError, storage_error_message
+from storage.file_cache import FileCache
 from storage.lock import DataDirLock
 from storage.log import write_atomically
 from storage.manager import LogManager
@@ -73,6 +79,10 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    # Request-time quota accounting of the request in progress (BrokerQuotas.*_request_cycle): the
+    # task's CPU up to which it has been charged, and to whom.
+    request_cpu_mark: int | None = None
+    request_charge: tuple[str, str] | None = None
     # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
     # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
     held_batches: dict | None = None
@@ -109,6 +119,7 @@ class BrokerMetrics:
     connections: int = 0
     connections_total: int = 0
     closed_for_protocol_errors: int = 0
+    closed_idle: int = 0  # connections.max.idle.ms
     requests_with_trailing_bytes: int = 0
 
 
@@ -126,6 +137,19 @@ def _own_throttle_ms(result: dict) -> int:
     """The throttle time a handler put in its response itself (ms), 0 when none."""
     own = result.get("throttle_time", 0)
     return own if type(own) is int and own > 0 else 0
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
+
+
+def _prepare_data_dir(data_dir: Path) -> None:
+    if data_dir.exists() and not data_dir.is_dir():
+        raise StartupError(f"log.dirs {data_dir} is not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create log.dirs {data_dir}: {exc.strerror or exc}") from exc
 
 
 def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
@@ -147,9 +171,7 @@ def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
             raise DamagedFileError(meta, "holds no cluster.id", _META_REMEDY)
     stored = props.get("cluster.id")
     if cluster_id and stored and cluster_id != stored:
-        raise ValueError(
-            f"cluster.id {cluster_id!r} does not match {stored!r} stored in {meta}"
-        )
+        raise StartupError(f"cluster.id {cluster_id!r} does not match {stored!r} stored in {meta}")
     chosen = cluster_id or stored or _random_cluster_id()
     if stored != chosen or props.get("node.id") != str(node_id):
         write_atomically(meta, f"version=1\ncluster.id={chosen}\nnode.id={node_id}\n".encode())
@@ -170,32 +192,76 @@ class Broker:
         self.config = config
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_data_dir(self.data_dir)
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
         self.lock = DataDirLock(self.data_dir)
         self.logs: LogManager | None = None
+        self.files = self._open_file_cache(config)
+        # Connections draw on the same descriptor budget: what the segment files' cap leaves.
+        budget = process_budget()
+        self.connection_share = budget.share("connections", max(1, budget.capacity - self.files.capacity))
         try:
             self._open(config)
         except BaseException:
             if self.logs is not None:
                 self.logs.close(clean=False)
-            self.lock.release()
+            self._release_descriptors()
             raise
+
+    @staticmethod
+    def _open_file_cache(config: BrokerConfig) -> FileCache:
+        """The bounded set of open segment files, drawing on the process's descriptor budget."""
+        budget = process_budget()
+        cap = config["log.max.open.files"]
+        if cap < 0:
+            cap = default_open_files_cap(budget)
+        elif cap > budget.capacity:
+            log.warning("log.max.open.files=%d is more than the %d descriptors the limit of %d "
+                        "leaves: raise the limit (ulimit -n)", cap, budget.capacity, open_files_limit())
+        files = FileCache(cap)
+        files.share = budget.share("files", cap, reclaim=files.reclaim)
+        log.info("at most %d segment files open at once (log.max.open.files), under a descriptor "
+                 "limit of %d (budget: %s)", cap, open_files_limit(), budget.describe())
+        return files
 
     def _open(self, config: BrokerConfig) -> None:
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
+        # Settings changed at runtime (KIP-226), kept in the data dir, over the properties.
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.data_dir, config)
+        self.config = config = self.dynamic_configs.current()
         self.log_config = config.log_config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
-        self.logs = LogManager.open(self.data_dir, self.log_config, wall_clock_ms())
+        started = time.perf_counter()
+        self.logs = LogManager.open(
+            self.data_dir, self.log_config, wall_clock_ms(),
+            files=self.files, threads=config["num.recovery.threads.per.data.dir"],
+        )
+        recovery = self.logs.recovery
+        log.info("registered %d partition(s) in %.0f ms; %d not closed cleanly were recovered%s",
+                 recovery.partitions, (time.perf_counter() - started) * 1000, recovery.recovered,
+                 f" on {recovery.threads} threads" if recovery.threads > 1 else "")
         self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
+        self.max_partitions: int = config["max.broker.partitions"]
+        self.connection_quotas = ConnectionQuotas(
+            config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"],
+            share=self.connection_share,
+        )
+        self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
+        # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
+        # versions) in a tagged field, in lean mode only (protocol.extensions).
+        self.response_tags: dict[int, dict[int, bytes]] = {}
+        if self.producer_states.mode == "lean":
+            window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
+            self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir)
+        self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
         self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
         if config["audit.enable"]:
@@ -208,6 +274,8 @@ class Broker:
             # The quotas the recorded decisions are made under (the pipeline replays them).
             self.audit.record_quota_config(wall_clock_ms(), self.quotas.store.entities(), quota_settings(config))
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
+        # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
+        self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
         self.handlers: dict[int, Handler] = load_all()
         # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
         self.listeners: dict[str, tuple[str, int]] = {}
@@ -230,6 +298,11 @@ class Broker:
         self.listeners[name] = endpoint
         if len(self.listeners) == 1:
             self.advertised_host, self.advertised_port = endpoint
+
+    def publish_cluster_metadata(self) -> None:
+        """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and
+        whenever topics or partitions change; if it says limits changed, every quota's is re-read."""
+        self.quotas.update_cluster_metadata(self.cluster.snapshot)
 
     def new_connection(self, peer: str, listener: str = "PLAINTEXT") -> Connection:
         self._next_connection_id += 1
@@ -255,7 +328,13 @@ class Broker:
             self.quotas.close()
             self.logs.close(clean=True)
         finally:
-            self.lock.release()  # even after a failed close: a restart in this process must work
+            self._release_descriptors()
+
+    def _release_descriptors(self) -> None:
+        self.files.close_all()
+        self.files.share.close()
+        self.connection_share.close()
+        self.lock.release()  # even after a failed close: a restart in this process must work
 
     async def run_background(self) -> None:
         """Retention and the time-based flush policy, on their configured intervals."""
@@ -339,22 +418,19 @@ class Broker:
                                   audit_mark: int = -1) -> Response:
         """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas)."""
         quotas = self.quotas
-        clock = quotas.task_clock
-        timed = quotas.request.quotas_enabled  # only the request quota needs the running time
+        conn = ctx.connection
+        timed = quotas.request.quotas_enabled  # only the request quota needs the CPU time
         if timed:
-            task = quotas.watch_current_task()
-            suspended_ns = clock.suspended_ns(task)
-            started_ns = time.perf_counter_ns()
+            quotas.mark_request_start(conn)
         result = await handle(ctx, request)
         api_key = ctx.schema.api_key
         data = self._encode(ctx, result) if api_key == FETCH_KEY and result is not None else None
         now_ms = monotonic_ms()
-        user, client_id = ctx.connection.quota_user, ctx.client_id
+        user, client_id = conn.quota_user, ctx.client_id
         request_ms = 0
         if timed and not (api_key == PRODUCE_KEY and request.acks == 0):
-            # Running time only: what the task spent suspended (purgatory, sockets) is taken out.
-            thread_ns = time.perf_counter_ns() - started_ns - (clock.suspended_ns(task) - suspended_ns)
-            request_ms = quotas.request.record_request_time_and_get_throttle_time_ms(user, client_id, thread_ns, now_ms)
+            # This request's CPU so far (read, decode, handle); the rest once it is sent (KIP-124).
+            request_ms = quotas.charge_request_time(conn, user, client_id, now_ms)
         bandwidth, bandwidth_ms = None, 0
         if api_key == PRODUCE_KEY:
             bandwidth = quotas.produce
@@ -384,7 +460,9 @@ class Broker:
         return self._response(ctx, data, throttle_ms)
 
     def _encode(self, ctx: RequestContext, result: dict) -> bytes:
-        return encode_response(ctx.schema, ctx.header.correlation_id, build(ctx.schema.response, result))
+        schema = ctx.schema
+        return encode_response(schema, ctx.header.correlation_id, build(schema.response, result),
+                               self.response_tags.get(schema.api_key))
 
     def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
         self.metrics.bytes_out += len(data)
@@ -417,7 +495,7 @@ class Broker:
         psm = None
         if header.has_producer_id:
             psm = self.producer_states.manager(topic, partition, log, now_ms)
-            verdict = psm.check(header)
+            verdict = psm.prepare_update(header)
             if not verdict.should_append:
                 base_offset = verdict.duplicate_of[0] if verdict.duplicate_of else -1
                 return {
@@ -450,4 +528,4 @@ class Broker:
         return monotonic_ms()
 
 
-__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "wall_clock_ms"]
+__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError", "wall_clock_ms"]

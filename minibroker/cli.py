@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from minibroker.server import serve_until_signalled
+    from minibroker.broker import StartupError
+    from minibroker.server import serve_until_signalled, sole_exception
 
     overrides = dict(args.override)
     if args.data_dir:
@@ -116,20 +117,14 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             trio.run(serve_until_signalled, config)
         except BaseExceptionGroup as group:  # a start-up failure inside trio's nurseries
-            raise _sole_exception(group) from None
+            raise sole_exception(group) from None
     except ConfigError as exc:
         print(f"minibroker: {exc}", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as exc:  # a port in use, unreadable state in the data dir, ...
+    except (StartupError, OSError, ValueError) as exc:  # a port in use, a damaged file in the data dir, ...
         print(f"minibroker: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _sole_exception(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 if __name__ == "__main__":

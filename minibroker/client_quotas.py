@@ -15,10 +15,15 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
 - Fetch: the response size is recorded; if either quota throttles, the recording is taken back and
   the answer is an empty response carrying the throttle time. The fetch size is capped at
   quota * (samples - 1) * window.
-- Request time: the handler's own running time (waits in the purgatory or on sockets excluded), for
-  every request except those of the SASL exchange before authentication (Kafka's authenticator
-  answers them outside KafkaApis). ApiVersions on an authenticated connection is throttled as in
-  Kafka (KafkaApis.handleApiVersionsRequest uses sendResponseMaybeThrottle).
+- Request time (KIP-124): the CPU the broker thread spends on the request, measured per connection
+  task by the TaskClock (thread CPU time, so waits in the purgatory or on sockets cost nothing):
+  reading and decoding it and running its handler, recorded and checked when the throttle is
+  computed (Kafka's request-handler time), then encoding and sending the response, recorded
+  unchecked once it is sent (Kafka's network-thread time, `recordNoThrottle`). For every request
+  except those of the SASL exchange before authentication (Kafka's authenticator answers them
+  outside KafkaApis) and acks=0 produces (Kafka skips their request quota). ApiVersions on an
+  authenticated connection is throttled as in Kafka (KafkaApis.handleApiVersionsRequest uses
+  sendResponseMaybeThrottle).
 - KIP-219: from the versions in CLIENT_THROTTLES_FROM on, the response goes out at once and the
   client waits by itself (the broker mutes the connection anyway); for older versions, and for APIs
   whose clients never throttle themselves (Kafka's AbstractResponse default), the broker holds the
@@ -30,11 +35,18 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from quotas.callback import DEFAULT, ClientQuotaEntity, DefaultQuotaCallback, QuotaType, load_callback
+from quotas.callback import (
+    DEFAULT,
+    ClientQuotaCallback,
+    ClientQuotaEntity,
+    DefaultQuotaCallback,
+    QuotaType,
+    load_callback,
+)
 from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
 from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import ProducerIdQuotaManager
@@ -44,6 +56,7 @@ from storage.log import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
+    from quotas.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +83,7 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     18: 2,  # ApiVersions
     19: 3,  # CreateTopics
     20: 2,  # DeleteTopics
+    21: 1,  # DeleteRecords
     22: 1,  # InitProducerId
     32: 2,  # DescribeConfigs
     33: 1,  # AlterConfigs
@@ -82,6 +96,9 @@ CLIENT_THROTTLES_FROM: dict[int, int] = {
     45: 0,  # AlterPartitionReassignments
     46: 0,  # ListPartitionReassignments
     47: 0,  # OffsetDelete
+    50: 0,  # DescribeUserScramCredentials
+    51: 0,  # AlterUserScramCredentials
+    75: 0,  # DescribeTopicPartitions
 }
 
 
@@ -100,37 +117,45 @@ def monotonic_ms() -> int:
 
 
 class TaskClock(trio.abc.Instrument):
-    """How long each watched task has been suspended, so a request's running time excludes its waits.
+    """The thread CPU time each watched task has cost, scheduler overhead included.
 
-    Installed with `trio.lowlevel.add_instrument` once a request quota is in use; only tasks
-    passed to `watch` are timed (connection tasks), the others cost a dict probe per step.
+    After every task step (of any task) the broker thread's CPU clock is read; the CPU spent since
+    the previous step ended is charged to the task that just stepped when it is watched, so a
+    connection task pays for its own steps AND for the run loop's work that led to them (the I/O
+    poll that woke it, the scheduling). Waiting costs nothing: a thread blocked in its I/O poll or a
+    task asleep in the purgatory uses no CPU. What unwatched tasks (housekeeping, the group
+    coordinator) cost is charged to nobody.
+
+    Installed with `trio.lowlevel.add_instrument` once a request quota is in use: one CPU clock read
+    (~0.2 us) per task step.
     """
 
     def __init__(self) -> None:
-        self._suspended_ns: dict[Any, int] = {}
-        self._since: dict[Any, int] = {}
+        self._cpu_ns: dict[Any, int] = {}
+        self._mark = time.thread_time_ns()
+
+    def restart(self) -> None:
+        """Forget the CPU spent before now (call when the instrument is installed)."""
+        self._mark = time.thread_time_ns()
 
     def watch(self, task: Any) -> None:
-        self._suspended_ns.setdefault(task, 0)
+        self._cpu_ns.setdefault(task, 0)
 
     def __len__(self) -> int:
-        return len(self._suspended_ns)
+        return len(self._cpu_ns)
 
     def forget(self, task: Any) -> None:
-        self._suspended_ns.pop(task, None)
-        self._since.pop(task, None)
+        self._cpu_ns.pop(task, None)
 
-    def suspended_ns(self, task: Any) -> int:
-        return self._suspended_ns.get(task, 0)
+    def cpu_ns(self, task: Any) -> int:
+        """CPU charged to `task` so far, its current step up to now included (call it from `task`)."""
+        return self._cpu_ns.get(task, 0) + time.thread_time_ns() - self._mark
 
     def after_task_step(self, task: Any) -> None:
-        if task in self._suspended_ns:
-            self._since[task] = time.perf_counter_ns()
-
-    def before_task_step(self, task: Any) -> None:
-        since = self._since.pop(task, None)
-        if since is not None:
-            self._suspended_ns[task] += time.perf_counter_ns() - since
+        now = time.thread_time_ns()
+        if task in self._cpu_ns:
+            self._cpu_ns[task] += now - self._mark
+        self._mark = now
 
 
 def _producer_id_quota(config: BrokerConfig) -> ProducerIdQuotaManager:
@@ -161,14 +186,15 @@ class BrokerQuotas:
 
             try:
                 self.callback = load_callback(callback_class)
+                self.callback.configure(config.effective_props())
             except ValueError as exc:
                 raise ConfigError("client.quota.callback.class", str(exc)) from None
-            self.callback.configure(dict(config.props))
         else:
             self.callback = DefaultQuotaCallback()
-        self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.callback, metric_config)
-        self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config)
-        self.request = ClientRequestQuotaManager(self.callback, metric_config)
+        algorithm = config["quota.algorithm"]
+        self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.callback, metric_config, algorithm=algorithm)
+        self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config, algorithm=algorithm)
+        self.request = ClientRequestQuotaManager(self.callback, metric_config, algorithm=algorithm)
         self.managers = (self.produce, self.fetch, self.request)
         self.pid = _producer_id_quota(config)
         self.pid_cleanup_interval_s = config["producer.id.quota.cache.cleanup.scheduler.interval.ms"] / 1000
@@ -222,6 +248,13 @@ class BrokerQuotas:
                         for entity, code, error in planned]
         return self.store.alter(entries, False)
 
+    def reconfigure_window(self, window_num: int, window_size_seconds: int) -> None:
+        """quota.window.num / quota.window.size.seconds changed at runtime (a dynamic broker config):
+        the managers measure in the new window from now on."""
+        metric_config = MetricConfig(window_num, window_size_seconds * 1000)
+        for manager in self.managers:
+            manager.reconfigure(metric_config)
+
     def _persist(self, text: str) -> None:
         write_atomically(self.path, text.encode())
 
@@ -236,15 +269,75 @@ class BrokerQuotas:
     def watch_current_task(self) -> Any:
         """Start timing the running task (installing the TaskClock on first use); returns it."""
         if not self._clock_installed:
+            self.task_clock.restart()
             trio.lowlevel.add_instrument(self.task_clock)
             self._clock_installed = True
         task = trio.lowlevel.current_task()
         self.task_clock.watch(task)
         return task
 
+    # KIP-124 charges a request the time of the request handler thread (checked: it may throttle)
+    # plus the network thread's time for reading the request and sending the response (recorded
+    # unchecked once the response is sent; the next request pays for it). Here one task does both
+    # for its connection, and everything that task costs is charged to its requests: from the end
+    # of one response's send (`end_request_cycle`) to the moment the next request's throttle is
+    # computed (`charge_request_time`) is that request's checked part (the wake-up after a throttle
+    # or an idle wait, reading, decoding, handling), and from there to the end of its own send its
+    # unchecked part (encoding, sending). Requests exempt from quotas (the SASL exchange, acks=0)
+    # are charged nothing, and neither is anyone for them.
+
+    def start_request_cycle(self, conn: Any) -> None:
+        """At the top of a connection's loop: make sure its task's CPU is marked, when a request
+        quota is in use (the mark normally carries over from the previous response's send)."""
+        conn.request_charge = None
+        if not self.request.quotas_enabled:
+            conn.request_cpu_mark = None
+        elif conn.request_cpu_mark is None:
+            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
+
+    def mark_request_start(self, conn: Any) -> None:
+        """Before a handler runs: make sure there is a CPU mark (the request quota may have appeared
+        while this request was read)."""
+        if conn.request_cpu_mark is None:
+            conn.request_cpu_mark = self.task_clock.cpu_ns(self.watch_current_task())
+
+    def charge_request_time(self, conn: Any, user: str, client_id: str, now_ms: int) -> int:
+        """Record the CPU since the mark against (user, client id)'s request quota; the throttle (ms)."""
+        cpu_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task())
+        used_ns = cpu_ns - conn.request_cpu_mark
+        conn.request_cpu_mark = cpu_ns
+        conn.request_charge = (user, client_id)
+        return self.request.record_request_time_and_get_throttle_time_ms(user, client_id, used_ns, now_ms)
+
+    def end_request_cycle(self, conn: Any) -> None:
+        """Once the response is sent: the CPU since the charge, recorded unchecked (nothing for an
+        exempt request); the mark moves to now."""
+        mark = conn.request_cpu_mark
+        if mark is None:
+            return
+        cpu_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task())
+        charge = conn.request_charge
+        if charge is not None:
+            self.request.record_network_thread_time(charge[0], charge[1], cpu_ns - mark, monotonic_ms())
+            conn.request_charge = None
+        conn.request_cpu_mark = cpu_ns
+
     def forget_current_task(self) -> None:
         if len(self.task_clock):
             self.task_clock.forget(trio.lowlevel.current_task())
+
+    def update_cluster_metadata(self, cluster_view: Callable[[], Cluster]) -> bool:
+        """Pass the cluster to the callback (KIP-257); when it answers True, every live sensor's limit
+        is re-read (Kafka: `updateQuotaMetricConfigs()` on each manager). `cluster_view` is only
+        called for a callback that overrides `update_cluster_metadata` (the default ignores it, as
+        in Kafka), so an unquota'd broker never builds the view. Returns the callback's answer."""
+        if type(self.callback).update_cluster_metadata is ClientQuotaCallback.update_cluster_metadata:
+            return False
+        changed = bool(self.callback.update_cluster_metadata(cluster_view()))
+        if changed:
+            for manager in self.managers:
+                manager.refresh_quota_bounds()
+        return changed
 
     def fetch_max_bytes(self, user: str, client_id: str) -> float:
         """The most one Fetch may return: quota * (samples - 1) * window (inf when unlimited)."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from quotas.cluster import Cluster, Node, PartitionInfo
+
 if TYPE_CHECKING:
     from minibroker.broker import Broker
 
@@ -121,6 +123,20 @@ class ClusterView:
         self._metadata_end_offset += sum(1 for topic_id in self._image if topic_id not in image)
         self._image = image
         return self._metadata_end_offset
+
+    def snapshot(self) -> Cluster:
+        """The cluster as an immutable value, as the quota callback receives it (KIP-257): the
+        brokers with the addresses clients reach them at, and every partition's leader and replicas."""
+        endpoint = self._broker.broker_endpoint()
+        nodes = [Node(node_id, endpoint["host"], endpoint["port"], endpoint["rack"])
+                 for node_id in self.broker_ids() if node_id == endpoint["node_id"]]
+        partitions = []
+        for info in self._broker.logs.topics():
+            for index in range(info.num_partitions):
+                assignment = self.partition(info.name, index)
+                if assignment is not None:
+                    partitions.append(PartitionInfo(info.name, index, assignment.leader, assignment.replicas))
+        return Cluster.of(self._broker.cluster_id, nodes, partitions, controller=self.controller_id)
 
     def _metadata_image(self) -> dict:
         return {

@@ -71,6 +71,9 @@ def _fault_rules(value: str):
     return parse_rules(value)
 
 
+# Settings of a custom quota callback (client.quota.callback.class) live under this prefix.
+CALLBACK_CONFIG_PREFIX = "client.quota.callback."
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -129,6 +132,29 @@ def _optional_host_port(value: str) -> tuple[str, int] | None:
     return _host_port(value) if value.strip() else None
 
 
+def _ip_overrides(value: str) -> dict[str, int]:
+    """Kafka's `host:count,...`; a host name counts for each address it resolves to at start."""
+    import socket
+
+    out: dict[str, int] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"expected HOST:COUNT, got {item!r}")
+        limit = _int(count)
+        if limit < 0:
+            raise ValueError(f"{item!r}: the count must be at least 0")
+        try:
+            infos = socket.getaddrinfo(host.strip("[]"), None, proto=socket.IPPROTO_TCP)
+        except OSError as exc:
+            raise ValueError(f"cannot resolve {host!r}: {exc}") from None
+        for info in infos:
+            out[info[4][0]] = limit
+    return out
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -157,21 +183,31 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
         Key("num.partitions", _int, "1", "Partitions of an auto-created topic.", _at_least(1)),
         Key("auto.create.topics.enable", _bool, "true", "Create unknown topics named in Metadata requests."),
+        Key("max.broker.partitions", _int, "50000", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. An idle partition holds no file descriptor but costs about 3 KB of memory and a directory.", _at_least(1)),
         Key("default.replication.factor", _int, "1", "Only 1 is possible with one broker.", _one_of(1)),
         Key("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted.", _at_least(1)),
+        Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),
+        Key("max.connections.per.ip", _int, "2147483647", "Most connections from one address; one more is closed as soon as it is accepted.", _at_least(0)),
+        Key("max.connections.per.ip.overrides", _ip_overrides, "", "Per-address limits, HOST:COUNT,... (host names are resolved at start)."),
+        Key("connections.max.idle.ms", _int, "600000", "Close a connection that has not completed a request for this long: time since its last response (or since it connected), so a client that dribbles a frame byte by byte is closed too. -1: never."),
+        Key("queued.max.request.bytes", _int, "-1", "Most bytes of requests read and not yet handled, all connections together; a connection whose next request does not fit waits, reading nothing. -1: unbounded. Must be at least socket.request.max.bytes when set."),
+        Key("sasl.server.max.receive.size", _int, "524288", "Largest request frame on a SASL listener before authentication completes.", _at_least(1)),
         Key("message.max.bytes", _int, "1048588", "Largest record batch accepted (topic: max.message.bytes).", _at_least(0)),
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
+        Key("log.max.open.files", _int, "-1", "Segment files kept open at once (least recently used closed first, reopened on demand); -1: half of what the process's descriptor limit leaves after a reserve of 64, the other half being for connections.", lambda v: None if v == -1 or v >= 1 else "must be -1 or at least 1"),
+        Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover, at start, the partitions not closed cleanly whose last segment holds 1 MiB or more (smaller ones are recovered on the main thread, where threads would only contend for Python's GIL), and that fsync the logs at a clean shutdown where the kernel has no syncfs (Kafka's default).", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
+        Key("max.request.partition.size.limit", _int, "2000", "Most partitions one DescribeTopicPartitions response holds (the client pages for more).", _at_least(1)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
-        Key("max.in.flight.sequence.number.per.connection", _int, str(1 << 20), "lean mode: how far below the latest sequence a resent batch counts as a duplicate (sequence numbers).", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
+        Key("max.in.flight.sequence.number.per.connection", _int, "10000000", "lean mode: how far below the latest sequence a resent batch counts as a duplicate, in sequence numbers (seed 003's default, 10 million); sent to producers in a tagged field of ApiVersions and InitProducerId responses.", lambda v: None if 1 <= v <= 1 << 30 else "must be between 1 and 2**30"),
         Key("producer.id.expiration.ms", _int, "86400000", "Idle producer ids are forgotten after this long.", _at_least(1)),
         Key("producer.id.expiration.check.interval.ms", _int, "600000", "How often idle producer ids are expired.", _at_least(1)),
         Key("producer.id.quota.error.code", _int, "19", "Error answered to a batch whose new producer id is over the user's producer_ids_rate (KIP-936), with throttle_time_ms set: 19 NOT_ENOUGH_REPLICAS, which every measured client retries (89 THROTTLING_QUOTA_EXCEEDED fails the send in librdkafka and aiokafka; see the README's table).", lambda v: None if 1 <= v <= 32767 else "must be an error code between 1 and 32767"),
         Key("audit.enable", _bool, "false", "Record every produce, fetch and InitProducerId decision (quota verdicts included) in the internal topic __minibroker_audit, for the pipeline."),
         Key("audit.flush.interval.ms", _int, "1000", "How often buffered audit events are appended to __minibroker_audit.", _at_least(1)),
         Key("audit.retention.ms", _int, "604800000", "retention.ms of the __minibroker_audit topic.", lambda v: None if v == -1 or v > 0 else "must be -1 or positive"),
-        Key("fault.injection", _fault_rules, "", "Test faults, ';'-separated: API:drop|close|delay|error[:every=N][:limit=N][:delay_ms=N][:error_code=N][:client_id=ID] (see the README)."),
+        Key("fault.injection", _fault_rules, "", "Test faults, ';'-separated: API:drop|close|delay|error|lose[:every=N][:limit=N][:delay_ms=N][:error_code=N][:count=N][:client_id=ID] (see the README)."),
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
@@ -179,6 +215,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
         Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
         Key("quota.window.size.seconds", _int, "1", "Length of one client quota sample.", _at_least(1)),
+        Key("quota.algorithm", _str, "sampled", "How client byte-rate and request-time quotas are enforced: sampled (Kafka's windowed rate over quota.window.num samples) or token_bucket (KIP-599's bucket, as Redpanda: a burst of quota.window.num x quota.window.size.seconds x the quota, then the quota, with no bursts as samples expire).", _one_of("sampled", "token_bucket")),
         Key("client.quota.callback.class", _str, "", "A ClientQuotaCallback (package.module:Class) instead of the default <user, client-id> quotas (KIP-257)."),
         Key("producer.id.quota.window.size.seconds", _int, "3600", "The window W of producer_ids_rate (KIP-936): a user may introduce producer_ids_rate new producer ids in any W; Bloom layers live W.", _at_least(1)),
         Key("producer.id.quota.window.num", _int, "11", "Kept from KIP-936's table so its configs load; no effect (the window is one producer.id.quota.window.size.seconds, in producer.id.quota.cache.layer.count layers).", _at_least(1)),
@@ -228,11 +265,26 @@ class BrokerConfig:
             if key.check is not None and (reason := key.check(value)) is not None:
                 raise ConfigError(name, f"{raw!r} {reason}")
             self._values[name] = value
+        self._check_together()
         # The log.* keys belong to storage, which validates them; fail here, at load, with the key.
         try:
             self.log_config = LogConfig.from_broker(self.props)
         except StorageConfigError as exc:
             raise ConfigError(exc.key, exc.reason) from None
+
+    def _check_together(self) -> None:
+        """Kafka's KafkaConfig.validateValues for the keys that constrain each other."""
+        queued, frame = self["queued.max.request.bytes"], self["socket.request.max.bytes"]
+        if 0 < queued < frame:
+            raise ConfigError("queued.max.request.bytes",
+                              f"{queued} must be -1 or at least socket.request.max.bytes ({frame})")
+        if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
+            raise ConfigError("max.connections.per.ip",
+                              "0 is allowed only with max.connections.per.ip.overrides")
+        idle, delay = self["connections.max.idle.ms"], self["connection.failed.authentication.delay.ms"]
+        if idle >= 0 and delay >= idle:
+            raise ConfigError("connection.failed.authentication.delay.ms",
+                              f"{delay} must be less than connections.max.idle.ms ({idle})")
 
     @classmethod
     def load(
@@ -252,15 +304,14 @@ class BrokerConfig:
         return self.props.get(name, default)
 
     def unknown_keys(self) -> list[str]:
-        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS)
+        """Supplied keys nothing reads; keys under `client.quota.callback.` belong to the callback."""
+        return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS
+                      and not k.startswith(CALLBACK_CONFIG_PREFIX))
 
-    def describe(self) -> list[tuple[str, str | None, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource; value None for a
-        sensitive key (as Kafka, which never returns passwords)."""
-        return [
-            (name, None if key.sensitive else self.props.get(name, key.default), name not in self.props)
-            for name, key in sorted(BROKER_CONFIGS.items())
-        ]
+    def effective_props(self) -> dict[str, str]:
+        """Every known key at its configured or default value, plus every other supplied key: what a
+        pluggable class's `configure` receives (Kafka passes its plugins the whole config)."""
+        return {**{name: key.default for name, key in BROKER_CONFIGS.items()}, **self.props}
 
     @property
     def data_dir(self) -> Path:

@@ -8,6 +8,12 @@ AFTER the broker has handled the request (for Produce: after the append):
   response and carry on, so this is how a lost response looks to a client).
 - `close`: the connection is closed instead of answering (the client reconnects and retries).
 - `delay`: the response is sent `delay_ms` late.
+- `lose`: this response and those of the requests after it are lost in transit: the broker keeps
+  reading and handling the connection's requests (appending produced batches) but writes nothing
+  back, then the connection breaks, after `count` lost responses (default 10) or as soon as the
+  client has sent nothing for 50 ms. A network fault as a producer with many requests in flight
+  meets it: all the batches it had in flight are written without it learning so, and all are
+  resent.
 - `error` (Produce only): the request is NOT handled; every partition is answered `error_code`.
   For studying what clients do with each error (DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER,
   INVALID_PRODUCER_EPOCH, ...).
@@ -24,7 +30,7 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("drop", "close", "delay", "error")
+ACTIONS = ("drop", "close", "delay", "error", "lose")
 
 
 @dataclass
@@ -34,6 +40,7 @@ class FaultRule:
     every: int = 1  # act on every Nth matching request (1: all of them)
     limit: int | None = None  # stop after this many faults
     delay_ms: int = 0
+    count: int = 10  # lose: how many responses are lost
     error_code: int = 0
     client_id: str | None = None
     seen: int = field(default=0, init=False)
@@ -44,6 +51,8 @@ class FaultRule:
             raise ValueError(f"fault action must be one of {', '.join(ACTIONS)}, not {self.action!r}")
         if self.every < 1:
             raise ValueError(f"fault 'every' must be at least 1, not {self.every}")
+        if self.action == "lose" and self.count < 1:
+            raise ValueError("a lose fault needs count >= 1")
         if self.action == "delay" and self.delay_ms <= 0:
             raise ValueError("a delay fault needs delay_ms > 0")
         if self.action == "error" and self.error_code == 0:
@@ -59,7 +68,7 @@ def parse_rules(text: str) -> list[FaultRule]:
         kwargs: dict = {}
         for option in filter(None, options.split(":")):
             key, sep, value = option.partition("=")
-            if not sep or key not in ("every", "limit", "delay_ms", "error_code", "client_id"):
+            if not sep or key not in ("every", "limit", "delay_ms", "error_code", "client_id", "count"):
                 raise ValueError(f"unknown fault option {option!r} in {chunk!r}")
             kwargs[key] = value if key == "client_id" else int(value)
         rules.append(FaultRule(api.strip(), action.strip(), **kwargs))
@@ -86,7 +95,7 @@ class FaultInjector:
         return self._fire(api_name, client_id, before=True)
 
     def after_request(self, api_name: str, client_id: str) -> FaultRule | None:
-        """The drop/close/delay rule that fires for this handled request, if any."""
+        """The drop/close/delay/lose rule that fires for this handled request, if any."""
         return self._fire(api_name, client_id, before=False)
 
     def _fire(self, api_name: str, client_id: str, before: bool) -> FaultRule | None:

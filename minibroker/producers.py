@@ -54,22 +54,22 @@ class ProducerStates:
         entry = self._managers.get((topic, partition))
         if entry is not None and entry[0] is plog:
             return entry[1]
-        psm = ProducerStateManager(self.mode, self.max_in_flight, self.expiration_ms)
-        start = psm.load_snapshot(plog.directory, plog.log_end_offset)
+        psm = ProducerStateManager.for_mode(self.mode, self.max_in_flight, self.expiration_ms)
+        start = psm.truncate_and_reload(plog.directory, plog.log_end_offset)
         replayed = 0
         for header in plog.iter_batch_headers(max(start, plog.log_start_offset)):
             if header.last_offset < start or not header.has_producer_id:
                 continue
             psm.update(header, now_ms)
             replayed += 1
-        psm.remove_expired(now_ms)  # a snapshot keeps each producer's last-append time
+        psm.remove_expired_producers(now_ms)  # a snapshot keeps each producer's last-append time
         if start or replayed:
             log.info("%s-%d: producer state from snapshot at %d plus %d replayed batch(es): %d producer id(s)",
-                     topic, partition, start, replayed, psm.entry_count)
+                     topic, partition, start, replayed, psm.producer_id_count)
 
         def snapshot_at_roll(new_base_offset: int) -> None:
-            psm.write_snapshot(plog.directory, new_base_offset)
-            psm.delete_snapshots_below(plog.directory, new_base_offset)
+            psm.take_snapshot(plog.directory, new_base_offset)
+            psm.delete_snapshots_before(plog.directory, new_base_offset)
 
         plog.on_roll = snapshot_at_roll
         self._managers[(topic, partition)] = (plog, psm)
@@ -99,7 +99,8 @@ class ProducerStates:
     def latest_epoch(self, producer_id: int, now_ms: int) -> int | None:
         """The highest epoch `producer_id` holds on any partition, None when it has no state."""
         self.load_all(now_ms)
-        epochs = [entry.epoch for _, m in self._managers.values() if (entry := m.entry(producer_id)) is not None]
+        epochs = [entry.producer_epoch for _, m in self._managers.values()
+                  if (entry := m.last_entry(producer_id)) is not None]
         return max(epochs) if epochs else None
 
     @staticmethod
@@ -111,17 +112,21 @@ class ProducerStates:
             del self._managers[key]
 
     def remove_expired(self, now_ms: int) -> int:
-        return sum(psm.remove_expired(now_ms) for _, psm in self._managers.values())
+        return sum(psm.remove_expired_producers(now_ms) for _, psm in self._managers.values())
 
     @property
     def entry_count(self) -> int:
-        return sum(psm.entry_count for _, psm in self._managers.values())
+        return sum(psm.producer_id_count for _, psm in self._managers.values())
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the producer state of the loaded partitions (O(entries) to compute)."""
+        return sum(psm.memory_bytes() for _, psm in self._managers.values())
 
     def snapshot_all(self) -> None:
         """At clean shutdown: a snapshot at each loaded partition's log end (before logs close)."""
         for (topic, partition), (plog, psm) in self._managers.items():
             try:
-                psm.write_snapshot(plog.directory, plog.log_end_offset)
+                psm.take_snapshot(plog.directory, plog.log_end_offset)
             except OSError:
                 log.exception("could not snapshot producer state of %s-%d", topic, partition)
 

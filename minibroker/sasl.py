@@ -12,7 +12,8 @@ SaslHandshake v0 (raw tokens without Kafka framing) is not served: none of the c
 sends it (kafka-python, librdkafka and aiokafka all use v1), so ApiVersions advertises v1 only.
 
 SCRAM credentials are derived once at start from `sasl.users` (a random salt, 4096 iterations, as
-Kafka's minimum for both hashes); the passwords stay in memory for PLAIN. Usernames are compared as
+Kafka's minimum for both hashes); the passwords stay in memory for PLAIN. AlterUserScramCredentials
+adds and removes SCRAM credentials while the broker runs (minibroker.scram_credentials keeps them). Usernames are compared as
 given (no SASLprep, as Kafka's ScramFormatter).
 """
 
@@ -62,14 +63,20 @@ class ScramCredential:
     @classmethod
     def derive(cls, mechanism: str, password: str, salt: bytes, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
         """RFC 5802 section 3: SaltedPassword = Hi(password, salt, i), then the client and server keys."""
+        salted = hashlib.pbkdf2_hmac(_HASHES[mechanism], password.encode(), salt, iterations)
+        return cls.from_salted_password(mechanism, salted, salt, iterations)
+
+    @classmethod
+    def from_salted_password(cls, mechanism: str, salted_password: bytes, salt: bytes, iterations: int) -> ScramCredential:
+        """The stored and server keys from SaltedPassword, which is what AlterUserScramCredentials
+        carries (the password itself never reaches the broker): Kafka's ScramFormatter."""
         name = _HASHES[mechanism]
-        salted = hashlib.pbkdf2_hmac(name, password.encode(), salt, iterations)
-        client_key = hmac.digest(salted, b"Client Key", name)
+        client_key = hmac.digest(salted_password, b"Client Key", name)
         return cls(
             salt,
             iterations,
             hashlib.new(name, client_key).digest(),
-            hmac.digest(salted, b"Server Key", name),
+            hmac.digest(salted_password, b"Server Key", name),
         )
 
 
@@ -104,6 +111,18 @@ class UserStore:
 
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         return self._scram.get((mechanism, user))
+
+    def scram_credentials(self) -> dict[tuple[str, str], ScramCredential]:
+        """Every SCRAM credential, by (mechanism, user)."""
+        return dict(self._scram)
+
+    def set_scram_credential(self, mechanism: str, user: str, credential: ScramCredential) -> None:
+        """Create or replace a user's credential for one mechanism (AlterUserScramCredentials); the
+        next authentication uses it."""
+        self._scram[(mechanism, user)] = credential
+
+    def remove_scram_credential(self, mechanism: str, user: str) -> bool:
+        return self._scram.pop((mechanism, user), None) is not None
 
     def new_server(self, mechanism: str) -> PlainServer | ScramServer:
         if mechanism == "PLAIN":
@@ -162,6 +181,14 @@ def _attributes(message: str) -> dict[str, str]:
     return out
 
 
+def _required(attributes: dict[str, str], name: str) -> str:
+    """A mandatory attribute (n=, r=, c=): its absence is a malformed message, never a KeyError."""
+    value = attributes.get(name)
+    if value is None:
+        raise ValueError(f"SCRAM message without {name}=")
+    return value
+
+
 def _sasl_name_to_user(name: str) -> str:
     """RFC 5802 saslname: ',' and '=' travel as '=2C' and '=3D'; any other '=' is an error."""
     user = name.replace("=2C", ",").replace("=3D", "=")
@@ -194,12 +221,15 @@ class ScramServer:
         self.authorization_id: str | None = None
 
     def evaluate(self, token: bytes) -> bytes:
+        """The answer to one client message. Whatever the bytes, the only exception is
+        SaslAuthenticationFailed: a malformed message fails as a wrong password does (Kafka's
+        SaslException, answered with the generic message), never as a bug."""
         try:
             if self._state == "client-first":
                 return self._client_first(token.decode())
             if self._state == "client-final":
                 return self._client_final(token.decode())
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:  # UnicodeDecodeError and binascii.Error (bad base64) included
             self._state = "failed"
             raise SaslAuthenticationFailed(_generic(self.mechanism)) from None
         except SaslAuthenticationFailed:
@@ -220,8 +250,8 @@ class ScramServer:
         attributes = _attributes(bare)
         if "m" in attributes:
             raise ValueError("mandatory extension not supported")
-        user = _sasl_name_to_user(attributes["n"])
-        client_nonce = attributes["r"]
+        user = _sasl_name_to_user(_required(attributes, "n"))
+        client_nonce = _required(attributes, "r")
         if not client_nonce:
             raise ValueError("empty nonce")
         credential = self._credentials(user)
@@ -248,9 +278,9 @@ class ScramServer:
         if not sep:
             raise ValueError("client-final message has no proof")
         attributes = _attributes(without_proof)
-        if base64.b64decode(attributes["c"], validate=True) != self._gs2_header.encode():
+        if base64.b64decode(_required(attributes, "c"), validate=True) != self._gs2_header.encode():
             raise ValueError("channel binding mismatch")
-        if attributes["r"] != self._nonce_value:
+        if _required(attributes, "r") != self._nonce_value:
             raise ValueError("Invalid client nonce in the final client message.")
         proof = base64.b64decode(proof_part, validate=True)
         credential = self._credential

@@ -1,4 +1,4 @@
-"""The trio shell: listeners and one sequential loop per connection.
+"""The trio shell: listeners, an accept loop per listener, and one sequential loop per connection.
 
 Each connection reads one request, handles it (perhaps waiting in purgatory), writes its response,
 then reads the next, as Kafka does by muting a channel until its response is sent; responses stay in
@@ -9,18 +9,28 @@ the loop sleeps for the throttle time before reading on (KIP-219), ending early 
 closes the connection; for request versions whose clients do not throttle themselves, the response
 itself is held back that long. There is one
 listener per entry of `listeners` (PLAINTEXT, SASL_PLAINTEXT), and optionally the /metrics server.
+
+Limits (minibroker.limits, Kafka's names): the accept loop stops accepting at max.connections and
+closes a connection over max.connections.per.ip at once; the connection loop closes a connection
+that has completed no request for connections.max.idle.ms (counted from its last response, so a
+frame dribbled byte by byte does not keep it open), caps a frame at sasl.server.max.receive.size
+until SASL authentication completes, and takes each request's bytes from queued.max.request.bytes
+before reading its body.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import math
+import os
 import signal
 import socket
 import time
 
 import trio
 
-from minibroker.broker import Broker, Connection
+from minibroker.broker import Broker, Connection, StartupError
 from minibroker.config import BrokerConfig
 from protocol.framing import FrameDecoder, FrameError
 from protocol.messages import ProtocolError
@@ -28,29 +38,77 @@ from protocol.messages import ProtocolError
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 20
+# A `lose` fault ends early once the client has sent nothing for this long (it has no more requests
+# in flight), so a client with few in flight meets a broken connection, not a silent one.
+LOSE_IDLE_S = 0.05
+
+
+# accept() errors that mean "out of descriptors or memory for now": wait and retry (as trio's
+# serve_listeners does), the broker carries on.
+ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
 async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Connection) -> None:
-    decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+    config = broker.config
+    decoder = FrameDecoder(config["socket.request.max.bytes"])
+    memory = broker.request_memory
+    idle_ms = config["connections.max.idle.ms"]
+    idle_s = idle_ms / 1000 if idle_ms >= 0 else math.inf
+    quotas = broker.quotas
+    losing = 0  # a `lose` fault: how many more responses vanish before the connection breaks
     try:
         while True:
-            frame = decoder.next_frame()
-            while frame is None:
-                data = await stream.receive_some(min(READ_SIZE, max(decoder.wants, 65536)))
-                if not data:
-                    if not decoder.at_frame_boundary():
-                        log.info("%s closed mid-frame (%d bytes buffered)", conn.peer, decoder.buffered)
+            quotas.start_request_cycle(conn)
+            if not conn.authenticated:  # Kafka's SaslServerAuthenticator reads with a smaller cap
+                decoder.set_limit(config["sasl.server.max.receive.size"], "sasl.server.max.receive.size")
+            else:
+                decoder.set_limit(config["socket.request.max.bytes"], "socket.request.max.bytes")
+            reserved = 0
+            try:
+                # Idle time runs from the last response: bytes of an unfinished frame do not reset it.
+                # A `lose` fault lasts while the client keeps sending, then the connection breaks.
+                with trio.move_on_after(LOSE_IDLE_S if losing else idle_s) as idle:
+                    frame = decoder.next_frame()
+                    while frame is None:
+                        if memory.bounded and not reserved and decoder.pending_size >= 0:
+                            reserved = decoder.pending_size
+                            await memory.acquire(reserved)  # read no more until the request fits
+                        data = await stream.receive_some(min(READ_SIZE, max(decoder.wants, 65536)))
+                        if not data:
+                            if not decoder.at_frame_boundary():
+                                log.info("%s closed mid-frame (%d bytes buffered)", conn.peer, decoder.buffered)
+                            return
+                        decoder.receive_data(data)
+                        frame = decoder.next_frame()
+                    if memory.bounded and not reserved:  # the whole frame came in one read
+                        reserved = len(frame)
+                        await memory.acquire(reserved)
+                if idle.cancelled_caught:
+                    if losing:
+                        return
+                    broker.metrics.closed_idle += 1
+                    log.info("closing connection from %s: no request completed in connections.max.idle.ms "
+                             "(%d ms)%s", conn.peer, idle_ms,
+                             f", {decoder.buffered} byte(s) of a frame buffered" if decoder.buffered else "")
                     return
-                decoder.receive_data(data)
-                frame = decoder.next_frame()
-            response = await broker.handle_frame(frame, conn)
+                response = await broker.handle_frame(frame, conn)
+            finally:
+                memory.release(reserved)
             if broker.faults.rules and (fault := _fault_for(broker, frame, conn)) is not None:
                 if fault.action == "close":
                     return
                 if fault.action == "drop":
                     await _hang_until_peer_closes(stream)
                     return
-                await trio.sleep(fault.delay_ms / 1000)
+                if fault.action == "lose":
+                    losing = fault.count
+                else:
+                    await trio.sleep(fault.delay_ms / 1000)
+            if losing:  # handled, never answered; then the connection breaks
+                losing -= 1
+                if not losing:
+                    return
+                continue
             delay_s = response.throttle_ms / 1000
             if response.data is not None:
                 if delay_s and not response.client_throttles:
@@ -58,6 +116,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                     await trio.sleep(delay_s)
                     delay_s = 0
                 await stream.send_all(response.data)
+            quotas.end_request_cycle(conn)  # the sending counts too (KIP-124 network-thread time)
             if response.close:
                 return
             if delay_s and not await _wait_out_throttle(stream, delay_s):
@@ -105,18 +164,63 @@ def _fault_for(broker: Broker, frame: bytes, conn: Connection):
     return broker.faults.after_request(handler.name, conn.client_id) if handler else None
 
 
-async def _connection_task(broker: Broker, stream: trio.SocketStream, listener: str = "PLAINTEXT") -> None:
+async def bind(host: str, port: int, what: str) -> list[trio.SocketListener]:
+    """open_tcp_listeners, with Kafka's message naming the address when it cannot bind."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StartupError(f"Socket server failed to bind to {host}:{port} ({what}): {reason}.") from exc
+
+
+def sole_exception(exc: BaseException) -> BaseException:
+    """The one error inside (nested) exception groups of one member each, as trio's nurseries
+    wrap a start-up failure; a group with several different errors is returned as it is."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _peer(stream: trio.SocketStream) -> tuple[str, str]:
+    """(address, address:port) of the client."""
     try:
         host, port = stream.socket.getpeername()[:2]
-        peer = f"{host}:{port}"
+        return host, f"{host}:{port}"
     except OSError:
-        peer = "?"
+        return "?", "?"
+
+
+async def _connection_task(broker: Broker, stream: trio.SocketStream, listener: str, ip: str, peer: str) -> None:
     conn = broker.new_connection(peer, listener)
     try:
         async with stream:
             await serve_connection(broker, stream, conn)
     finally:
         broker.connection_closed(conn)
+        broker.connection_quotas.release(ip)
+
+
+async def _accept_loop(broker: Broker, listener: trio.SocketListener, name: str, nursery: trio.Nursery) -> None:
+    """Accept clients of one listener within max.connections and max.connections.per.ip."""
+    quotas = broker.connection_quotas
+    async with listener:
+        while True:
+            await quotas.wait_for_slot()
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                log.error("accept on %s failed: %s; retrying in 0.1 s", name, os.strerror(exc.errno))
+                await trio.sleep(0.1)
+                continue
+            ip, peer = _peer(stream)
+            if not quotas.admit(ip):
+                log.info("rejected connection from %s: the address already has max.connections.per.ip=%d",
+                         peer, quotas.ip_limit(ip))
+                await trio.aclose_forcefully(stream)
+                continue
+            nursery.start_soon(_connection_task, broker, stream, name, ip, peer)
 
 
 async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -127,15 +231,17 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
     try:
         bound = []
         for entry in config["listeners"]:
-            sockets = await trio.open_tcp_listeners(entry.port, host=entry.host)
+            sockets = await bind(entry.host, entry.port, f"{entry.name} listener")
             bound_host, bound_port = sockets[0].socket.getsockname()[:2]
             broker.set_listener(bound_host, bound_port, entry.name)
             bound.append((entry.name, sockets))
+        broker.publish_cluster_metadata()  # KIP-257: the callback learns the cluster at start
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.run_background)
             nursery.start_soon(broker.groups.run)
             for name, sockets in bound:
-                nursery.start_soon(trio.serve_listeners, _connection_task_for(broker, name), sockets)
+                for listener in sockets:
+                    nursery.start_soon(_accept_loop, broker, listener, name, nursery)
             nursery.start_soon(broker.quotas.run_housekeeping)
             nursery.start_soon(broker.quotas.run_pid_cache_cleanup)
             if config["metrics.listen"] is not None:
@@ -153,13 +259,6 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
             task_status.started((broker.advertised_host, broker.advertised_port, broker))
     finally:
         broker.close()
-
-
-def _connection_task_for(broker: Broker, listener: str = "PLAINTEXT"):
-    async def handler(stream: trio.SocketStream) -> None:
-        await _connection_task(broker, stream, listener)
-
-    return handler
 
 
 async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True) -> None:

@@ -68,7 +68,7 @@ def measure_entry_bytes(entries: int = 20_000) -> StateMemoryModel:
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
-        psm = ProducerStateManager(mode)
+        psm = ProducerStateManager.for_mode(mode)
         offset, now = 0, 1_700_000_000_000
         for round_ in range(batches):
             for i in range(entries):

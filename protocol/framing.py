@@ -20,12 +20,24 @@ class FrameError(Exception):
 class FrameDecoder:
     """Splits a byte stream into frames (bodies without their size prefix)."""
 
-    __slots__ = ("_buffer", "_max_bytes", "_needed")
+    __slots__ = ("_buffer", "_max_bytes", "_limit_name", "_needed")
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_FRAME_BYTES, limit_name: str = "socket.request.max.bytes") -> None:
         self._buffer = bytearray()
         self._max_bytes = max_bytes
+        self._limit_name = limit_name
         self._needed = -1  # body size of the frame being assembled, -1 while the prefix is unread
+
+    def set_limit(self, max_bytes: int, limit_name: str) -> None:
+        """Change the largest frame accepted from the next size prefix on (before SASL
+        authentication a connection gets sasl.server.max.receive.size)."""
+        self._max_bytes = max_bytes
+        self._limit_name = limit_name
+
+    @property
+    def pending_size(self) -> int:
+        """The declared body size of the frame being assembled; -1 until its prefix is read."""
+        return self._needed
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._buffer += data
@@ -54,9 +66,7 @@ class FrameDecoder:
             if size < 0:
                 raise FrameError(f"negative frame size {size}")
             if size > self._max_bytes:
-                raise FrameError(
-                    f"frame size {size} exceeds socket.request.max.bytes ({self._max_bytes})"
-                )
+                raise FrameError(f"frame size {size} exceeds {self._limit_name} ({self._max_bytes})")
             self._needed = size
         end = SIZE.size + self._needed
         if len(buffer) < end:

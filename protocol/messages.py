@@ -6,13 +6,21 @@ flexible; ClientId is a non-compact nullable string in both), picking the schema
 version), and framing responses with the right response header (v0, or v1 when flexible; ApiVersions
 always answers with v0 so that a client asking with a version we lack can still read the error,
 KIP-511).
+
+Tagged fields the schema does not define (KIP-482: a reader must skip them) are handled here too,
+because kio's reader refuses them and its writer cannot write them: `read_entity` reads a top-level
+tagged section field by field and returns the unknown fields by tag, and `encode_response` can add
+unknown fields to a response's top-level tagged section (minibroker's own additions are listed in
+protocol.extensions).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +28,13 @@ from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio._kio_native import get_field_reader
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import get_field_tag
 from kio.static.primitive import i16, i32
 
-from protocol.records import read_uvarint
+from protocol.guard import RequestRejected, checker
+from protocol.records import read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
 _HEADER_FIXED = struct.Struct(">hhih")
@@ -113,6 +124,7 @@ class ApiSchema:
     flexible: bool
     reader: Any
     writer: Any
+    check: Any  # protocol.guard: declared lengths against the bytes there, before `reader` runs
 
 
 @functools.cache
@@ -131,16 +143,25 @@ def api_schema(api_key: int, version: int) -> ApiSchema:
         bool(request.__flexible__),
         entity_reader(request),
         entity_writer(response),
+        checker(request),
     )
 
 
 def decode_request(schema: ApiSchema, frame: bytes, offset: int) -> tuple[Any, int]:
     """Decode the request body after the header: (request, trailing byte count).
 
-    Any decoding fault is the peer's. Bytes after the last field the schema defines are not one:
-    Kafka's request parser reads the schema's fields and ignores what follows (librdkafka 2.16's
-    Metadata v13 request for all topics carries 3 such bytes), so they are counted, not refused.
+    Any decoding fault is the peer's. Every declared length is first checked against the bytes in
+    the frame (protocol.guard): kio's native reader would allocate what a count claims before
+    reading a byte of it. Bytes after the last field the schema defines are not a fault: Kafka's
+    request parser reads the schema's fields and ignores what follows (librdkafka 2.16's Metadata
+    v13 request for all topics carries 3 such bytes), so they are counted, not refused.
     """
+    try:
+        rewritten = schema.check(frame, offset)
+    except RequestRejected as exc:
+        raise MalformedRequestError(f"api {schema.api_key} v{schema.version}: {exc}") from None
+    if rewritten is not None:  # unknown tagged fields cut out (Kafka skips them; kio refuses them)
+        frame = rewritten
     try:
         request, size = schema.reader(frame, offset)
     except Exception as exc:  # kio raises assorted errors on bad bytes: all mean "malformed"
@@ -171,23 +192,125 @@ def encode_request(request: Any, correlation_id: int, client_id: str | None) -> 
 
 
 def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
-    """(correlation_id, kio response) from a response frame without its size prefix."""
-    response_cls = load_response_schema(api_key, version)
-    (correlation_id,) = struct.unpack_from(">i", frame, 0)
-    offset = 4 + (1 if response_cls.__flexible__ and api_key != API_VERSIONS_KEY else 0)
-    response, size = entity_reader(response_cls)(frame, offset)
-    if offset + size != len(frame):
-        raise ProtocolError(f"response to api {api_key} v{version} has trailing bytes")
+    """(correlation_id, kio response) from a response frame without its size prefix. Top-level
+    tagged fields the schema does not know are skipped, as KIP-482 asks of every reader."""
+    correlation_id, response, _unknown = decode_response_tags(api_key, version, frame)
     return correlation_id, response
 
 
-def encode_response(schema: ApiSchema, correlation_id: int, response: Any) -> bytes:
-    """A whole response frame: size, response header, body."""
+def decode_response_tags(api_key: int, version: int, frame: bytes) -> tuple[int, Any, dict[int, bytes]]:
+    """`decode_response`, plus the top-level tagged fields the schema does not define, by tag."""
+    response_cls = load_response_schema(api_key, version)
+    (correlation_id,) = struct.unpack_from(">i", frame, 0)
+    offset = 4 + (1 if response_cls.__flexible__ and api_key != API_VERSIONS_KEY else 0)
+    response, size, unknown = read_entity(response_cls, frame, offset)
+    if offset + size != len(frame):
+        raise ProtocolError(f"response to api {api_key} v{version} has trailing bytes")
+    return correlation_id, response, unknown
+
+
+@functools.cache
+def _field_plan(cls: type) -> tuple[tuple[tuple[str, Any], ...], dict[int, tuple[str, Any]]]:
+    """The untagged fields of an entity in order and its tagged fields by tag, with kio's readers."""
+    untagged, tagged = [], {}
+    for field in dataclasses.fields(cls):
+        tag = get_field_tag(field)
+        if tag is None:
+            untagged.append((field.name, get_field_reader(cls, field, False, False)))
+        else:
+            tagged[int(tag)] = (field.name, get_field_reader(cls, field, False, True))
+    return tuple(untagged), tagged
+
+
+def _untagged_size(cls: type, buf: bytes, offset: int) -> tuple[dict[str, Any], int]:
+    values: dict[str, Any] = {}
+    pos = offset
+    for name, reader in _field_plan(cls)[0]:
+        values[name], size = reader(buf, pos)
+        pos += size
+    return values, pos
+
+
+def _read_tag_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    return read_uvarint(buf, pos, max_bits=35, what="tagged field", error=ProtocolError)
+
+
+def _read_tagged_section(buf: bytes, pos: int) -> tuple[list[tuple[int, bytes]], int]:
+    """The (tag, raw value) pairs of a tagged section starting at `pos`, and where it ends."""
+    count, pos = _read_tag_uvarint(buf, pos)
+    fields = []
+    for _ in range(count):
+        tag, pos = _read_tag_uvarint(buf, pos)
+        size, pos = _read_tag_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise ProtocolError(f"tagged field {tag} runs past the end of the message")
+        fields.append((tag, bytes(buf[pos:end])))
+        pos = end
+    return fields, pos
+
+
+def read_entity(cls: type, buf: bytes, offset: int) -> tuple[Any, int, dict[int, bytes]]:
+    """Read a flexible top-level entity the way KIP-482 says: (entity, size, unknown tagged fields).
+
+    kio's native reader is tried first (fast); when it refuses a tag it does not know, the entity is
+    read again field by field with kio's own field readers, and the unknown top-level fields are
+    returned raw. Unknown tags inside nested structures are still refused (none are sent to us).
+    """
+    try:
+        entity, size = entity_reader(cls)(buf, offset)
+        return entity, size, {}
+    except KeyError:
+        if not cls.__flexible__:
+            raise
+    values, pos = _untagged_size(cls, buf, offset)
+    fields, end = _read_tagged_section(buf, pos)
+    known = _field_plan(cls)[1]
+    unknown: dict[int, bytes] = {}
+    for tag, raw in fields:
+        if tag in known:
+            name, reader = known[tag]
+            values[name], _ = reader(raw, 0)
+        else:
+            unknown[tag] = raw
+    return cls(**values), end - offset, unknown
+
+
+def add_tagged_fields(cls: type, body: bytes, extra: Mapping[int, bytes]) -> bytes:
+    """`body` (an encoded `cls`) with `extra` raw tagged fields added to its top-level tagged
+    section, all fields in ascending tag order as KIP-482 requires. A tag the schema defines, or
+    one already present, is refused (ValueError): these are additions, never replacements."""
+    _values, pos = _untagged_size(cls, body, 0)
+    fields, end = _read_tagged_section(body, pos)
+    if end != len(body):
+        raise ValueError(f"{cls.__name__}: {len(body) - end} bytes after the tagged section")
+    clash = set(extra) & (set(_field_plan(cls)[1]) | {tag for tag, _ in fields})
+    if clash:
+        raise ValueError(f"{cls.__name__} already defines tagged field(s) {sorted(clash)}")
+    merged = sorted([*fields, *extra.items()])
+    out = bytearray(body[:pos])
+    write_uvarint(len(merged), out)
+    for tag, raw in merged:
+        write_uvarint(tag, out)
+        write_uvarint(len(raw), out)
+        out += raw
+    return bytes(out)
+
+
+def encode_response(schema: ApiSchema, correlation_id: int, response: Any,
+                    tagged_fields: Mapping[int, bytes] | None = None) -> bytes:
+    """A whole response frame: size, response header, body. `tagged_fields` (flexible versions only)
+    adds raw top-level tagged fields the schema does not define (see `add_tagged_fields`)."""
     buffer = io.BytesIO()
     buffer.write(b"\0" * _RESPONSE_HEADER.size)
     if schema.flexible and schema.api_key != API_VERSIONS_KEY:
         buffer.write(b"\0")  # response header v1: no tagged fields
-    schema.writer(buffer, response)
+    if tagged_fields and schema.flexible:
+        body = io.BytesIO()
+        schema.writer(body, response)
+        buffer.write(add_tagged_fields(schema.response, body.getvalue(), tagged_fields))
+    else:
+        schema.writer(buffer, response)
     data = buffer.getbuffer()
     _RESPONSE_HEADER.pack_into(data, 0, len(data) - 4, correlation_id)
     del data

@@ -489,12 +489,16 @@ def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int
 # (committed offsets, the audit stream) and for tools that read them back. Uncompressed only.
 
 
-def _zigzag_varint(value: int, out: bytearray) -> None:
-    value = (value << 1) ^ (value >> 63)
+def write_uvarint(value: int, out: bytearray) -> None:
+    """Append `value` (>= 0) as an unsigned varint (records, tagged fields)."""
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+
+
+def _zigzag_varint(value: int, out: bytearray) -> None:
+    write_uvarint((value << 1) ^ (value >> 63), out)
 
 
 def read_uvarint(buf, pos: int, *, max_bits: int = 64, what: str = "record",

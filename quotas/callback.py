@@ -6,7 +6,10 @@ Kafka: ``clients/.../server/quota/ClientQuotaCallback.java``, ``ClientQuotaEntit
 A callback maps a request's (principal, client-id) to *metric tags*; clients with the same tags share
 one sensor and so one quota. ``quota_limit`` maps tags to a limit (``None`` = unlimited).
 ``DefaultQuotaCallback`` implements Kafka's eight levels of <user, client-id> precedence. A custom
-callback is named by ``client.quota.callback.class`` and loaded with ``load_callback``.
+callback is named by ``client.quota.callback.class`` and loaded with ``load_callback``; it is told
+the cluster (``quotas.cluster.Cluster``) at start and whenever topics or partitions change, and may
+ask for every limit to be re-read (``update_cluster_metadata`` / ``quota_reset_required`` returning
+True). Two documented examples built on this interface are in ``quotas/examples/``.
 
 Names are the principal's and client's names as given (Kafka URL-encodes user names for its
 ZooKeeper paths and tags; both sides here use the raw name, which compares the same).
@@ -19,7 +22,10 @@ import enum
 import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from quotas.cluster import Cluster
 
 __all__ = [
     "CALLBACK_CLASS_CONFIG",
@@ -189,8 +195,10 @@ class ClientQuotaCallback(abc.ABC):
         """True when limits changed by other means, so every sensor's bound must be re-read."""
         return False
 
-    def update_cluster_metadata(self, metadata: Any) -> bool:
-        """New cluster metadata; return True when quota limits changed because of it."""
+    def update_cluster_metadata(self, cluster: Cluster) -> bool:
+        """The cluster's topics, partitions or leaders changed (and once at start): return True when
+        quota limits may have changed because of it, and the broker re-reads every live quota's
+        limit through `quota_limit` (Kafka: `updateQuotaMetricConfigs()` after UpdateMetadata)."""
         return False
 
     def close(self) -> None:
@@ -248,6 +256,10 @@ class DefaultQuotaCallback(ClientQuotaCallback):
 
     def remove_quota(self, quota_type: QuotaType, entity: ClientQuotaEntity) -> None:
         self._quotas[quota_type.config_key].pop(self._key(entity), None)
+
+    def configured(self, quota_type: QuotaType, entity: ClientQuotaEntity) -> float | None:
+        """The value set on exactly this entity (no precedence walk), ``None`` when none is."""
+        return self._quotas[quota_type.config_key].get(self._key(entity))
 
     def quota_metric_tags(self, quota_type: QuotaType, principal: str, client_id: str) -> dict[str, str]:
         user_tag, client_tag = self.metric_tag_values(quota_type, principal, client_id)

@@ -22,6 +22,16 @@ through the managers (``update_quota`` / ``remove_quota`` / ``apply_config_chang
 callback directly: a manager caches which sensor a (principal, client-id) maps to and drops that
 cache on each change.
 
+Two algorithms (``quota.algorithm``): ``sampled``, the default, is Kafka's windowed ``Rate``
+(``quota.window.num`` samples of ``quota.window.size.seconds``); ``token_bucket`` enforces the same
+limits with a KIP-599 ``TokenBucket`` (burst ``quota.window.num * quota.window.size.seconds * limit``,
+refilled at the limit), as Redpanda and Kafka's controller-mutation quota do. A sampled rate lets a
+greedy client through in bursts whenever old samples expire; a bucket admits the burst once and
+the limit from then on. Under ``token_bucket`` a sensor still keeps a ``Rate`` beside its bucket,
+so the ``byte-rate`` / ``request-time`` metrics mean what they mean under ``sampled``, and its
+balance is published as ``tokens``. Throttle times follow each stat's own arithmetic:
+``(observed - limit) / limit * window`` for the rate, ``-tokens / limit`` for the bucket.
+
 Until a quota of its type has been configured (or a custom callback is in use) a manager records
 nothing and returns 0, as Kafka's ``maybeRecordAndGetThrottleTimeMs``; so no sensors and no metrics
 exist for an unquota'd broker.
@@ -45,6 +55,9 @@ from quotas.callback import (
 from quotas.rate import Avg, MetricConfig, QuotaViolation, Rate, Sensor, TokenBucket
 
 __all__ = [
+    "QUOTA_ALGORITHMS",
+    "SAMPLED",
+    "TOKEN_BUCKET",
     "ClientQuotaManager",
     "ClientRequestQuotaManager",
     "ClientSensors",
@@ -61,6 +74,11 @@ INACTIVE_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
 # The throttle-time average uses the broker's general metric config, not the quota window:
 # metrics.num.samples=2, metrics.sample.window.ms=30000.
 THROTTLE_TIME_METRIC_CONFIG: Final = MetricConfig(samples=2, window_ms=30_000)
+
+# quota.algorithm values: Kafka's windowed rate, or a KIP-599 token bucket.
+SAMPLED: Final = "sampled"
+TOKEN_BUCKET: Final = "token_bucket"
+QUOTA_ALGORITHMS: Final = (SAMPLED, TOKEN_BUCKET)
 
 # 100% = one thread busy for the whole second: percent-seconds per nanosecond of thread time.
 NANOS_TO_PERCENTAGE_PER_SECOND: Final = 100.0 / 1e9
@@ -104,7 +122,11 @@ class ClientQuotaManager:
         *,
         throttle_time_config: MetricConfig = THROTTLE_TIME_METRIC_CONFIG,
         sensor_expiration_ms: int = INACTIVE_SENSOR_EXPIRATION_MS,
+        algorithm: str = SAMPLED,
     ) -> None:
+        if algorithm not in QUOTA_ALGORITHMS:
+            raise ValueError(f"quota algorithm must be one of {', '.join(QUOTA_ALGORITHMS)}, not {algorithm!r}")
+        self.algorithm = algorithm
         self.quota_type = quota_type
         self.callback: ClientQuotaCallback = callback if callback is not None else DefaultQuotaCallback()
         self.metric_config = metric_config
@@ -193,14 +215,14 @@ class ClientQuotaManager:
 
     def _create_sensors(self, key: Hashable, tags: dict[str, str], now_ms: int) -> ClientSensors:
         bound = self.callback.quota_limit(self.quota_type, tags)
-        sensors = ClientSensors(
-            tags, Sensor(self._new_quota_stat(), bound, now_ms), Avg(self.throttle_time_config)
-        )
+        sensors = ClientSensors(tags, self._new_quota_sensor(bound, now_ms), Avg(self.throttle_time_config))
         self._sensors[key] = sensors
         return sensors
 
-    def _new_quota_stat(self) -> Rate | TokenBucket:
-        return Rate(self.metric_config)
+    def _new_quota_sensor(self, bound: float | None, now_ms: int) -> Sensor:
+        if self.algorithm == TOKEN_BUCKET:
+            return Sensor(TokenBucket(self.metric_config), bound, now_ms, observed=Rate(self.metric_config))
+        return Sensor(Rate(self.metric_config), bound, now_ms)
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -209,6 +231,13 @@ class ClientQuotaManager:
         self.quotas_enabled = True
         self.callback.update_quota(self.quota_type, entity, value)
         self.refresh_quota_bounds(entity)
+
+    def reconfigure(self, metric_config: MetricConfig) -> None:
+        """A new rate window (the broker's quota.window.* changed at runtime): every client starts
+        afresh in it, as a sensor's samples cannot be re-cut to another window."""
+        self.metric_config = metric_config
+        self._sensors.clear()
+        self._by_client.clear()
 
     def remove_quota(self, entity: ClientQuotaEntity) -> None:
         self.quotas_enabled = True
@@ -273,12 +302,31 @@ class ClientQuotaManager:
         out: list[tuple[str, str, dict[str, str], float]] = []
         for sensors in self._sensors.values():
             tags = dict(sensors.metric_tags)
-            out.append((group, self.quota_metric_name, tags, sensors.quota_sensor.measure(now_ms)))
+            quota_sensor = sensors.quota_sensor
+            if quota_sensor.observed is not None:  # token_bucket: the rate, then the bucket's balance
+                out.append((group, self.quota_metric_name, tags, quota_sensor.observed.measure(now_ms)))
+                out.append((group, "tokens", dict(tags), quota_sensor.measure(now_ms)))
+            else:
+                out.append((group, self.quota_metric_name, tags, quota_sensor.measure(now_ms)))
             out.append((group, "throttle-time", dict(tags), sensors.throttle_time.measure(now_ms)))
         return out
 
     def sensor_count(self) -> int:
         return len(self._sensors)
+
+    def sensor_bounds(self) -> list[tuple[dict[str, str], float | None]]:
+        """``(metric tags, limit)`` of each live quota sensor: the limits in force right now."""
+        return [(dict(s.metric_tags), s.quota_sensor.bound) for s in self._sensors.values()]
+
+    def recorded_total(self, metric_tags: dict[str, str], now_ms: int) -> float | None:
+        """The sum the quota's live samples hold (the rate times its window), for the sensor with
+        these tags; ``None`` when there is none. Read from the ``Rate`` under either algorithm."""
+        for sensors in self._sensors.values():
+            if sensors.metric_tags == metric_tags:
+                sensor = sensors.quota_sensor
+                rate = sensor.observed if sensor.observed is not None else sensor.stat
+                return rate.total(now_ms) if isinstance(rate, Rate) else None
+        return None
 
 
 class ClientRequestQuotaManager(ClientQuotaManager):
@@ -299,6 +347,10 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         **kwargs: object,
     ) -> None:
         super().__init__(QuotaType.REQUEST, callback, metric_config, **kwargs)  # type: ignore[arg-type]
+        self.max_throttle_time_ms = metric_config.window_ms
+
+    def reconfigure(self, metric_config: MetricConfig) -> None:
+        super().reconfigure(metric_config)
         self.max_throttle_time_ms = metric_config.window_ms
 
     @staticmethod
@@ -339,8 +391,8 @@ class ControllerMutationQuotaManager(ClientQuotaManager):
     ) -> None:
         super().__init__(QuotaType.CONTROLLER_MUTATION, callback, metric_config, **kwargs)  # type: ignore[arg-type]
 
-    def _new_quota_stat(self) -> TokenBucket:
-        return TokenBucket(self.metric_config)
+    def _new_quota_sensor(self, bound: float | None, now_ms: int) -> Sensor:
+        return Sensor(TokenBucket(self.metric_config), bound, now_ms)
 
     def record_and_get_throttle_time_ms(self, principal: str, client_id: str, value: float, now_ms: int) -> int:
         if not self.quotas_enabled:

@@ -173,6 +173,10 @@ class Rate(WindowedSum):
         total, window_ms = self._total_and_window_ms(now_ms)
         return total * 1000.0 / window_ms
 
+    def total(self, now_ms: int) -> float:
+        """What the live samples hold: the sum the rate divides by its window."""
+        return self._total_and_window_ms(now_ms)[0]
+
     def check(self, bound: float, now_ms: int) -> QuotaViolation | None:
         """Kafka's ``Quota.acceptable`` (value <= bound) and ``QuotaUtils.throttleTime``.
 
@@ -253,6 +257,10 @@ class TokenBucket:
     is below zero, and ``-tokens / quota`` seconds bring it back to zero. With no quota (``None``)
     nothing is tracked. Unlike Kafka, the quota is passed in rather than read from the metric's
     config, so a changed quota applies from the next call.
+
+    A bucket is full at its first use with a quota. Kafka's starts empty with its last update at
+    the epoch, which makes it full at any real time; this says the same without depending on where
+    the caller's clock starts (a MockClock starts near 0).
     """
 
     __slots__ = ("config", "tokens", "last_update_ms")
@@ -260,11 +268,14 @@ class TokenBucket:
     def __init__(self, config: MetricConfig) -> None:
         self.config = config
         self.tokens = 0.0
-        self.last_update_ms = 0
+        self.last_update_ms: int | None = None
 
     def _refill(self, quota: float, now_ms: int) -> float:
         burst = self.config.samples * self.config.window_ms / 1000.0 * quota
-        self.tokens = min(burst, self.tokens + quota * (now_ms - self.last_update_ms) / 1000.0)
+        if self.last_update_ms is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + quota * (now_ms - self.last_update_ms) / 1000.0)
         self.last_update_ms = now_ms
         return burst
 
@@ -295,21 +306,27 @@ class Sensor:
     """One quota-bearing stat with an upper bound (``None`` = unlimited) and its last activity.
 
     ``record`` records first, then checks, as Kafka's ``Sensor.record(value, timeMs, true)`` does,
-    and returns the violation instead of raising ``QuotaViolationException``.
+    and returns the violation instead of raising ``QuotaViolationException``. A sensor enforcing a
+    ``TokenBucket`` may also keep an ``observed`` ``Rate`` of the same values, for the rate metric
+    (Kafka's mutation sensor likewise holds a ``Rate`` beside its ``TokenBucket``).
     """
 
-    __slots__ = ("stat", "bound", "last_record_ms")
+    __slots__ = ("stat", "bound", "last_record_ms", "observed")
 
-    def __init__(self, stat: Rate | TokenBucket, bound: float | None, now_ms: int) -> None:
+    def __init__(self, stat: Rate | TokenBucket, bound: float | None, now_ms: int,
+                 observed: Rate | None = None) -> None:
         self.stat = stat
         self.bound = bound
         self.last_record_ms = now_ms
+        self.observed = observed
 
     def record(self, value: float, now_ms: int, check_quota: bool = True) -> QuotaViolation | None:
         self.last_record_ms = now_ms
         stat = self.stat
         if type(stat) is TokenBucket:
             stat.record_with_quota(value, self.bound, now_ms)
+            if self.observed is not None:
+                self.observed.record(value, now_ms)
         else:
             stat.record(value, now_ms)
         if check_quota and self.bound is not None:

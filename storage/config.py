@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -36,6 +36,8 @@ CONFIG_TYPE_IDS = {
 
 # DescribeConfigs ConfigSource ids.
 SOURCE_TOPIC_CONFIG = 1  # DYNAMIC_TOPIC_CONFIG: a per-topic override
+SOURCE_DYNAMIC_BROKER_CONFIG = 2  # set at runtime for this broker (resource name = its id)
+SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3  # set at runtime for every broker (resource name "")
 SOURCE_STATIC_BROKER_CONFIG = 4  # from the broker's properties
 SOURCE_DEFAULT_CONFIG = 5  # Kafka's built-in default
 
@@ -241,6 +243,43 @@ _BROKER_KEY_PARSERS: dict[str, Callable[[str], Any]] = {
     "log.flush.scheduler.interval.ms": _long(),
 }
 
+# Broker keys whose default in Kafka's KafkaConfig is null: the next synonym (or the topic config's own
+# default) applies. Every other broker log key defaults to its topic config's default, in its unit.
+_BROKER_KEYS_WITHOUT_DEFAULT = frozenset({
+    "log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms", "log.flush.interval.ms",
+})
+
+
+def _broker_key_defaults() -> dict[str, str]:
+    defaults: dict[str, str] = {}
+    for definition in TOPIC_CONFIGS.values():
+        for key, factor in definition.broker_keys:
+            if key not in _BROKER_KEYS_WITHOUT_DEFAULT:
+                defaults[key] = format_value(definition, definition.default // factor if factor != 1 else definition.default)
+    return defaults
+
+
+# Kafka's DescribeConfigs "staticDefaultConfigs" for the broker log keys: KafkaConfig's defaults as
+# strings (log.retention.hours=168, log.segment.bytes=1073741824, ...).
+BROKER_KEY_DEFAULTS: dict[str, str] = {}  # filled below, once format_value exists
+
+# Broker keys that set one value in several units (Kafka's DynamicBrokerConfig.brokerConfigSynonyms):
+# describing any of them lists all of them, highest precedence first.
+_BROKER_KEY_GROUPS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(key for key, _ in definition.broker_keys)
+    for definition in TOPIC_CONFIGS.values()
+    if len(definition.broker_keys) > 1
+)
+
+
+def broker_synonyms(key: str) -> tuple[str, ...]:
+    """The broker keys that set the same value as `key`, in precedence order (just `key` for most)."""
+    for group in _BROKER_KEY_GROUPS:
+        if key in group:
+            return group
+    return (key,)
+
+
 # Kafka's testing-only override of segment.bytes: accepted as a topic override, never described.
 INTERNAL_SEGMENT_BYTES = "internal.segment.bytes"
 _parse_internal_segment_bytes = _int(1)
@@ -250,9 +289,7 @@ _parse_internal_segment_bytes = _int(1)
 class LogConfig:
     """The effective configuration of one partition log (a topic's overrides over the broker's).
 
-    Field names are the topic config names with '.' replaced by '_'. `static_broker_configs` names the
-    topic configs whose value came from broker properties (DescribeConfigs source
-    STATIC_BROKER_CONFIG rather than DEFAULT_CONFIG).
+    Field names are the topic config names with '.' replaced by '_'.
     """
 
     cleanup_policy: str = "delete"  # "compact" is accepted and behaves as "delete"
@@ -286,7 +323,6 @@ class LogConfig:
     segment_jitter_ms: int = 0
     segment_ms: int = _WEEK_MS
     unclean_leader_election_enable: bool = False
-    static_broker_configs: frozenset[str] = frozenset()
 
     @property
     def log_append_time(self) -> bool:
@@ -301,7 +337,6 @@ class LogConfig:
         retention time means "forever" (-1), as in Kafka's KafkaConfig.logRetentionTimeMillis.
         """
         values: dict[str, Any] = {}
-        from_props: set[str] = set()
         for definition in TOPIC_CONFIGS.values():
             for key, factor in definition.broker_keys:
                 if key not in props or props[key] is None:
@@ -313,9 +348,8 @@ class LogConfig:
                 if definition.name == "retention.ms" and value < 0:
                     value = -1
                 values[definition.field] = value
-                from_props.add(definition.name)
                 break
-        return cls(**values, static_broker_configs=frozenset(from_props))
+        return cls(**values)
 
     def with_topic_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """This (broker-level) config with a topic's overrides applied; validates every override."""
@@ -331,7 +365,18 @@ class LogConfig:
             changes[definition.field] = _parse(name, definition, text)
         if internal_segment_bytes is not None:
             changes["segment_bytes"] = internal_segment_bytes
-        return dataclasses.replace(self, **changes) if changes else self
+        if changes.get("remote_storage_enable"):
+            # Kafka's LogConfig.validateRemoteStorageOnlyIfSystemEnabled: there is no tiered storage.
+            raise ConfigError("remote.storage.enable", "Tiered Storage functionality is disabled in the broker. "
+                              "Topic cannot be configured with remote log storage.")
+        config = dataclasses.replace(self, **changes) if changes else self
+        if ("min_compaction_lag_ms" in changes or "max_compaction_lag_ms" in changes) and (
+                config.min_compaction_lag_ms > config.max_compaction_lag_ms):
+            # Kafka's LogConfig.validateValues, on the topic's effective values.
+            raise ConfigError("min.compaction.lag.ms",
+                              f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) "
+                              f"> max.compaction.lag.ms ({config.max_compaction_lag_ms})")
+        return config
 
     def value_of(self, name: str) -> Any:
         return getattr(self, TOPIC_CONFIGS[name].field)
@@ -366,38 +411,63 @@ def format_value(definition: TopicConfigDef, value: Any) -> str:
     return str(value)
 
 
+BROKER_KEY_DEFAULTS.update(_broker_key_defaults())
+
+
 class ConfigEntry(NamedTuple):
     """One row of DescribeConfigs for a topic."""
 
     name: str
     value: str
-    source: int  # SOURCE_TOPIC_CONFIG, SOURCE_STATIC_BROKER_CONFIG or SOURCE_DEFAULT_CONFIG
+    source: int  # SOURCE_TOPIC_CONFIG, SOURCE_DYNAMIC_*, SOURCE_STATIC_BROKER_CONFIG or SOURCE_DEFAULT_CONFIG
     is_default: bool  # for DescribeConfigs v0
     config_type: int  # DescribeConfigs v3 ConfigType id
     broker_key: str | None  # the synonym that supplies the default, if any
+    synonyms: tuple[tuple[str, str | None, int], ...] = ()  # (name, value, source), highest precedence first
     read_only: bool = False
     sensitive: bool = False
 
 
-def describe(config: LogConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
-    """All known topic configs of a topic whose effective config is `config`, sorted by name."""
+# Where broker-level values come from, highest precedence first: (source id, {key: value}). Kafka's
+# are the dynamic per-broker configs, the dynamic cluster defaults, the static properties and
+# KafkaConfig's defaults.
+BrokerLevels = Sequence[tuple[int, Mapping[str, str]]]
+DEFAULT_LEVELS: BrokerLevels = ((SOURCE_DEFAULT_CONFIG, BROKER_KEY_DEFAULTS),)
+
+
+def config_synonyms(key: str, levels: BrokerLevels) -> list[tuple[str, str | None, int]]:
+    """Kafka's ConfigHelper.configSynonyms for broker key `key`: every level's value of each of its
+    synonyms, level by level, then everything before the first entry named `key` dropped. So a
+    topic's retention.ms lists nothing unless log.retention.ms itself is set somewhere (Kafka's
+    answer too: log.retention.hours=168 is dropped, being listed before log.retention.ms)."""
+    found = [(name, level[name], source) for source, level in levels for name in broker_synonyms(key) if name in level]
+    for i, (name, _, _) in enumerate(found):
+        if name == key:
+            return found[i:]
+    return []
+
+
+def describe(config: LogConfig, overrides: Mapping[str, str], levels: BrokerLevels = DEFAULT_LEVELS) -> list[ConfigEntry]:
+    """All known topic configs of a topic whose effective config is `config`, sorted by name, each
+    with its synonyms and the source of the value (the first synonym's), as Kafka's
+    ConfigHelper.createTopicConfigEntry: the topic's override, then its broker key's values."""
     entries = []
     for name in sorted(TOPIC_CONFIGS):
         definition = TOPIC_CONFIGS[name]
+        value = format_value(definition, config.value_of(name))
+        synonyms = config_synonyms(definition.broker_key, levels) if definition.broker_key else []
         if name in overrides:
-            source = SOURCE_TOPIC_CONFIG
-        elif name in config.static_broker_configs:
-            source = SOURCE_STATIC_BROKER_CONFIG
-        else:
-            source = SOURCE_DEFAULT_CONFIG
+            synonyms.insert(0, (name, value, SOURCE_TOPIC_CONFIG))
+        source = synonyms[0][2] if synonyms else SOURCE_DEFAULT_CONFIG
         entries.append(
             ConfigEntry(
                 name=name,
-                value=format_value(definition, config.value_of(name)),
+                value=value,
                 source=source,
                 is_default=source == SOURCE_DEFAULT_CONFIG,
                 config_type=CONFIG_TYPE_IDS[definition.type],
                 broker_key=definition.broker_key,
+                synonyms=tuple(synonyms),
             )
         )
     return entries

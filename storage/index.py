@@ -1,8 +1,12 @@
 """Sparse per-segment indexes: `OffsetIndex` (offset -> file position) and `TimeIndex` (timestamp -> offset).
 
 Same roles and file layouts as Kafka's `OffsetIndex` and `TimeIndex`, without the mmap and
-preallocation: entries live in memory (two parallel `array`s, searched with bisect) and are appended
-to the file with `os.write`, so a crash leaves a prefix of whole entries plus at most one torn entry.
+preallocation: entries live in memory (two parallel `array`s, searched with bisect) and reach the file
+lazily, when the segment is flushed (flush.messages, flush.ms), rolled or closed cleanly, through a
+descriptor opened for that write and closed after it (issue 21: an index holds no descriptor between
+writes). Between writes the file holds a prefix of the entries in memory, which is all it needs to
+be: the active segment's indexes are rebuilt from the log after an unclean shutdown anyway (Kafka
+too), and an inactive segment's were written and fsynced when it was rolled.
 
 * `.index`: entries of (relative offset i32, file position i32), big-endian, 8 bytes. The offset is a
   batch's LAST offset (as Kafka's LogSegment.append writes it) at the batch's start position, added
@@ -11,6 +15,11 @@ to the file with `os.write`, so a crash leaves a prefix of whole entries plus at
   far is T, first reached by the batch whose last offset is O". Only appended when T grows; a final
   entry is written when the segment stops being active (roll, clean close) so that the last entry
   gives the segment's largest timestamp without a scan.
+
+A write appends the entries the file lacks, or rewrites the whole file (O_TRUNC, then the entries)
+after a truncation or a rebuild; either way a crash leaves a prefix of whole entries plus at most one
+torn entry, which the load check refuses. A write that fails (disk full, out of descriptors) leaves
+the entries in memory and the file to be rewritten whole at the next write.
 
 Indexes are loaded lazily (a clean open reads nothing but the active segment's), checked on load
 as Kafka's sanityCheck does, and more strictly (`load` returns None when the file fails, and the
@@ -40,10 +49,6 @@ NO_TIMESTAMP = -1
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 
-def _open_append(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-
 class _Index:
     entry: struct.Struct
 
@@ -51,65 +56,66 @@ class _Index:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.entry.size)
-        self._fd: int | None = None
-        self._dirty = False
-        self._stale = False  # the file lags the entries in memory (a failed write)
+        self._on_disk: int | None = None  # entries the file holds (a prefix); None: rewrite it whole
+        self._unsynced = False  # written since the last fsync
 
     # -- file handling ------------------------------------------------------------------------
 
-    def _write(self, data: bytes) -> None:
-        """Append entries to the file. Best effort: the entries in memory are the truth, and a file
-        that could not be written (disk full, out of descriptors) is marked stale and rewritten from
-        memory at the next flush; meanwhile it stays a valid prefix, or fails its load check."""
-        if self._stale:
-            return
-        try:
-            if self._fd is None:
-                self._fd = _open_append(self.path)
-            written = os.write(self._fd, data)
-            if written != len(data):
-                raise OSError(f"short write to {self.path}")
-        except OSError as exc:
-            self._stale = True
-            logger.warning("%s: could not write index entries (%s); rewriting it at the next flush",
-                           self.path, exc)
-            return
-        self._dirty = True
+    @property
+    def pending(self) -> bool:
+        """Whether the file lacks entries that are in memory (or must be rewritten)."""
+        return self._on_disk is None or self._on_disk < len(self)
 
-    def reset_file(self) -> None:
-        """Rewrite the file from the entries in memory (after a rebuild or a truncation)."""
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
+    def mark_for_rewrite(self) -> None:
+        """The file no longer matches memory (a rebuild, a truncation): rewrite it at the next write."""
+        self._on_disk = None
+
+    def write(self, *, fsync: bool = False) -> None:
+        """Bring the file up to the entries in memory (appending, or rewriting it whole); `fsync`:
+        make it durable too. Raises OSError; the file is then rewritten whole at the next write."""
+        on_disk = self._on_disk
+        if on_disk is not None and on_disk >= len(self) and not (fsync and self._unsynced):
+            return
+        count = len(self)
+        rewrite = on_disk is None
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if rewrite else os.O_APPEND)
+        fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._on_disk = None  # until the write below is complete
+        try:
+            view = memoryview(self._serialize(0 if rewrite else on_disk))
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
             os.close(fd)
-        self._stale = True  # until the rewrite below is complete
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        data = self._serialize()
-        if os.write(self._fd, data) != len(data):
-            raise OSError(f"short write to {self.path}")
-        self._stale = False
-        self._dirty = True
+        self._on_disk = count
+        self._unsynced = not fsync
 
     def flush(self) -> None:
-        if self._stale:
-            self.reset_file()
-        if self._fd is not None and self._dirty:
-            os.fsync(self._fd)
-            self._dirty = False
+        self.write(fsync=True)
+
+    def mark_durable(self) -> None:
+        """The file system was synced: what the file holds needs no fsync of its own."""
+        self._unsynced = False
 
     def close(self) -> None:
-        """Release the file descriptor (the entries stay in memory)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Write what the file lacks (no fsync). The entries stay in memory."""
+        self.write()
 
     def delete(self) -> None:
-        self.close()
+        self._on_disk = None
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
 
-    def _serialize(self) -> bytes:
+    def _loaded(self) -> None:
+        """The entries in memory are exactly the file's (just read from it)."""
+        self._on_disk = len(self)
+
+    def _serialize(self, start: int) -> bytes:
+        """The file's bytes of the entries from `start` on."""
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -156,15 +162,16 @@ class OffsetIndex(_Index):
         if offsets and next_offset is not None and base_offset + offsets[-1] >= next_offset:
             return None
         index._relative_offsets, index._positions = offsets, positions
+        index._loaded()
         return index
 
     def __len__(self) -> int:
         return len(self._relative_offsets)
 
-    def _serialize(self) -> bytes:
-        flat = array("i", bytes(8 * len(self._positions)))
-        flat[0::2] = self._relative_offsets
-        flat[1::2] = self._positions
+    def _serialize(self, start: int) -> bytes:
+        flat = array("i", bytes(8 * (len(self._positions) - start)))
+        flat[0::2] = self._relative_offsets[start:]
+        flat[1::2] = self._positions[start:]
         if not _BIG_ENDIAN_HOST:
             flat.byteswap()
         return flat.tobytes()
@@ -185,7 +192,7 @@ class OffsetIndex(_Index):
     def entries(self) -> list[tuple[int, int]]:
         return [(self.base_offset + o, p) for o, p in zip(self._relative_offsets, self._positions)]
 
-    def append(self, offset: int, position: int, *, write: bool = True) -> None:
+    def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
         if self._relative_offsets and relative <= self._relative_offsets[-1]:
             raise ValueError(f"offset index entry {offset} is not above the last entry")
@@ -193,8 +200,6 @@ class OffsetIndex(_Index):
             raise ValueError(f"offset {offset} is out of range for base offset {self.base_offset}")
         self._relative_offsets.append(relative)
         self._positions.append(position)
-        if write:
-            self._write(OFFSET_ENTRY.pack(relative, position))
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is >= `offset` (Kafka's OffsetIndex.truncateTo)."""
@@ -202,11 +207,8 @@ class OffsetIndex(_Index):
         if keep < len(self._relative_offsets):
             del self._relative_offsets[keep:]
             del self._positions[keep:]
-            self.reset_file()
-
-    def clear(self) -> None:
-        del self._relative_offsets[:]
-        del self._positions[:]
+            if self._on_disk is not None and self._on_disk > keep:
+                self._on_disk = None
 
 
 class TimeIndex(_Index):
@@ -241,6 +243,7 @@ class TimeIndex(_Index):
             return None
         if offsets and next_offset is not None and base_offset + offsets[-1] >= next_offset:
             return None
+        index._loaded()
         return index
 
     @staticmethod
@@ -262,9 +265,10 @@ class TimeIndex(_Index):
     def __len__(self) -> int:
         return len(self._timestamps)
 
-    def _serialize(self) -> bytes:
+    def _serialize(self, start: int) -> bytes:
         return b"".join(
-            TIME_ENTRY.pack(t, o) for t, o in zip(self._timestamps, self._relative_offsets)
+            TIME_ENTRY.pack(t, o)
+            for t, o in zip(self._timestamps[start:], self._relative_offsets[start:])
         )
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
@@ -284,7 +288,7 @@ class TimeIndex(_Index):
     def entries(self) -> list[tuple[int, int]]:
         return [(t, self.base_offset + o) for t, o in zip(self._timestamps, self._relative_offsets)]
 
-    def maybe_append(self, timestamp: int, offset: int, *, write: bool = True) -> bool:
+    def maybe_append(self, timestamp: int, offset: int) -> bool:
         """Append (timestamp, offset) if the timestamp is above the last entry's; True if added."""
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return False
@@ -295,8 +299,6 @@ class TimeIndex(_Index):
             raise ValueError(f"offset {offset} is out of range for base offset {self.base_offset}")
         self._timestamps.append(timestamp)
         self._relative_offsets.append(relative)
-        if write:
-            self._write(TIME_ENTRY.pack(timestamp, relative))
         return True
 
     def truncate_to(self, offset: int) -> None:
@@ -308,11 +310,8 @@ class TimeIndex(_Index):
         if keep < len(self._relative_offsets):
             del self._timestamps[keep:]
             del self._relative_offsets[keep:]
-            self.reset_file()
-
-    def clear(self) -> None:
-        del self._timestamps[:]
-        del self._relative_offsets[:]
+            if self._on_disk is not None and self._on_disk > keep:
+                self._on_disk = None
 
 
 def _strictly_increasing(values: array) -> bool:

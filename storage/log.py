@@ -4,7 +4,13 @@ replication and compaction).
 Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
 20 digits (`00000000000000000000.log`, `.index`, `.timeindex`; see `storage.segment` and
 `storage.index` for the formats), an optional `log-start-offset` file (decimal text, written
-atomically by DeleteRecords) and, only while the log is closed cleanly, a `clean-shutdown` marker.
+atomically by DeleteRecords) and, while the files are consistent, a `clean-shutdown` marker.
+
+Descriptors (issue 21): a log holds none of its own. Its segments borrow their `.log` file's from a
+`storage.file_cache.FileCache` shared by every log of the broker (bounded by log.max.open.files,
+least recently used closed first), and index files are written lazily, through descriptors opened
+for the write. A log can be registered without reading anything (`register`) and is loaded at its
+first use, so ten thousand idle partitions cost neither descriptors nor start-up time.
 
 Appends store the producer's batches as they are, assigning offsets (baseOffset sits outside the
 CRC). For LogAppendTime topics the batch's maxTimestamp and timestamp-type bit are rewritten and its
@@ -18,15 +24,17 @@ Flush policy (Kafka's defaults):
 * `flush.messages` (default never): fsync once that many offsets were appended since the last flush;
 * `flush.ms` (default never): `maybe_flush(now_ms)` fsyncs when the oldest unflushed append is older;
 * a segment is fsynced (log and indexes) when it is rolled, and everything on a clean close, before the
-  clean-shutdown marker is written.
+  clean-shutdown marker is written (the LogManager syncs the file system once for all its logs).
 
-Recovery at open: the marker is removed (and the removal made durable) before anything else. After a
-clean shutdown the indexes are trusted and only the active segment's tail is checked (the batches after
-its last offset-index entry, and the CRC of its last batch), so opening is fast whatever the log's size.
-After an unclean shutdown (no marker) the active segment is scanned batch by batch, checking framing,
-magic, offset continuity and CRC, and truncated at the first torn or corrupt batch, and its indexes are
-rebuilt. Older segments were fsynced when they were rolled, so they are not scanned; a missing or
-badly sized index file of any segment is rebuilt from its log, and a corrupt one when first used.
+The clean-shutdown marker: written by a clean close (and by `create`: an empty log is consistent),
+removed before the first change to the log's files after it is loaded (`_begin_write`), not at the
+load: a log that was only read keeps it, so a crash leaves nothing to recover there. Loading after a
+clean shutdown trusts the indexes and checks only the active segment's tail (the batches after its
+last offset-index entry, and the CRC of its last batch), so loading is fast whatever the log's size.
+Without the marker the active segment is scanned batch by batch, checking framing, magic, offset
+continuity and CRC, and truncated at the first torn or corrupt batch, and its indexes are rebuilt.
+Older segments were fsynced when they were rolled, so they are not scanned; a missing or badly sized
+index file of any segment is rebuilt from its log, and a corrupt one when first used.
 
 Not thread-safe: call from one thread. Reads are consistent with interleaved appends (they never go
 past the whole batches already written), but retention and deletion close files a concurrent reader in
@@ -35,8 +43,12 @@ another thread might be using.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
+import platform
+import sys
 import shutil
 import struct
 from bisect import bisect_right
@@ -55,6 +67,7 @@ from protocol.records import (
     BatchHeader,
 )
 from storage.config import LogConfig
+from storage.file_cache import FileCache
 from storage.index import NO_TIMESTAMP
 from storage.segment import (
     INDEX_SUFFIX,
@@ -62,6 +75,7 @@ from storage.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
     record_with_timestamp,
+    segment_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -83,6 +97,7 @@ _LEFTOVER_SUFFIXES = tuple(
     for extra in (".deleted", ".cleaned", ".swap", ".tmp")
 )
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+PRIVATE_CACHE_CAPACITY = 16  # open segment files of a log opened without a shared cache
 
 
 class OffsetOutOfRangeError(Exception):
@@ -101,18 +116,26 @@ class AppendResult:
 
 
 class PartitionLog:
-    """The segments of one partition. Use `PartitionLog.open`."""
+    """The segments of one partition. Use `PartitionLog.open`, `create` or `register`."""
 
-    def __init__(self, directory: Path, config: LogConfig) -> None:
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int,
+                 files: FileCache | None = None) -> None:
         self.directory = directory
         self._config = config
-        self._segments: list[LogSegment] = []
+        # A log opened on its own (tests, tools) gets a small cache of its own.
+        self._files = files if files is not None else FileCache(PRIVATE_CACHE_CAPACITY)
+        self._registered_ms = now_ms  # the load time for segment.ms and flush.ms (see `load`)
+        self._segments: list[LogSegment] | None = None  # None until loaded
         self._base_offsets: list[int] = []
         self._log_start_offset = 0
         self._size = 0
         self._unflushed_messages = 0
         self._last_flush_ms = 0
+        self._marker = False  # the clean-shutdown marker is on disk (nothing changed since)
         self._closed = False
+        self._unloaded_size: int | None = None
+        self._single_segment: bool | None = None  # while unloaded: at most one segment on disk
+        self._listing: list[int] | None = None  # segment base offsets listed ahead of `load`
         # Called with the new segment's base offset after a roll, before the batches that caused
         # it are appended (the owner snapshots producer state there).
         self.on_roll: Callable[[int], None] | None = None
@@ -120,19 +143,76 @@ class PartitionLog:
     # -- opening ----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
-        """Open the log in `directory`, creating it if missing, recovering it if it was not closed
-        cleanly."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config)
-        log._last_flush_ms = now_ms
-        marker = directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        if clean:
-            marker.unlink()
-            fsync_directory(directory)
+    def open(cls, directory: Path, config: LogConfig, now_ms: int, *,
+             files: FileCache | None = None) -> PartitionLog:
+        """Open the log in `directory` now, creating it if missing, recovering it if it was not
+        closed cleanly."""
+        log = cls.register(directory, config, now_ms, files=files)
+        log.load()
+        return log
 
+    @classmethod
+    def register(cls, directory: Path, config: LogConfig, now_ms: int, *,
+                 files: FileCache | None = None) -> PartitionLog:
+        """The log in `directory`, read nothing of: it is loaded at its first use (or by `load`).
+        `now_ms` stands for the load time: Kafka loads every log at start, and a segment's age
+        (segment.ms) and the flush.ms clock start from then."""
+        return cls(directory if isinstance(directory, Path) else Path(directory), config, now_ms, files)
+
+    @classmethod
+    def create(cls, directory: Path, config: LogConfig, now_ms: int, *,
+               files: FileCache | None = None, start_offset: int = 0) -> PartitionLog:
+        """A new, empty log in a new directory `directory`: its first segment file and, since an
+        empty log is consistent, its clean-shutdown marker (so that a crash before its first
+        append leaves nothing to recover). Nothing is fsynced: the creator makes the directory's
+        entry durable before it commits the creation."""
+        directory = Path(directory)
+        directory.mkdir(parents=True)
+        log = cls(directory, config, now_ms, files)
+        try:
+            segment = LogSegment.create(
+                directory, start_offset,
+                index_interval_bytes=config.index_interval_bytes,
+                max_index_size=config.segment_index_bytes,
+                files=log._files,
+            )
+            try:
+                _create_marker(directory)
+            except BaseException:
+                segment.close()
+                raise
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        log._marker = True
+        log._loaded([segment], start_offset)
+        return log
+
+    @property
+    def loaded(self) -> bool:
+        return self._segments is not None
+
+    @property
+    def needs_recovery(self) -> bool:
+        """Whether loading will scan the active segment: the log was not closed cleanly (no
+        clean-shutdown marker), or was changed since it was loaded."""
+        if self._segments is not None:
+            return False
+        return not os.path.exists(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE))  # 10,000 at start
+
+    def tail_bytes_on_disk(self) -> int:
+        """The size of the last segment file (what a recovery scans). Lists the directory, and the
+        `load` that follows uses that listing."""
+        if self._listing is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._listing = self._list_directory()
+        bases = self._listing
+        return os.stat(self.directory / (segment_name(bases[-1]) + LOG_SUFFIX)).st_size if bases else 0
+
+    def _list_directory(self) -> list[int]:
+        """The base offsets of the segments, sorted; leftovers of unfinished work removed (our
+        temporary files, Kafka-style .deleted/.cleaned/.swap files, indexes whose log is gone)."""
+        directory = self.directory
         bases: list[int] = []
         index_names: list[tuple[str, int]] = []
         for name in os.listdir(directory):
@@ -154,40 +234,84 @@ class PartitionLog:
         for name, base in index_names:
             if base not in known:  # an index whose log is gone
                 _unlink(directory / name)
+        return bases
+
+    def load(self) -> None:
+        """Read the log's directory and its active segment's tail, or recover the active segment
+        when the log was not closed cleanly. Idempotent; on an error the log stays unloaded (its
+        descriptors given back) and the next use tries again."""
+        if self._segments is not None:
+            return
+        if self._closed:  # a request still holding the log of a deleted topic
+            raise OSError(errno.EBADF, "the log is closed", str(self.directory))
+        directory = self.directory
+        config = self._config
+        directory.mkdir(parents=True, exist_ok=True)
+        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
+        self._marker = clean
+        bases, self._listing = self._listing if self._listing is not None else self._list_directory(), None
 
         stored_start = _read_log_start_offset(directory)
         segment_args = dict(
             index_interval_bytes=config.index_interval_bytes,
             max_index_size=config.segment_index_bytes,
+            files=self._files,
         )
-        if not bases:
-            start = stored_start or 0
-            log._segments = [LogSegment.create(directory, start, **segment_args)]
-        else:
-            log._segments = [LogSegment.open(directory, b, **segment_args) for b in bases]
-            for segment, following in zip(log._segments, log._segments[1:]):
-                segment.next_offset = following.base_offset
-                segment.load_inactive()
-                segment.next_offset = following.base_offset
-            active = log._segments[-1]
-            truncated = active.load_active(clean=clean)
-            if truncated:
-                logger.warning(
-                    "%s: truncated %d bytes of torn or corrupt data at the end of %s",
-                    directory, truncated, active.log_path.name,
-                )
-            if active.size:
-                active.first_append_ms = now_ms  # Kafka resets a loaded segment's age too
-        log._base_offsets = [s.base_offset for s in log._segments]
-        log._size = sum(s.size for s in log._segments)
-        log._log_start_offset = max(stored_start or 0, log._segments[0].base_offset)
-        if log._log_start_offset > log.log_end_offset:
-            # DeleteRecords moved the start past data an unclean shutdown then lost: start afresh
-            # at the recorded start offset, as Kafka's truncateFullyAndStartAt.
-            log._truncate_fully_and_start_at(log._log_start_offset)
-        if not clean:
-            log.flush()
-        return log
+        segments: list[LogSegment] = []
+        try:
+            if not bases:
+                self._begin_write()
+                segments = [LogSegment.create(directory, stored_start or 0, **segment_args)]
+            else:
+                segments = [LogSegment.open(directory, b, **segment_args) for b in bases]
+                for segment, following in zip(segments, segments[1:]):
+                    segment.next_offset = following.base_offset
+                    segment.load_inactive()
+                    segment.next_offset = following.base_offset
+                active = segments[-1]
+                if not (clean and active.load_clean()):
+                    self._begin_write()
+                    truncated = active.recover()
+                    if truncated:
+                        logger.warning(
+                            "%s: truncated %d bytes of torn or corrupt data at the end of %s",
+                            directory, truncated, active.log_path.name,
+                        )
+                        active.flush()  # the cut is durable before anything is appended after it
+                if active.size:
+                    active.first_append_ms = self._registered_ms  # Kafka resets a loaded segment's age too
+            self._loaded(segments, stored_start or 0)
+            if self._log_start_offset > self.log_end_offset:
+                # DeleteRecords moved the start past data an unclean shutdown then lost: start afresh
+                # at the recorded start offset, as Kafka's truncateFullyAndStartAt.
+                self._truncate_fully_and_start_at(self._log_start_offset)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            self._segments = None
+            raise
+
+    def _loaded(self, segments: list[LogSegment], stored_start: int) -> None:
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self._size = sum(s.size for s in segments)
+        self._log_start_offset = max(stored_start, segments[0].base_offset)
+        self._last_flush_ms = self._registered_ms
+        self._unloaded_size = self._single_segment = None
+
+    def _begin_write(self) -> None:
+        """Before the first change to the log's files since it was loaded clean: remove the
+        clean-shutdown marker, so that a crash from here on makes the next load recover.
+
+        Not fsynced (as Kafka deletes its .kafka_cleanshutdown): a killed process cannot undo an
+        unlink, and a power cut that brings the marker back brings back the indexes of the last
+        clean close with it, so the clean load's tail check (framing and offsets from the last
+        index entry to the file's end, the CRC of the last batch) finds what was lost or torn and
+        recovers the segment. A roll fsyncs the directory, and with it the unlink. An fsync here
+        cost every partition's first write a few milliseconds (seconds for 10,000 partitions)."""
+        if self._marker:
+            _unlink(self.directory / CLEAN_SHUTDOWN_FILE)
+            self._marker = False
 
     # -- properties -------------------------------------------------------------------------------
 
@@ -197,33 +321,48 @@ class PartitionLog:
 
     def update_config(self, config: LogConfig) -> None:
         self._config = config
-        for segment in self._segments:
+        for segment in self._segments or ():
             segment.index_interval_bytes = config.index_interval_bytes
 
     @property
     def log_start_offset(self) -> int:
+        if self._segments is None:
+            self.load()
         return self._log_start_offset
 
     @property
     def log_end_offset(self) -> int:
+        if self._segments is None:
+            self.load()
         return self._segments[-1].next_offset
 
     @property
     def size_bytes(self) -> int:
+        """The bytes of the log's segments; for a log not loaded yet, from the sizes of its files."""
+        if self._segments is None:
+            if self._unloaded_size is None:
+                self._unloaded_size = sum(size for _, size in _segment_files(self.directory))
+            return self._unloaded_size
         return self._size
 
     @property
     def segments(self) -> list[LogSegment]:
+        if self._segments is None:
+            self.load()
         return list(self._segments)
 
     @property
     def active_segment(self) -> LogSegment:
+        if self._segments is None:
+            self.load()
         return self._segments[-1]
 
     # -- appending --------------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Append one or more already-checked v2 batches, assigning consecutive offsets."""
+        if self._segments is None:
+            self.load()
         view = memoryview(records)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
@@ -245,6 +384,7 @@ class PartitionLog:
             raise ValueError("no record batch to append")
 
         config = self._config
+        self._begin_write()
         active = self._segments[-1]
         first_offset = active.next_offset
         if self._should_roll(active, total, first_offset + count - 1, now_ms):
@@ -316,6 +456,8 @@ class PartitionLog:
 
     def roll(self, now_ms: int) -> int:
         """Start a new segment at the log end (if the active one holds anything); returns its base."""
+        if self._segments is None:
+            self.load()
         if self._segments[-1].size:
             self._roll(now_ms)
         return self._segments[-1].base_offset
@@ -323,6 +465,7 @@ class PartitionLog:
     def _roll(self, now_ms: int) -> LogSegment:
         """Start a new segment. An OSError (disk full, read-only, out of descriptors) leaves the old
         segment the active one, and the next append tries again."""
+        self._begin_write()
         old = self._segments[-1]
         old.on_become_inactive()  # fsyncs: older segments need no scan after a crash
         new = LogSegment.create(
@@ -330,6 +473,7 @@ class PartitionLog:
             old.next_offset,
             index_interval_bytes=self._config.index_interval_bytes,
             max_index_size=self._config.segment_index_bytes,
+            files=self._files,
         )
         try:
             fsync_directory(self.directory)
@@ -352,6 +496,8 @@ class PartitionLog:
 
     def flush(self, now_ms: int | None = None) -> None:
         """fsync what was appended since the last flush."""
+        if self._segments is None:
+            return
         for segment in self._segments:
             segment.flush()
         self._unflushed_messages = 0
@@ -360,6 +506,8 @@ class PartitionLog:
 
     def maybe_flush(self, now_ms: int) -> bool:
         """flush.ms: fsync when data is waiting and the last flush is that old. True if flushed."""
+        if self._segments is None:
+            return False
         if self._unflushed_messages and now_ms - self._last_flush_ms >= self._config.flush_ms:
             self.flush(now_ms)
             return True
@@ -377,6 +525,8 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
         """Whole batches from the one holding `offset`, up to `max_bytes` (or the whole first batch
         when it alone is bigger and `min_one_batch`), continuing into later segments."""
+        if self._segments is None:
+            self.load()
         self._check_offset(offset)
         if offset == self.log_end_offset:
             return b""
@@ -405,13 +555,15 @@ class PartitionLog:
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one holding `from_offset` to the log end (at the time
         each segment is reached). `position` is the batch's position in its segment file."""
+        if self._segments is None:
+            self.load()
         if from_offset >= self.log_end_offset:
             return
         segments = list(self._segments)
         i = max(0, bisect_right([s.base_offset for s in segments], from_offset) - 1)
         position = segments[i].find_position(from_offset) if from_offset > segments[i].base_offset else 0
         for segment in segments[i:]:
-            if segment.fd < 0:
+            if segment.closed:
                 return  # deleted while iterating
             if position is not None:
                 for header in segment.headers(position):
@@ -424,6 +576,8 @@ class PartitionLog:
         after the log start offset whose timestamp is >= `timestamp_ms`; None when no record is that
         recent. The segment and batch are found from the indexes and batch headers; only the one
         batch that straddles the target is read record by record (decompressed if it must be)."""
+        if self._segments is None:
+            self.load()
         start = self._log_start_offset
         for segment in self._segments:
             if segment.max_timestamp >= timestamp_ms and segment.next_offset > start:
@@ -437,6 +591,8 @@ class PartitionLog:
         the largest timestamp in the log (Kafka: the first segment with that largest timestamp, its
         first batch with it, that batch's first record with it), or (-1, -1) when the log is empty.
         An offset below the log start offset (DeleteRecords) is raised to it."""
+        if self._segments is None:
+            self.load()
         best: LogSegment | None = None
         for segment in self._segments:
             if segment.size and segment.next_offset > self._log_start_offset:
@@ -458,7 +614,15 @@ class PartitionLog:
     def enforce_retention(self, now_ms: int) -> int:
         """Delete whole old segments (never the active one): those entirely below the log start
         offset, those whose largest timestamp is older than retention.ms, and the oldest while the
-        log exceeds retention.bytes. Returns the number of segments deleted."""
+        log exceeds retention.bytes. Returns the number of segments deleted. A log not loaded yet
+        is loaded only when it has more than one segment file (the active segment is never
+        deleted; an unloaded log gains none), and its directory is listed once to find out."""
+        if self._segments is None:
+            if self._single_segment is None:
+                self._single_segment = len(_segment_files(self.directory)) <= 1
+            if self._single_segment:
+                return 0
+            self.load()
         config = self._config
         deleted = 0
         segments = self._segments
@@ -491,6 +655,7 @@ class PartitionLog:
         return int(os.stat(segment.log_path).st_mtime * 1000)
 
     def _delete_oldest_segment(self) -> None:
+        self._begin_write()
         segment = self._segments.pop(0)
         self._base_offsets.pop(0)
         self._size -= segment.size
@@ -499,11 +664,14 @@ class PartitionLog:
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to `offset` (persisted), deleting segments that
         fall entirely below it. Returns the new log start offset (the low watermark)."""
+        if self._segments is None:
+            self.load()
         if offset < 0 or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"cannot delete records before {offset}: the log ends at {self.log_end_offset}"
             )
         if offset > self._log_start_offset:
+            self._begin_write()
             self._log_start_offset = offset
             write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
             segments = self._segments
@@ -516,6 +684,7 @@ class PartitionLog:
         below `offset` when it falls inside a batch)."""
         if offset >= self.log_end_offset:
             return
+        self._begin_write()
         if offset <= self._segments[0].base_offset:
             self._truncate_fully_and_start_at(offset)
             return
@@ -531,6 +700,7 @@ class PartitionLog:
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._begin_write()
         for segment in self._segments:
             segment.delete()
         self._segments = [
@@ -539,6 +709,7 @@ class PartitionLog:
                 offset,
                 index_interval_bytes=self._config.index_interval_bytes,
                 max_index_size=self._config.segment_index_bytes,
+                files=self._files,
             )
         ]
         self._base_offsets = [offset]
@@ -548,21 +719,55 @@ class PartitionLog:
 
     # -- closing ----------------------------------------------------------------------------------
 
+    def prepare_clean_close(self) -> bool:
+        """The first half of a clean close, for a caller that makes many logs durable at once (one
+        `sync_filesystem` instead of an fsync per file): the active segment's final time-index
+        entry, and every index entry written to its file, without fsync. True when the log has
+        changed since it was loaded clean (it needs that sync, then `mark_durable`)."""
+        if self._segments is None or self._closed:
+            return False
+        active = self._segments[-1]
+        if active.size:
+            active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
+        for segment in self._segments:
+            segment.write_indexes()
+        return not self._marker
+
+    def mark_durable(self) -> None:
+        """The file system was synced since `prepare_clean_close`: nothing written before needs an
+        fsync (a write that failed is still pending, and `close` writes and fsyncs it)."""
+        for segment in self._segments or ():
+            segment.mark_durable()
+
     def close(self, clean: bool = True) -> None:
         """Close the files. `clean`: make everything durable and write the clean-shutdown marker,
-        so the next open trusts the indexes. `clean=False` leaves the files as a crash would."""
+        so the next open trusts the indexes. `clean=False` leaves the files as a crash would. A log
+        never loaded has nothing to do (its files, and its marker, are as they were); a log not
+        changed since it was loaded clean keeps its marker and only writes index files rebuilt
+        from the log meanwhile. Raises OSError when the flush fails: then no marker is written
+        and the next start recovers the log."""
         if self._closed:
             return
         self._closed = True
-        if clean:
-            active = self._segments[-1]
-            if active.size:
-                active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
-            self.flush()
-        for segment in self._segments:
-            segment.close()
-        if clean:
-            write_atomically(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        if self._segments is None:
+            return
+        try:
+            if clean:
+                active = self._segments[-1]
+                if active.size:
+                    active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
+                if self._marker:
+                    for segment in self._segments:
+                        segment.write_indexes()
+                else:
+                    self.flush()
+                    # After the flush: a marker that exists says the files were durable. It needs
+                    # no fsync of its own (losing it to a power cut only costs a recovery).
+                    _create_marker(self.directory)
+                    self._marker = True
+        finally:
+            for segment in self._segments:
+                segment.close()
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
@@ -578,6 +783,49 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def sync_filesystem(directory: Path) -> bool:
+    """syncfs(2) the file system holding `directory`: everything written to it is durable. False
+    where that is not available, or does not report write-back errors (Linux before 5.8): the
+    caller then fsyncs file by file."""
+    if not sys.platform.startswith("linux") or _kernel_version() < (5, 8):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syncfs = libc.syncfs
+    except (OSError, AttributeError):
+        return False
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), str(directory))
+    finally:
+        os.close(fd)
+    return True
+
+
+def _kernel_version() -> tuple[int, int]:
+    try:
+        major, minor = platform.release().split(".")[:2]
+        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    except ValueError:
+        return 0, 0
+
+
+def _create_marker(directory: Path) -> None:
+    os.close(os.open(directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def _segment_files(directory: Path) -> list[tuple[str, int]]:
+    """(name, size) of the `.log` files in `directory`, from one listing (no descriptor kept)."""
+    try:
+        with os.scandir(directory) as entries:
+            return [(e.name, e.stat().st_size) for e in entries
+                    if e.name.endswith(LOG_SUFFIX) and len(e.name) == 20 + len(LOG_SUFFIX)]
+    except FileNotFoundError:
+        return []
 
 
 def fsync_directory(directory: Path) -> None:

@@ -36,15 +36,17 @@ here every topic is stored alike.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
 import re
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from storage.config import (
     ConfigError,
@@ -54,7 +56,8 @@ from storage.config import (
     validate_topic_name,
 )
 from storage.errors import DamagedFileError, StrayDataError
-from storage.log import PartitionLog, fsync_directory, write_atomically
+from storage.file_cache import FileCache
+from storage.log import PartitionLog, fsync_directory, sync_filesystem, write_atomically
 from storage.segment import LOG_SUFFIX
 
 __all__ = [
@@ -76,6 +79,8 @@ MAX_PARTITIONS = 10_000
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _DELETED_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<topic_id>[0-9a-f]{32})-delete$")
 DELETE_SUFFIX = "-delete"
+DEFAULT_CACHE_CAPACITY = 256  # open segment files when the owner gives no cache (tools, tests)
+PARALLEL_RECOVERY_BYTES = 1 << 20  # a last segment this big is recovered on a worker thread
 
 
 class TopicExistsError(Exception):
@@ -123,23 +128,47 @@ def new_topic_id() -> uuid.UUID:
             return topic_id
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """What `LogManager.open` found: partitions registered, and those recovered before the open
+    returned (not closed cleanly, or changed since their last clean load)."""
+
+    partitions: int = 0
+    recovered: int = 0
+    threads: int = 1
+
+
 class LogManager:
-    def __init__(self, data_dir: Path, broker_config: LogConfig) -> None:
+    def __init__(self, data_dir: Path, broker_config: LogConfig, files: FileCache | None = None,
+                 threads: int = 1) -> None:
         self.data_dir = data_dir
         self.broker_config = broker_config
+        # The open segment files of every log (issue 21); bounded, shared by all partitions.
+        self.files = files if files is not None else FileCache(DEFAULT_CACHE_CAPACITY)
+        self.threads = max(1, threads)  # num.recovery.threads.per.data.dir
+        self.recovery = Recovery()
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
+        # Called with the topic's name after a topic is created, grown or deleted: the shell tells
+        # the quota callback (KIP-257).
+        self.on_topics_changed: Callable[[str], None] | None = None
 
     # -- opening ----------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, data_dir: Path, broker_config: LogConfig, now_ms: int) -> LogManager:
+    def open(cls, data_dir: Path, broker_config: LogConfig, now_ms: int, *,
+             files: FileCache | None = None, threads: int = 1) -> LogManager:
         """Open every topic of the data directory. Raises DamagedFileError (nothing changed on disk
-        but temporary files) when a topic file cannot be used."""
+        but temporary files) when a topic file cannot be used.
+
+        Partitions are registered from the directory listing and loaded at their first use, so
+        start-up does not grow with idle partitions (issue 21); those whose clean-shutdown marker
+        is missing (a crash since they were last changed) are recovered here, before the broker
+        serves anything, on `threads` threads (Kafka's num.recovery.threads.per.data.dir)."""
         data_dir = Path(data_dir)
         topics_dir = data_dir / TOPICS_DIR
         topics_dir.mkdir(parents=True, exist_ok=True)
-        manager = cls(data_dir, broker_config)
+        manager = cls(data_dir, broker_config, files, threads)
         infos: list[TopicInfo] = []
         for name in sorted(os.listdir(topics_dir)):
             path = topics_dir / name
@@ -151,22 +180,25 @@ class LogManager:
                 continue
             infos.append(manager._read_topic_file(path))
         infos = manager._finish_deletions(infos)
+        present = set(os.listdir(data_dir))
         for info in infos:
             topic = _Topic(info)
             for partition in range(info.num_partitions):
                 directory = manager._partition_dir(info.name, partition)
-                if not directory.is_dir():
+                if directory.name not in present:
                     logger.warning("%s is missing: partition %d of topic %s starts empty",
                                    directory, partition, info.name)
-                topic.logs.append(PartitionLog.open(directory, info.config, now_ms))
+                topic.logs.append(
+                    PartitionLog.register(directory, info.config, now_ms, files=manager.files)
+                )
             manager._topics[info.name] = topic
             manager._by_id[info.topic_id] = topic
-        for name in sorted(os.listdir(data_dir)):
-            if name == TOPICS_DIR or not (data_dir / name).is_dir():
-                continue
+        for name in sorted(present):
             match = _PARTITION_DIR.match(name)
             topic = manager._topics.get(match["topic"]) if match else None
             if topic is not None and int(match["partition"]) < topic.info.num_partitions:
+                continue
+            if name == TOPICS_DIR or not (data_dir / name).is_dir():
                 continue
             if match and _holds_records(data_dir / name):
                 logger.error(
@@ -175,7 +207,28 @@ class LogManager:
                 )
             else:
                 logger.warning("ignoring stray directory %s in the data directory", data_dir / name)
+        manager._recover()
         return manager
+
+    def _recover(self) -> None:
+        """Load the logs that need recovery. Threads help where reading and checksumming dominate
+        (os.pread and crc32c release the GIL): logs whose last segment holds at least
+        PARALLEL_RECOVERY_BYTES. A small log's recovery is mostly Python, where threads only
+        contend for the GIL (10,000 one-batch partitions: 0.7 s on one thread, 1.1 s on two), so
+        those are recovered on this thread, after the large ones."""
+        logs = [log for _, _, log in self.logs()]
+        unclean = [log for log in logs if log.needs_recovery]
+        large = []
+        if self.threads > 1 and len(unclean) > 1:
+            large = [log for log in unclean if log.tail_bytes_on_disk() >= PARALLEL_RECOVERY_BYTES]
+        threads = min(self.threads, len(large))
+        if threads > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
+                for _ in pool.map(PartitionLog.load, large):
+                    pass
+        for log in unclean:
+            log.load()  # (a no-op for those loaded above)
+        self.recovery = Recovery(len(logs), len(unclean), max(threads, 1))
 
     def _finish_deletions(self, infos: list[TopicInfo]) -> list[TopicInfo]:
         """Complete the deletions a crash cut short: every `-delete` directory goes, and so does a
@@ -231,6 +284,15 @@ class LogManager:
             ) from exc
         return TopicInfo(name, topic_id, num_partitions, overrides, config)
 
+    def _leftover_directories(self, name: str, partitions: Iterable[int]) -> list[Path]:
+        """The directories already there for these partitions of `name` (a creation or addition cut
+        short by a crash); StrayDataError when one holds records, which must not be created over."""
+        existing = [d for d in (self._partition_dir(name, p) for p in partitions) if d.exists()]
+        for directory in existing:
+            if _holds_records(directory):
+                raise StrayDataError(directory, name)
+        return existing
+
     def _write_topic_file(self, info: TopicInfo) -> None:
         state = {
             "version": 1,
@@ -283,11 +345,7 @@ class LogManager:
         info = TopicInfo(name, topic_id or new_topic_id(), num_partitions, overrides, config)
         if validate_only:
             return info
-        existing = [self._partition_dir(name, p) for p in range(num_partitions)]
-        existing = [d for d in existing if d.exists()]
-        for directory in existing:
-            if _holds_records(directory):
-                raise StrayDataError(directory, name)
+        existing = self._leftover_directories(name, range(num_partitions))
         topic = _Topic(info)
         try:
             for directory in existing:  # what a creation cut short by a crash left: no records
@@ -295,7 +353,8 @@ class LogManager:
                 shutil.rmtree(directory)
             for partition in range(num_partitions):
                 directory = self._partition_dir(name, partition)
-                topic.logs.append(PartitionLog.open(directory, config, now_ms))
+                topic.logs.append(PartitionLog.create(directory, config, now_ms, files=self.files))
+            fsync_directory(self.data_dir)  # the partition directories exist before the commit
             self._write_topic_file(info)
         except BaseException:
             for log in topic.logs:
@@ -303,6 +362,8 @@ class LogManager:
             raise
         self._topics[name] = topic
         self._by_id[info.topic_id] = topic
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
         return info
 
     def delete_topic(self, name: str) -> TopicInfo:
@@ -317,6 +378,8 @@ class LogManager:
         del self._topics[name]
         del self._by_id[topic.info.topic_id]
         self._commit_deletion(topic.info, renamed)
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
         return topic.info
 
     def _delete_topic_files(self, info: TopicInfo) -> None:
@@ -373,6 +436,70 @@ class LogManager:
             log.update_config(config)
         return info
 
+    def add_partitions(self, name: str, count: int, now_ms: int, validate_only: bool = False) -> TopicInfo:
+        """CreatePartitions: grow a topic to `count` partitions (never shrink it). Raises
+        UnknownTopicError, or InvalidPartitionsError with Kafka's messages (ReplicationControlManager).
+
+        The new partition directories are created first and the topic file, the commit point, is
+        written last: a crash in between leaves directories without records, which the next
+        addition reuses. A directory there that holds records is StrayDataError, as at creation."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        current = topic.info.num_partitions
+        if count == current:
+            raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+        if count < current:
+            raise InvalidPartitionsError(
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase."
+            )
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"Number of partitions {count} is above the limit of {MAX_PARTITIONS}.")
+        info = dataclasses.replace(topic.info, num_partitions=count)
+        if validate_only:
+            return info
+        existing = self._leftover_directories(name, range(current, count))
+        added: list[PartitionLog] = []
+        try:
+            for directory in existing:  # what an addition cut short by a crash left: no records
+                logger.warning("reusing %s, which holds no records", directory)
+                shutil.rmtree(directory)
+            for partition in range(current, count):
+                added.append(PartitionLog.create(self._partition_dir(name, partition), info.config,
+                                                 now_ms, files=self.files))
+            fsync_directory(self.data_dir)  # the partition directories exist before the commit
+            self._write_topic_file(info)
+        except BaseException:
+            for log in added:
+                log.delete()
+            raise
+        topic.logs.extend(added)
+        topic.info = info
+        if self.on_topics_changed is not None:
+            self.on_topics_changed(name)
+        return info
+
+    def check_broker_config(self, broker_config: LogConfig) -> None:
+        """Raise ConfigError (naming the topic) if some topic's overrides would be invalid over these
+        broker-level defaults (min.compaction.lag.ms above a new max.compaction.lag.ms, say)."""
+        for name, topic in self._topics.items():
+            try:
+                broker_config.with_topic_overrides(topic.info.overrides)
+            except ConfigError as exc:
+                raise ConfigError(exc.key, f"{exc.reason} (for topic {name})") from None
+
+    def set_broker_config(self, broker_config: LogConfig) -> None:
+        """New broker-level log defaults (a dynamic broker config changed, after check_broker_config):
+        every topic's effective config is derived afresh from them and its own overrides, and applied
+        to its open logs."""
+        self.broker_config = broker_config
+        for topic in self._topics.values():
+            config = broker_config.with_topic_overrides(topic.info.overrides)
+            if config != topic.info.config:
+                topic.info = dataclasses.replace(topic.info, config=config)
+                for log in topic.logs:
+                    log.update_config(config)
+
     def topic(self, name: str) -> TopicInfo | None:
         topic = self._topics.get(name)
         return topic.info if topic else None
@@ -420,10 +547,53 @@ class LogManager:
             log.flush()
 
     def close(self, clean: bool = True) -> None:
-        for _, _, log in self.logs():
-            log.close(clean)
+        """Close every log. A clean close writes each changed log's index files, makes everything
+        durable with one sync of the file system (`sync_filesystem`), then writes the markers;
+        where that sync is not available each log fsyncs its own files, on `threads` threads (as
+        Kafka uses its recovery threads at shutdown: fsync waits release the GIL; without fsyncs
+        the work is small and threads would only contend for it). A log that fails to close is
+        logged and left without its marker (the next start recovers it); the others still close.
+        Then every segment file still open is closed."""
+        logs = [(name, partition, log) for name, partition, log in self.logs() if log.loaded]
         self._topics.clear()
         self._by_id.clear()
+
+        def failed(name: str, partition: int, exc: OSError) -> None:
+            logger.error("%s-%d: could not close cleanly, it is recovered at the next start: %s",
+                         name, partition, exc)
+
+        def close_one(entry) -> None:
+            try:
+                entry[2].close(clean)
+            except OSError as exc:
+                failed(entry[0], entry[1], exc)
+
+        try:
+            changed = []
+            if clean:
+                for entry in logs:
+                    try:
+                        if entry[2].prepare_clean_close():
+                            changed.append(entry)
+                    except OSError as exc:
+                        failed(entry[0], entry[1], exc)
+            try:
+                synced = bool(changed) and sync_filesystem(self.data_dir)
+            except OSError as exc:
+                logger.error("syncing the data directory failed (%s); fsyncing each file", exc)
+                synced = False
+            if synced:
+                for entry in changed:
+                    entry[2].mark_durable()
+            threads = min(self.threads, len(changed))
+            if changed and not synced and threads > 1:
+                with ThreadPoolExecutor(threads, thread_name_prefix="log-flush") as pool:
+                    for _ in pool.map(close_one, changed):
+                        pass
+            for entry in logs:
+                close_one(entry)  # (a no-op for those closed above)
+        finally:
+            self.files.close_all()
 
 
 def _holds_records(directory: Path) -> bool:

@@ -6,6 +6,12 @@ the name. Writes go through `os.writev` on an O_APPEND descriptor (data reaches 
 append returns), reads through `os.pread` bounded by the size of the whole batches written so far, so
 a read never sees a half-written batch.
 
+A segment holds no descriptor of its own: it borrows its `.log` file's from the log's
+`storage.file_cache.FileCache` for each system call (opened on demand, closed when least recently
+used: issue 21), and its indexes are written lazily (storage.index). Whether the file has data not
+yet fsynced is the segment's to remember (`_dirty`), not the descriptor's, so closing an evicted
+descriptor never loses a flush that is due.
+
 Indexes are checked against the log (issue 11: a plausible but wrong index made fetches skip
 records silently): on load, Kafka's sanity checks and more (storage.index); and every entry a lookup
 uses is checked against the batch header it points at (the offset-index entry (O, P) must find, at
@@ -17,6 +23,7 @@ scan that follows). An entry that disagrees makes the segment rebuild both index
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -35,6 +42,7 @@ from protocol.records import (
     record_timestamps,
 )
 from protocol.compression import CODEC_NAMES, DecompressionLimitError
+from storage.file_cache import FileCache
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 logger = logging.getLogger(__name__)
@@ -65,7 +73,7 @@ class LogSegment:
         *,
         index_interval_bytes: int,
         max_index_size: int,
-        fd: int,
+        files: FileCache,
         size: int,
     ) -> None:
         name = segment_name(base_offset)
@@ -76,7 +84,7 @@ class LogSegment:
         self.time_index_path = directory / (name + TIME_INDEX_SUFFIX)
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
-        self.fd = fd
+        self.files = files
         self.size = size
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -88,48 +96,47 @@ class LogSegment:
         self._dirty = False
         self.active = False  # the log's last segment, the one appended to
         self._torn_tail = False  # bytes past `size` from a failed write, not yet cut
+        self.closed = False
 
     # -- creation and loading -----------------------------------------------------------------
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
+        files: FileCache,
     ) -> LogSegment:
+        """A new, empty segment (its `.log` file created now, its index files at its first flush)."""
         path = directory / (segment_name(base_offset) + LOG_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        files.acquire(path, create=True)
+        files.release(path)
         segment = cls(
             directory,
             base_offset,
             index_interval_bytes=index_interval_bytes,
             max_index_size=max_index_size,
-            fd=fd,
+            files=files,
             size=0,
         )
-        try:
-            segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
-            segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
-            segment._offset_index.reset_file()
-            segment._time_index.reset_file()
-        except BaseException:
-            segment.close()  # no descriptor leaks when the disk refuses the index files
-            raise
+        segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
+        segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
         segment.active = True
         return segment
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
+        files: FileCache,
     ) -> LogSegment:
-        """Open an existing segment without reading it (see `load_inactive` / `load_active`)."""
+        """An existing segment, read nothing of (see `load_inactive` / `load_clean` / `recover`);
+        no descriptor is opened until it is used."""
         path = directory / (segment_name(base_offset) + LOG_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
         return cls(
             directory,
             base_offset,
             index_interval_bytes=index_interval_bytes,
             max_index_size=max_index_size,
-            fd=fd,
-            size=os.fstat(fd).st_size,
+            files=files,
+            size=os.stat(path).st_size,
         )
 
     def load_inactive(self) -> None:
@@ -152,21 +159,26 @@ class LogSegment:
         self.max_timestamp = last[0]
         self.offset_of_max_timestamp = self.base_offset + last[1]
 
-    def load_active(self, *, clean: bool) -> int:
-        """Load the last segment. After a clean shutdown trust the indexes and check only the tail
-        (the batches after the last offset-index entry, and the CRC of the last batch); otherwise,
-        or if that check fails, `recover` the whole segment. Returns the bytes truncated."""
+    def load_clean(self) -> bool:
+        """Load the last segment after a clean shutdown: trust the indexes and check only the tail
+        (the batches after the last offset-index entry, and the CRC of the last batch). False when
+        the check fails: the caller then `recover`s the segment. An empty segment needs no index
+        file (a new one has none until its first flush)."""
         self.active = True
-        if clean:
-            offset_index = OffsetIndex.load(
-                self.index_path, self.base_offset, self.max_index_size, self.size
-            )
-            time_index = TimeIndex.load(self.time_index_path, self.base_offset, self.max_index_size)
-            if offset_index is not None and time_index is not None:
-                self._offset_index, self._time_index = offset_index, time_index
-                if self._check_tail():
-                    return 0
-        return self.recover()
+        if self.size == 0:
+            self._offset_index = OffsetIndex(self.index_path, self.base_offset, self.max_index_size)
+            self._time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
+            self.next_offset = self.base_offset
+            return True
+        offset_index = OffsetIndex.load(
+            self.index_path, self.base_offset, self.max_index_size, self.size
+        )
+        time_index = TimeIndex.load(self.time_index_path, self.base_offset, self.max_index_size)
+        if offset_index is not None and time_index is not None:
+            self._offset_index, self._time_index = offset_index, time_index
+            if self._check_tail():
+                return True
+        return False
 
     def _check_tail(self) -> bool:
         index = self.offset_index
@@ -193,7 +205,7 @@ class LogSegment:
         else:
             if last.position + last.size != self.size:
                 return False
-            batch = os.pread(self.fd, last.size, last.position)
+            batch = self._pread(last.size, last.position)
             if len(batch) != last.size or crc32c(memoryview(batch)[CRC_START:]) != last.crc:
                 return False
             self.next_offset = last.last_offset + 1
@@ -207,6 +219,7 @@ class LogSegment:
     def recover(self) -> int:
         """Scan every batch from the start checking framing, magic, offsets and CRC; truncate the
         file at the first bad or torn batch and rebuild both indexes. Returns bytes truncated."""
+        self.active = True
         return self._rebuild(verify=True)
 
     def rebuild_indexes(self, *, verify: bool = False) -> int:
@@ -216,7 +229,7 @@ class LogSegment:
         self._rebuild(verify=False, truncate=False)
         if self.size:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.close_indexes()
+        self.write_indexes()
 
     def _index_disagrees(self, what: str) -> None:
         """An index entry in use disagrees with the log: rebuild both indexes from the log."""
@@ -226,7 +239,7 @@ class LogSegment:
         if not self.active:
             if self.size:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self.close_indexes()
+            self.write_indexes()
 
     def _rebuild(self, *, verify: bool, truncate: bool = True) -> int:
         """Rebuild both indexes from the log. `truncate` (recovery of the active segment): cut the
@@ -247,10 +260,8 @@ class LogSegment:
                 self.max_timestamp = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
             if bytes_since > self.index_interval_bytes:
-                offset_index.append(header.last_offset, header.position, write=False)
-                time_index.maybe_append(
-                    self.max_timestamp, self.offset_of_max_timestamp, write=False
-                )
+                offset_index.append(header.last_offset, header.position)
+                time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 bytes_since = 0
             bytes_since += header.size
             valid_end = header.position + header.size
@@ -261,19 +272,13 @@ class LogSegment:
                          self.log_path, valid_end)
             truncated = 0
         elif truncated:
-            os.ftruncate(self.fd, valid_end)
+            self._ftruncate(valid_end)
             self.size = valid_end
             self._dirty = True
         if truncate or valid_end == self.size:
             self.next_offset = next_offset
         self.bytes_since_last_index_entry = bytes_since
-        if self._offset_index is not None:
-            self._offset_index.close()
-        if self._time_index is not None:
-            self._time_index.close()
-        self._offset_index, self._time_index = offset_index, time_index
-        offset_index.reset_file()
-        time_index.reset_file()
+        self._offset_index, self._time_index = offset_index, time_index  # written at the next write
         return truncated
 
     # -- indexes --------------------------------------------------------------------------------
@@ -306,12 +311,17 @@ class LogSegment:
         assert self._time_index is not None
         return self._time_index
 
-    def close_indexes(self) -> None:
-        """Release the index file descriptors (entries stay in memory)."""
-        if self._offset_index is not None:
-            self._offset_index.close()
-        if self._time_index is not None:
-            self._time_index.close()
+    def write_indexes(self) -> None:
+        """Write what the index files lack, best effort (no fsync): after a rebuild of an inactive
+        segment's indexes, so the next load finds them. A failure is logged; the entries stay in
+        memory and the next flush writes them."""
+        for index in (self._offset_index, self._time_index):
+            if index is not None and index.pending:
+                try:
+                    index.write()
+                except OSError as exc:
+                    logger.warning("%s: could not write the rebuilt index (%s); writing it at the "
+                                   "next flush", index.path, exc)
 
     def indexes_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
@@ -330,18 +340,21 @@ class LogSegment:
         if self._torn_tail:
             # A failed write left bytes past `size` that could not be cut then: cut them first (an
             # O_APPEND write would land after them), or fail again.
-            os.ftruncate(self.fd, start)
+            self._ftruncate(start)
             self._torn_tail = False
+        fd = self._acquire()
         try:
-            _write_fully(self.fd, buffers, total_size)
+            _write_fully(fd, buffers, total_size)
         except BaseException:
             # Never leave part of a batch behind: the next append would follow garbage. Reads
             # never see it meanwhile (they stop at `size`).
             try:
-                os.ftruncate(self.fd, start)
+                os.ftruncate(fd, start)
             except OSError:
                 self._torn_tail = True
             raise
+        finally:
+            self.files.release(self.log_path)
         self._dirty = True
         offset_index = self.offset_index
         time_index = self.time_index
@@ -365,11 +378,23 @@ class LogSegment:
         if self.size:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.flush()
-        self.close_indexes()
+
+    def mark_durable(self) -> None:
+        """The file system was synced (see PartitionLog.prepare_clean_close)."""
+        self._dirty = False
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.mark_durable()
 
     def flush(self) -> None:
+        """fsync the log file if it has unflushed data (reopening it if it was evicted), then write
+        and fsync what the index files lack."""
         if self._dirty:
-            os.fsync(self.fd)
+            fd = self._acquire()
+            try:
+                os.fsync(fd)
+            finally:
+                self.files.release(self.log_path)
             self._dirty = False
         if self._offset_index is not None:
             self._offset_index.flush()
@@ -383,17 +408,18 @@ class LogSegment:
         if position is None:
             return 0
         removed = self.size - position
-        os.ftruncate(self.fd, position)
+        self._ftruncate(position)
         self.size = position
         self._dirty = True
         self.rebuild_indexes()
         return removed
 
     def close(self) -> None:
-        self.close_indexes()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Give back the log file's descriptor. Nothing is written: a caller that wants the
+        segment durable (a clean close) flushes it first; otherwise the files stay as a crash
+        would leave them."""
+        self.closed = True
+        self.files.forget(self.log_path)
 
     def delete(self) -> None:
         self.close()
@@ -457,7 +483,7 @@ class LogSegment:
         available = end - position
         if available <= 0:
             return b""
-        data = os.pread(self.fd, min(max_bytes, available), position) if max_bytes > 0 else b""
+        data = self._pread(min(max_bytes, available), position) if max_bytes > 0 else b""
         whole = _whole_batches_length(data)
         if whole == len(data) and whole:
             return data
@@ -468,11 +494,11 @@ class LogSegment:
         if len(data) >= LOG_OVERHEAD:
             _, length = OFFSET_AND_LENGTH.unpack_from(data)
         else:
-            _, length = OFFSET_AND_LENGTH.unpack(os.pread(self.fd, LOG_OVERHEAD, position))
-        return os.pread(self.fd, length + LOG_OVERHEAD, position)
+            _, length = OFFSET_AND_LENGTH.unpack(self._pread(LOG_OVERHEAD, position))
+        return self._pread(length + LOG_OVERHEAD, position)
 
     def read_batch(self, header: BatchHeader) -> bytes:
-        return os.pread(self.fd, header.size, header.position)
+        return self._pread(header.size, header.position)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """Kafka's LogSegment.findOffsetByTimestamp: (offset, timestamp) of the first record at or
@@ -492,19 +518,40 @@ class LogSegment:
                     return found
         return None
 
+    # -- the log file's descriptor, borrowed for one call -----------------------------------------
+
+    def _acquire(self) -> int:
+        if self.closed:  # a stale reference (its topic deleted, perhaps created again since)
+            raise OSError(errno.EBADF, "the segment is closed", str(self.log_path))
+        return self.files.acquire(self.log_path)
+
+    def _pread(self, size: int, position: int) -> bytes:
+        fd = self._acquire()
+        try:
+            return os.pread(fd, size, position)
+        finally:
+            self.files.release(self.log_path)
+
+    def _ftruncate(self, length: int) -> None:
+        fd = self._acquire()
+        try:
+            os.ftruncate(fd, length)
+        finally:
+            self.files.release(self.log_path)
+
     # -- scanning -------------------------------------------------------------------------------
 
     def _scan_headers(self, start: int, end: int) -> Iterator[BatchHeader]:
         """Headers of the well-framed batches in [start, end), stopping at the first malformed or
-        torn one (no CRC check: this is data the broker wrote and already checked)."""
-        fd = self.fd
+        torn one (no CRC check: this is data the broker wrote and already checked). The descriptor
+        is borrowed for each read, never across a `yield`."""
         position = start
         buf = b""
         buf_start = start
         while position + HEADER_SIZE <= end:
             relative = position - buf_start
             if relative < 0 or relative + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(HEADER_SCAN_CHUNK, end - position), position)
+                buf = self._pread(min(HEADER_SCAN_CHUNK, end - position), position)
                 buf_start, relative = position, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -517,14 +564,13 @@ class LogSegment:
 
     def _scan_verified(self, start: int, end: int) -> Iterator[BatchHeader]:
         """Like `_scan_headers`, but reads every batch and stops at the first CRC mismatch."""
-        fd = self.fd
         position = start
         buf = b""
         buf_start = start
         while position + HEADER_SIZE <= end:
             relative = position - buf_start
             if relative + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(RECOVERY_CHUNK, end - position), position)
+                buf = self._pread(min(RECOVERY_CHUNK, end - position), position)
                 buf_start, relative = position, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -534,7 +580,7 @@ class LogSegment:
             if length < MIN_BATCH_LENGTH or fields[3] != 2 or position + size > end:
                 return
             if relative + size > len(buf):
-                buf = os.pread(fd, max(size, min(RECOVERY_CHUNK, end - position)), position)
+                buf = self._pread(max(size, min(RECOVERY_CHUNK, end - position)), position)
                 buf_start, relative = position, 0
                 if len(buf) < size:
                     return

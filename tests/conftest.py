@@ -23,6 +23,15 @@ def broker(tmp_path):
         yield running
 
 
+@pytest.fixture
+def admin(broker):
+    """A minibroker.admin_client.AdminClient on the `broker` fixture (exact requests as dicts)."""
+    from minibroker.admin_client import AdminClient
+
+    with AdminClient(broker.bootstrap) as client:
+        yield client
+
+
 @pytest.fixture(scope="session")
 def java(tmp_path_factory):
     """The Java client (tests/java_client.py), MiniClient compiled once per session."""

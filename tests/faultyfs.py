@@ -15,7 +15,7 @@ import errno
 import os
 
 STORAGE_MODULES = ("storage.segment", "storage.index", "storage.log", "storage.manager",
-                   "storage.producer_state")
+                   "storage.producer_state.snapshot", "storage.file_cache")
 
 
 class FaultyOs:

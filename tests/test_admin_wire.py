@@ -4,20 +4,11 @@ wrong in themselves."""
 
 import pytest
 
-from minibroker.admin_client import AdminClient
-
-
-@pytest.fixture
-def admin(broker):
-    with AdminClient(broker.bootstrap) as client:
-        yield client
+from tests.wire import create_topic_with
 
 
 def create(admin, topic, partitions=2):
-    response = admin.call(19, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
-                                            "assignments": [], "configs": []}],
-                               "timeout": 10000, "validate_only": False})
-    assert response.topics[0].error_code == 0
+    create_topic_with(admin, topic, partitions)
 
 
 @pytest.mark.parametrize("topics", [

@@ -308,3 +308,17 @@ def test_wrong_magic_is_invalid_record(broker, unique):
 def test_throttle_time_is_zero_without_quotas(broker):
     with WireClient(broker.bootstrap) as c:
         assert to_ms(c.request(schema(18, 3)(client_software_name="t", client_software_version="1")).throttle_time) == 0
+
+
+def test_create_topics_with_a_null_configs_array_is_malformed_as_in_kafka(broker, unique):
+    """configs is not nullable: Kafka's parser refuses the request ("non-nullable field configs was
+    serialized as null") and closes the connection; it used to reach the handler and raise TypeError."""
+    name = unique("nullcfg").encode()
+    topic = struct.pack(">h", len(name)) + name + struct.pack(">ih", 1, 1) + struct.pack(">ii", 0, -1)
+    body = struct.pack(">i", 1) + topic + struct.pack(">i", 5000) + b"\x00"  # v4: validate_only
+    header = struct.pack(">hhih", 19, 4, 1, 4) + b"test"
+    with WireClient(broker.bootstrap) as c:
+        c.send_raw(struct.pack(">i", len(header) + len(body)) + header + body)
+        assert c.is_closed_by_peer()
+    assert still_serving(broker)
+    assert broker.in_broker(lambda: broker.broker.metrics.closed_for_protocol_errors) == 1

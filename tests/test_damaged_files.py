@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from minibroker.admin_client import AdminClient
-from minibroker.offsets_store import TOPIC as OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
 from minibroker.testing import running_broker
 from protocol.records import encode_batch
 from storage.config import LogConfig
 from storage.errors import DamagedFileError
 from storage.manager import LogManager
+from storage.offsets_store import TOPIC as OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
 from tests.damage import sole_error
 
 KAFKA_STORAGE_ERROR = 56

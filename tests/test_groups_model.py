@@ -16,8 +16,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minibroker import groups as g
-from minibroker.groups import EMPTY, STABLE, GroupConfig, GroupCoordinator
+from minibroker.groups.api import GroupConfig, Pending
+from minibroker.groups.classic_group import EMPTY, STABLE
+from minibroker.groups.coordinator import GroupCoordinator
+from protocol.errors import ErrorCode
 
 GROUP = "model"
 SESSION_MS, HEARTBEAT_S, REBALANCE_MS = 6000, 1.0, 10_000
@@ -33,7 +35,7 @@ class SimClient:
         self.member_id = ""
         self.generation = -1
         self.phase = "join"  # join, joining, syncing, stable, crashed, gone
-        self.pending: g.Pending | None = None
+        self.pending: Pending | None = None
         self.assignment: bytes | None = None
         self.next_heartbeat = 0.0
 
@@ -52,10 +54,10 @@ class SimClient:
             self.phase = "joining"
         if self.phase == "joining" and self.pending.done:
             result = self.pending.result
-            if result.error == g.MEMBER_ID_REQUIRED:
+            if result.error == ErrorCode.member_id_required:
                 self.member_id = result.member_id
                 self.rejoin()
-            elif result.error == g.NONE:
+            elif result.error == ErrorCode.none:
                 self.member_id, self.generation = result.member_id, result.generation_id
                 assignments = {m: b"a-" + m.encode() for m, _, _ in result.members}
                 self.pending = self.coordinator.sync_group(
@@ -65,19 +67,19 @@ class SimClient:
                 self.phase = "syncing"
                 self.next_heartbeat = now + HEARTBEAT_S
             else:
-                self.rejoin(reset=result.error == g.UNKNOWN_MEMBER_ID)
+                self.rejoin(reset=result.error == ErrorCode.unknown_member_id)
         if self.phase == "syncing" and self.pending.done:
             result = self.pending.result
-            if result.error == g.NONE:
+            if result.error == ErrorCode.none:
                 self.phase, self.assignment = "stable", result.assignment
             else:
-                self.rejoin(reset=result.error == g.UNKNOWN_MEMBER_ID)
+                self.rejoin(reset=result.error == ErrorCode.unknown_member_id)
         if self.phase in ("stable", "syncing") and now >= self.next_heartbeat:
             self.next_heartbeat = now + HEARTBEAT_S
             error = self.coordinator.heartbeat(now, group_id=GROUP, generation_id=self.generation,
                                                member_id=self.member_id)
             if error and self.phase == "stable":
-                self.rejoin(reset=error == g.UNKNOWN_MEMBER_ID)
+                self.rejoin(reset=error == ErrorCode.unknown_member_id)
 
     def leave(self, now: float) -> None:
         if self.member_id:

@@ -7,10 +7,14 @@ leads, B follows) in a state, does one thing, and checks the answer and the stat
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from minibroker import groups as g
-from minibroker.groups import (
+from minibroker.groups.api import GroupConfig, Pending
+from minibroker.groups.classic_group import (
     COMPLETING_REBALANCE,
     DEAD,
     EMPTY,
@@ -18,10 +22,11 @@ from minibroker.groups import (
     STABLE,
     VALID_PREVIOUS_STATES,
     ClassicGroup,
-    GroupConfig,
-    GroupCoordinator,
+    GroupState,
     IllegalStateTransition,
 )
+from minibroker.groups.coordinator import GroupCoordinator
+from protocol.errors import ErrorCode
 
 SESSION_MS = 6000
 REBALANCE_MS = 10_000
@@ -48,7 +53,7 @@ class Harness:
         self.coordinator.tick(self.now)
 
     def join(self, name: str, protocols=PROTOCOLS, version: int = 5, instance: str | None = None,
-             session_ms: int = SESSION_MS, protocol_type: str = "consumer") -> g.Pending:
+             session_ms: int = SESSION_MS, protocol_type: str = "consumer") -> Pending:
         return self.coordinator.join_group(
             self.now, group_id=GROUP, member_id=self.ids.get(name, ""), group_instance_id=instance,
             client_id=name, client_host="/127.0.0.1", session_timeout_ms=session_ms,
@@ -56,15 +61,15 @@ class Harness:
             require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
         )
 
-    def join_new(self, name: str, **kwargs) -> g.Pending:
+    def join_new(self, name: str, **kwargs) -> Pending:
         """A new dynamic member: the KIP-394 round trip, then the real join."""
         first = self.join(name, **kwargs)
-        assert first.result.error == g.MEMBER_ID_REQUIRED
+        assert first.result.error == ErrorCode.member_id_required
         self.ids[name] = first.result.member_id
         return self.join(name, **kwargs)
 
     def sync(self, name: str, assignments: dict[str, bytes] | None = None, generation: int | None = None,
-             **kwargs) -> g.Pending:
+             **kwargs) -> Pending:
         return self.coordinator.sync_group(
             self.now, group_id=GROUP,
             generation_id=self.group.generation_id if generation is None else generation,
@@ -95,11 +100,11 @@ class Harness:
 
     # Groups in each state, two members: A (leader) and B.
 
-    def completing(self) -> tuple[g.Pending, g.Pending]:
+    def completing(self) -> tuple[Pending, Pending]:
         a = self.join_new("A")
         b = self.join_new("B")
         self.advance(0)  # the initial rebalance delay (0) passes
-        assert a.result.error == b.result.error == g.NONE
+        assert a.result.error == b.result.error == ErrorCode.none
         assert self.group.state is COMPLETING_REBALANCE
         return a, b
 
@@ -109,7 +114,7 @@ class Harness:
         self.sync("A", self.assignment_for(m for m, _, _ in a.result.members))
         assert self.group.state is STABLE
 
-    def preparing(self) -> g.Pending:
+    def preparing(self) -> Pending:
         self.stable()
         c = self.join_new("C")
         assert self.group.state is PREPARING_REBALANCE
@@ -135,8 +140,8 @@ def test_valid_previous_states_are_kafkas():
     }
 
 
-@pytest.mark.parametrize("source", list(g.GroupState))
-@pytest.mark.parametrize("target", list(g.GroupState))
+@pytest.mark.parametrize("source", list(GroupState))
+@pytest.mark.parametrize("target", list(GroupState))
 def test_transition_to_enforces_the_table(source, target):
     group = ClassicGroup("x")
     group.state = source
@@ -162,46 +167,46 @@ SETUPS = {
 TABLE = [
     # Kafka: PreparingRebalance answers heartbeats and syncs with REBALANCE_IN_PROGRESS, still
     # takes commits from the current generation, removes members on leave.
-    ("PreparingRebalance", "heartbeat B", g.REBALANCE_IN_PROGRESS, PREPARING_REBALANCE),
-    ("PreparingRebalance", "sync B", g.REBALANCE_IN_PROGRESS, PREPARING_REBALANCE),
-    ("PreparingRebalance", "commit B", g.NONE, PREPARING_REBALANCE),
+    ("PreparingRebalance", "heartbeat B", ErrorCode.rebalance_in_progress, PREPARING_REBALANCE),
+    ("PreparingRebalance", "sync B", ErrorCode.rebalance_in_progress, PREPARING_REBALANCE),
+    ("PreparingRebalance", "commit B", ErrorCode.none, PREPARING_REBALANCE),
     ("PreparingRebalance", "rejoin A", "parked", PREPARING_REBALANCE),
-    ("PreparingRebalance", "leave C", g.NONE, PREPARING_REBALANCE),
+    ("PreparingRebalance", "leave C", ErrorCode.none, PREPARING_REBALANCE),
     # CompletingRebalance: heartbeats are normal, commits wait for the assignment, a follower's sync
     # waits for the leader, the leader's sync makes the group Stable; a new member, a leave or
     # changed metadata start over.
-    ("CompletingRebalance", "heartbeat B", g.NONE, COMPLETING_REBALANCE),
-    ("CompletingRebalance", "commit B", g.REBALANCE_IN_PROGRESS, COMPLETING_REBALANCE),
+    ("CompletingRebalance", "heartbeat B", ErrorCode.none, COMPLETING_REBALANCE),
+    ("CompletingRebalance", "commit B", ErrorCode.rebalance_in_progress, COMPLETING_REBALANCE),
     ("CompletingRebalance", "sync B", "parked", COMPLETING_REBALANCE),
-    ("CompletingRebalance", "sync A", g.NONE, STABLE),
-    ("CompletingRebalance", "join C", g.MEMBER_ID_REQUIRED, COMPLETING_REBALANCE),
+    ("CompletingRebalance", "sync A", ErrorCode.none, STABLE),
+    ("CompletingRebalance", "join C", ErrorCode.member_id_required, COMPLETING_REBALANCE),
     ("CompletingRebalance", "join-new C", "parked", PREPARING_REBALANCE),
-    ("CompletingRebalance", "leave B", g.NONE, PREPARING_REBALANCE),
-    ("CompletingRebalance", "rejoin-same B", g.NONE, COMPLETING_REBALANCE),
+    ("CompletingRebalance", "leave B", ErrorCode.none, PREPARING_REBALANCE),
+    ("CompletingRebalance", "rejoin-same B", ErrorCode.none, COMPLETING_REBALANCE),
     ("CompletingRebalance", "rejoin-changed B", "parked", PREPARING_REBALANCE),
     # Stable: a follower's unchanged rejoin is answered with the current generation; the leader's
     # rejoin, changed metadata, a leave or a new member start a rebalance.
-    ("Stable", "heartbeat B", g.NONE, STABLE),
-    ("Stable", "heartbeat-stale B", g.ILLEGAL_GENERATION, STABLE),
-    ("Stable", "sync B", g.NONE, STABLE),
-    ("Stable", "commit B", g.NONE, STABLE),
-    ("Stable", "commit-stale B", g.ILLEGAL_GENERATION, STABLE),
-    ("Stable", "commit-simple", g.UNKNOWN_MEMBER_ID, STABLE),
-    ("Stable", "rejoin-same B", g.NONE, STABLE),
+    ("Stable", "heartbeat B", ErrorCode.none, STABLE),
+    ("Stable", "heartbeat-stale B", ErrorCode.illegal_generation, STABLE),
+    ("Stable", "sync B", ErrorCode.none, STABLE),
+    ("Stable", "commit B", ErrorCode.none, STABLE),
+    ("Stable", "commit-stale B", ErrorCode.illegal_generation, STABLE),
+    ("Stable", "commit-simple", ErrorCode.unknown_member_id, STABLE),
+    ("Stable", "rejoin-same B", ErrorCode.none, STABLE),
     ("Stable", "rejoin-same A", "parked", PREPARING_REBALANCE),
     ("Stable", "rejoin-changed B", "parked", PREPARING_REBALANCE),
     ("Stable", "join-new C", "parked", PREPARING_REBALANCE),
-    ("Stable", "leave B", g.NONE, PREPARING_REBALANCE),
-    ("Stable", "join-other-type C", g.INCONSISTENT_GROUP_PROTOCOL, STABLE),
-    ("Stable", "join-unsupported C", g.INCONSISTENT_GROUP_PROTOCOL, STABLE),
+    ("Stable", "leave B", ErrorCode.none, PREPARING_REBALANCE),
+    ("Stable", "join-other-type C", ErrorCode.inconsistent_group_protocol, STABLE),
+    ("Stable", "join-unsupported C", ErrorCode.inconsistent_group_protocol, STABLE),
     # Empty: members are unknown; simple commits are accepted; a new member starts a rebalance.
-    ("Empty", "heartbeat B", g.UNKNOWN_MEMBER_ID, EMPTY),
-    ("Empty", "sync B", g.UNKNOWN_MEMBER_ID, EMPTY),
-    ("Empty", "leave B", g.UNKNOWN_MEMBER_ID, EMPTY),
-    ("Empty", "commit B", g.UNKNOWN_MEMBER_ID, EMPTY),
-    ("Empty", "commit-simple", g.NONE, EMPTY),
+    ("Empty", "heartbeat B", ErrorCode.unknown_member_id, EMPTY),
+    ("Empty", "sync B", ErrorCode.unknown_member_id, EMPTY),
+    ("Empty", "leave B", ErrorCode.unknown_member_id, EMPTY),
+    ("Empty", "commit B", ErrorCode.unknown_member_id, EMPTY),
+    ("Empty", "commit-simple", ErrorCode.none, EMPTY),
     ("Empty", "join-new C", "parked", PREPARING_REBALANCE),
-    ("Empty", "rejoin-same B", g.UNKNOWN_MEMBER_ID, EMPTY),
+    ("Empty", "rejoin-same B", ErrorCode.unknown_member_id, EMPTY),
 ]
 
 
@@ -241,7 +246,7 @@ def test_kafka_transition_table(state, action, answer, after):
     h = Harness()
     SETUPS[state](h)
     result = act(h, action)
-    if isinstance(result, g.Pending):
+    if isinstance(result, Pending):
         if answer == "parked":
             assert not result.done
         else:
@@ -258,7 +263,7 @@ def test_kafka_transition_table(state, action, answer, after):
 def test_kip394_new_member_gets_an_id_then_joins_and_leads():
     h = Harness()
     first = h.join("A")
-    assert first.result.error == g.MEMBER_ID_REQUIRED
+    assert first.result.error == ErrorCode.member_id_required
     assert first.result.member_id.startswith("A-")
     assert h.group.state is EMPTY and first.result.member_id in h.group.pending_members
     h.ids["A"] = first.result.member_id
@@ -266,7 +271,7 @@ def test_kip394_new_member_gets_an_id_then_joins_and_leads():
     h.advance(0)
     result = joined.result
     assert (result.error, result.generation_id, result.leader, result.member_id) == (
-        g.NONE, 1, h.ids["A"], h.ids["A"])
+        ErrorCode.none, 1, h.ids["A"], h.ids["A"])
     assert result.protocol_name == "range" and result.protocol_type == "consumer"
     assert result.members == [(h.ids["A"], None, b"range-meta")]
 
@@ -275,7 +280,7 @@ def test_old_versions_join_without_the_member_id_round_trip():
     h = Harness()
     joined = h.join("A", version=3)
     h.advance(0)
-    assert joined.result.error == g.NONE and joined.result.member_id.startswith("A-")
+    assert joined.result.error == ErrorCode.none and joined.result.member_id.startswith("A-")
 
 
 def test_leader_gets_everyones_metadata_followers_get_none():
@@ -293,8 +298,8 @@ def test_follower_sync_waits_for_the_leaders_assignment_which_everyone_receives(
     follower = h.sync("B")
     assert not follower.done
     leader = h.sync("A", {h.ids["A"]: b"a-part", h.ids["B"]: b"b-part"})
-    assert (leader.result.error, leader.result.assignment) == (g.NONE, b"a-part")
-    assert (follower.result.error, follower.result.assignment) == (g.NONE, b"b-part")
+    assert (leader.result.error, leader.result.assignment) == (ErrorCode.none, b"a-part")
+    assert (follower.result.error, follower.result.assignment) == (ErrorCode.none, b"b-part")
     assert follower.result.protocol_name == "range"
     # A member missing from the leader's assignment gets an empty one.
     assert h.sync("A").result.assignment == b"a-part"
@@ -305,7 +310,7 @@ def test_a_rebalance_answers_parked_syncs_with_rebalance_in_progress():
     h.completing()
     follower = h.sync("B")
     h.join_new("C")
-    assert follower.result.error == g.REBALANCE_IN_PROGRESS
+    assert follower.result.error == ErrorCode.rebalance_in_progress
     assert h.group.state is PREPARING_REBALANCE
 
 
@@ -324,12 +329,12 @@ def test_rebalance_timeout_drops_members_that_did_not_rejoin():
     a = h.join("A")
     for _ in range(9):  # B is alive (it heartbeats) but does not rejoin
         h.advance(1)
-        assert h.heartbeat("B") == g.REBALANCE_IN_PROGRESS
+        assert h.heartbeat("B") == ErrorCode.rebalance_in_progress
     assert not a.done
     h.advance(1.5)  # at the rebalance timeout it is dropped
-    assert a.result.error == c.result.error == g.NONE
+    assert a.result.error == c.result.error == ErrorCode.none
     assert set(h.group.members) == {h.ids["A"], h.ids["C"]}
-    assert h.heartbeat("B") == g.UNKNOWN_MEMBER_ID
+    assert h.heartbeat("B") == ErrorCode.unknown_member_id
 
 
 def test_a_new_leader_is_chosen_when_the_leader_does_not_rejoin():
@@ -352,7 +357,7 @@ def test_pending_member_holds_the_join_until_it_rejoins_or_expires():
     a = h.join("A")
     assert not a.done, "a pending member is still expected"
     h.advance(SESSION_MS / 1000 + 0.1)
-    assert a.result.error == g.NONE and list(h.group.members) == [h.ids["A"]]
+    assert a.result.error == ErrorCode.none and list(h.group.members) == [h.ids["A"]]
 
 
 def test_initial_rebalance_delay_waits_for_more_members():
@@ -363,7 +368,7 @@ def test_initial_rebalance_delay_waits_for_more_members():
     h.advance(2.5)
     assert not a.done
     h.advance(3)
-    assert a.result.error == b.result.error == g.NONE
+    assert a.result.error == b.result.error == ErrorCode.none
     assert a.result.generation_id == 1 and len(a.result.members) == 2
 
 
@@ -393,9 +398,9 @@ def test_protocol_is_chosen_by_vote_among_the_common_ones():
 def test_sync_checks_protocol_type_and_name_from_v5():
     h = Harness()
     h.completing()
-    assert h.sync("B", protocol_type="connect").result.error == g.INCONSISTENT_GROUP_PROTOCOL
-    assert h.sync("B", protocol_name="roundrobin").result.error == g.INCONSISTENT_GROUP_PROTOCOL
-    assert h.sync("B", generation=0).result.error == g.ILLEGAL_GENERATION
+    assert h.sync("B", protocol_type="connect").result.error == ErrorCode.inconsistent_group_protocol
+    assert h.sync("B", protocol_name="roundrobin").result.error == ErrorCode.inconsistent_group_protocol
+    assert h.sync("B", generation=0).result.error == ErrorCode.illegal_generation
     assert not h.sync("B", protocol_type="consumer", protocol_name="range").done
 
 
@@ -404,7 +409,7 @@ def test_members_that_do_not_sync_are_removed_at_the_rebalance_timeout():
     h.completing()
     follower = h.sync("B")  # the leader never syncs
     h.advance(REBALANCE_MS / 1000 + 0.1)
-    assert follower.result.error == g.REBALANCE_IN_PROGRESS
+    assert follower.result.error == ErrorCode.rebalance_in_progress
     assert h.ids["A"] not in h.group.members and h.group.state is PREPARING_REBALANCE
 
 
@@ -413,11 +418,11 @@ def test_session_expiry_removes_a_silent_member_and_rebalances():
     h.stable()
     for _ in range(8):
         h.advance(1)
-        assert h.heartbeat("A") == g.NONE or h.group.state is PREPARING_REBALANCE
+        assert h.heartbeat("A") == ErrorCode.none or h.group.state is PREPARING_REBALANCE
     assert h.ids["B"] not in h.group.members
-    assert h.heartbeat("A") == g.REBALANCE_IN_PROGRESS
+    assert h.heartbeat("A") == ErrorCode.rebalance_in_progress
     a = h.join("A")
-    assert a.result.error == g.NONE and a.result.generation_id == 2
+    assert a.result.error == ErrorCode.none and a.result.generation_id == 2
 
 
 def test_last_member_leaving_empties_the_group_and_bumps_the_generation():
@@ -433,25 +438,25 @@ def test_leaving_member_with_a_parked_join_is_answered():
     h = Harness()
     h.preparing()
     a = h.join("A")
-    assert h.leave("A") == g.NONE
-    assert a.result.error == g.UNKNOWN_MEMBER_ID
+    assert h.leave("A") == ErrorCode.none
+    assert a.result.error == ErrorCode.unknown_member_id
 
 
 def test_unknown_members_and_bad_input():
     h = Harness()
-    assert h.join("A", session_ms=10).result.error == g.INVALID_SESSION_TIMEOUT
+    assert h.join("A", session_ms=10).result.error == ErrorCode.invalid_session_timeout
     h.ids["X"] = "made-up"
-    assert h.join("X").result.error == g.UNKNOWN_MEMBER_ID  # no such group
+    assert h.join("X").result.error == ErrorCode.unknown_member_id  # no such group
     h.stable()
-    assert h.join("X").result.error == g.UNKNOWN_MEMBER_ID
-    assert h.heartbeat("X") == g.UNKNOWN_MEMBER_ID
-    assert h.coordinator.heartbeat(h.now, group_id="", generation_id=0, member_id="") == g.INVALID_GROUP_ID
+    assert h.join("X").result.error == ErrorCode.unknown_member_id
+    assert h.heartbeat("X") == ErrorCode.unknown_member_id
+    assert h.coordinator.heartbeat(h.now, group_id="", generation_id=0, member_id="") == ErrorCode.invalid_group_id
     assert h.coordinator.commit_offsets(h.now, group_id="nope", generation_id=3, member_id="m",
                                         group_instance_id=None, offsets={("t", 0): (1, -1, None)},
-                                        version=8) == {("t", 0): g.ILLEGAL_GENERATION}
+                                        version=8) == {("t", 0): ErrorCode.illegal_generation}
     assert h.coordinator.commit_offsets(h.now, group_id="nope", generation_id=3, member_id="m",
                                         group_instance_id=None, offsets={("t", 0): (1, -1, None)},
-                                        version=9) == {("t", 0): g.GROUP_ID_NOT_FOUND}
+                                        version=9) == {("t", 0): ErrorCode.group_id_not_found}
 
 
 def test_offset_metadata_too_large():
@@ -459,7 +464,7 @@ def test_offset_metadata_too_large():
     errors = h.coordinator.commit_offsets(h.now, group_id=GROUP, generation_id=-1, member_id="",
                                           group_instance_id=None,
                                           offsets={("t", 0): (1, -1, "x" * 5000), ("t", 1): (2, -1, "ok")})
-    assert errors == {("t", 0): g.OFFSET_METADATA_TOO_LARGE, ("t", 1): g.NONE}
+    assert errors == {("t", 0): ErrorCode.offset_metadata_too_large, ("t", 1): ErrorCode.none}
     assert [(tp, om.offset) for tp, om in h.coordinator.fetch_offsets(GROUP, None)] == [(("t", 1), 2)]
 
 
@@ -479,15 +484,15 @@ def test_static_member_rejoining_replaces_its_old_id_without_a_rebalance():
     generation, old_id = h.group.generation_id, h.ids["A"]
     h.ids.pop("A")
     again = h.join("A", instance="a-1")  # restarted: unknown member id, same instance id
-    assert again.result.error == g.NONE and again.result.member_id != old_id
+    assert again.result.error == ErrorCode.none and again.result.member_id != old_id
     assert h.group.state is STABLE and h.group.generation_id == generation
     assert again.result.leader == old_id, "an old-version leader is not told it leads"
     stale = h.coordinator.heartbeat(h.now, group_id=GROUP, generation_id=generation,
                                     member_id=old_id, group_instance_id="a-1")
-    assert stale == g.FENCED_INSTANCE_ID
+    assert stale == ErrorCode.fenced_instance_id
     h.ids["A"] = again.result.member_id
     assert h.sync("A", instance="a-1").result.assignment == b"for-" + old_id.encode()
-    assert b.result.error == g.NONE
+    assert b.result.error == ErrorCode.none
 
 
 def test_static_member_not_rejoining_is_kept_until_its_session_expires():
@@ -504,7 +509,7 @@ def test_static_member_not_rejoining_is_kept_until_its_session_expires():
         h.advance(1.01)
         h.coordinator.heartbeat(h.now, group_id=GROUP, generation_id=1, member_id=h.ids["A"],
                                 group_instance_id="a-1")
-    assert b.result.error == g.NONE and h.ids["A"] in h.group.members
+    assert b.result.error == ErrorCode.none and h.ids["A"] in h.group.members
     assert [m for m, _, _ in b.result.members] == [h.ids["A"], h.ids["B"], h.ids["C"]]
     h.advance(SESSION_MS / 1000)
     assert h.ids["A"] not in h.group.members
@@ -517,7 +522,7 @@ def test_static_member_not_rejoining_is_kept_until_its_session_expires():
 def test_offsets_expire_after_the_group_is_empty_for_the_retention_period():
     h = Harness(offsets_retention_ms=60_000)
     h.stable()
-    assert h.commit("A") == g.NONE
+    assert h.commit("A") == ErrorCode.none
     h.wall += 120_000  # old commit, but the group is not empty: kept
     assert h.coordinator.expire_offsets(h.wall) == 0
     h.leave("A")
@@ -531,9 +536,9 @@ def test_offsets_expire_after_the_group_is_empty_for_the_retention_period():
 
 def test_simple_group_offsets_expire_from_their_commit_time():
     h = Harness(offsets_retention_ms=60_000)
-    assert h.commit(None) == g.NONE
+    assert h.commit(None) == ErrorCode.none
     h.wall += 30_000
-    assert h.commit(None, offset=43) == g.NONE
+    assert h.commit(None, offset=43) == ErrorCode.none
     h.wall += 31_000
     assert h.coordinator.expire_offsets(h.wall) == 0
     h.wall += 30_000
@@ -557,10 +562,10 @@ def test_delete_groups():
     h.stable()
     h.commit("A")
     assert h.coordinator.delete_groups(h.now, [GROUP, "unknown", ""]) == {
-        GROUP: g.NON_EMPTY_GROUP, "unknown": g.GROUP_ID_NOT_FOUND, "": g.INVALID_GROUP_ID}
+        GROUP: ErrorCode.non_empty_group, "unknown": ErrorCode.group_id_not_found, "": ErrorCode.invalid_group_id}
     h.leave("A")
     h.leave("B")
-    assert h.coordinator.delete_groups(h.now, [GROUP]) == {GROUP: g.NONE}
+    assert h.coordinator.delete_groups(h.now, [GROUP]) == {GROUP: ErrorCode.none}
     assert GROUP not in h.coordinator.groups
     assert h.coordinator.fetch_offsets(GROUP, [("topic", 0)]) == [(("topic", 0), None)]
 
@@ -582,3 +587,41 @@ def test_list_and_describe():
     assert (described.state, described.protocol) == ("PreparingRebalance", "")
     assert all(m.metadata == b"" for m in described.members)
     assert h.coordinator.describe_group("unknown") is None
+
+
+def test_the_coordinator_core_imports_neither_trio_nor_the_shell():
+    """Everything but coordinator.py is pure: the shard, its managers and the classic group load
+    without trio, the purgatory or the broker (what the shell alone may use). Hypothesis is kept
+    out as it is in a broker's installation: kio registers strategies with it when it is there,
+    and importing hypothesis imports trio."""
+    code = (
+        "import sys; sys.modules['hypothesis'] = None; import minibroker.groups.shard; "
+        "bad = [m for m in sys.modules if m == 'trio' or m.startswith('trio.') "
+        "or m in ('minibroker.groups.coordinator', 'minibroker.purgatory', 'minibroker.broker')]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_the_group_record_holds_the_members_and_the_leaders_assignment():
+    """As Kafka's GroupMetadataValue: written when the join phase ends (no assignment yet) and again
+    when the leader's assignment arrives; an emptied group's record has no members."""
+    h = Harness()
+    a, _ = h.completing()
+    record = h.coordinator.store.groups[GROUP]
+    assert (record.generation, record.protocol, record.leader, record.members) == (1, "range", h.ids["A"], 2)
+    assert [(m.member_id, m.client_id, m.subscription, m.assignment) for m in record.member_metadata] == [
+        (h.ids["A"], "A", b"range-meta", b""), (h.ids["B"], "B", b"range-meta", b"")]
+    h.sync("B")
+    h.sync("A", h.assignment_for(m for m, _, _ in a.result.members))
+    record = h.coordinator.store.groups[GROUP]
+    members = [(m.member_id, m.session_timeout_ms, m.rebalance_timeout_ms, m.assignment)
+               for m in record.member_metadata]
+    assert members == [
+        (h.ids["A"], SESSION_MS, REBALANCE_MS, b"for-" + h.ids["A"].encode()),
+        (h.ids["B"], SESSION_MS, REBALANCE_MS, b"for-" + h.ids["B"].encode())]
+    h.leave("A")
+    h.leave("B")
+    record = h.coordinator.store.groups[GROUP]
+    assert (record.generation, record.protocol, record.leader, record.member_metadata) == (2, "", None, ())
+    assert record.state_timestamp_ms == h.wall

@@ -268,3 +268,31 @@ def test_deleting_a_topic_removes_its_committed_offsets(broker, unique):
         assert dict(broker.broker.groups.store.offsets[group])[(topic, 0)].offset == 7
         c.call(20, {"topic_names": [topic], "timeout": 5000}, version=5)
     assert (topic, 0) not in broker.broker.groups.store.offsets.get(group, {})
+
+
+def test_offsets_in_the_old_record_layout_are_served_after_an_upgrade(start_broker, tmp_path):
+    """A data directory whose __consumer_offsets holds records in the layout this broker wrote
+    before Kafka's: the broker starts on it and serves those offsets and groups as they were."""
+    import struct
+
+    from protocol.records import encode_batch
+    from storage.config import LogConfig
+    from storage.group_records import group_key, offset_key
+    from storage.manager import LogManager
+    from storage.offsets_store import TOPIC
+
+    with start_broker() as broker, WireClient(broker.bootstrap) as client:
+        assert create_topic(client, "old-t").error_code == NONE
+    logs = LogManager.open(tmp_path / "data", LogConfig.from_broker({}), 0)
+    meta, protocol_type = b"from-before", b"consumer"
+    old_offset = (struct.pack(">HqiH", 0, 41, 3, len(meta)) + meta + struct.pack(">qq", 1_700_000_000_000, -1))
+    old_group = (struct.pack(">HH", 0, len(protocol_type)) + protocol_type + struct.pack(">iH", 7, 0)
+                 + struct.pack(">iq", 0, 1_700_000_000_000))
+    logs.log(TOPIC, 0).append(encode_batch([(offset_key("old-g", "old-t", 0), old_offset),
+                                            (group_key("old-g"), old_group)], 0), 0)
+    logs.close()
+
+    with start_broker() as broker, WireClient(broker.bootstrap) as client:
+        assert fetch_committed(client, 8, "old-g", "old-t", None, [0]) == {0: (41, "from-before")}
+        listed = {g.group_id: (g.protocol_type, g.group_state) for g in client.request(req(LIST, 4)).groups}
+        assert listed["old-g"] == ("consumer", "Empty")

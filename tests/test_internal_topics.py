@@ -39,7 +39,7 @@ def test_a_forged_offset_commit_record_cannot_reach_the_offsets_log(tmp_path):
     """The reproduction from the issue: a record produced into __consumer_offsets rewrote a group's
     committed offset after a restart. It is refused, so the committed offset survives."""
     data = tmp_path / "data"
-    from minibroker.offsets_store import OffsetAndMetadata, offset_key, offset_value
+    from storage.group_records import OffsetAndMetadata, offset_key, offset_value
     with running_broker(data) as broker:
         with AdminClient(broker.bootstrap) as c:
             c.call(19, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,

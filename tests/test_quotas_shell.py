@@ -10,18 +10,19 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import struct
+import time
 
 import pytest
 import trio
 import trio.testing
 from kio.index import load_response_schema
-from kio.serial import entity_reader
 
 from minibroker.broker import Broker, Connection
 from minibroker.client_quotas import CLIENT_THROTTLES_FROM, TaskClock, client_throttles
 from minibroker.config import BrokerConfig, ConfigError
 from minibroker.server import serve_connection
 from protocol.entities import build
+from protocol.messages import read_entity
 from quotas.callback import ClientQuotaCallback, QuotaType
 from tests.batches import make_batch
 from tests.wire import encode_request, schema
@@ -75,7 +76,7 @@ def simple_frame(api_key: int, version: int, client_id: str, **body) -> bytes:
 def decode(frame_with_size: bytes, api_key: int, version: int):
     cls = load_response_schema(api_key, version)
     offset = 8 + (1 if cls.__flexible__ and api_key != 18 else 0)
-    response, _ = entity_reader(cls)(frame_with_size, offset)
+    response, _, _unknown_tags = read_entity(cls, frame_with_size, offset)
     return response
 
 
@@ -268,16 +269,32 @@ def test_time_waiting_in_the_purgatory_is_not_request_time(tmp_path):
     broker.close()
 
 
-def test_task_clock_counts_only_the_watched_tasks_suspensions():
+def _burn_cpu(ns: int) -> None:
+    end = time.thread_time_ns() + ns
+    while time.thread_time_ns() < end:
+        pass
+
+
+def test_task_clock_charges_watched_tasks_their_cpu_not_their_sleeps():
+    """A watched task is charged at least the CPU it burns in its steps (20 ms in two steps), not
+    the 50 ms it sleeps between them; an unwatched task's 30 ms of CPU is charged to no one."""
     clock = TaskClock()
+
+    async def other():
+        _burn_cpu(30_000_000)
 
     async def main():
         trio.lowlevel.add_instrument(clock)
         task = trio.lowlevel.current_task()
         clock.watch(task)
-        before = clock.suspended_ns(task)
-        await trio.sleep(0.05)
-        assert clock.suspended_ns(task) - before >= 40_000_000
+        before = clock.cpu_ns(task)
+        _burn_cpu(10_000_000)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            await trio.sleep(0.05)
+        _burn_cpu(10_000_000)
+        charged = clock.cpu_ns(task) - before
+        assert 20_000_000 <= charged < 20_000_000 + 30_000_000  # not the other task's 30 ms
         clock.forget(task)
         assert len(clock) == 0
         trio.lowlevel.remove_instrument(clock)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from storage.config import (
+    BROKER_KEY_DEFAULTS,
+    DEFAULT_LEVELS,
     INTERNAL_SEGMENT_BYTES,
+    SOURCE_DYNAMIC_BROKER_CONFIG,
+    SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
     SOURCE_DEFAULT_CONFIG,
     SOURCE_STATIC_BROKER_CONFIG,
     SOURCE_TOPIC_CONFIG,
@@ -14,6 +18,7 @@ from storage.config import (
     ConfigError,
     InvalidTopicError,
     LogConfig,
+    config_synonyms,
     describe,
     has_collision,
     validate_topic_name,
@@ -142,12 +147,17 @@ def test_bad_topic_override_names_the_key_and_reason(key, value, reason):
 
 
 def test_describe_sources_and_values():
-    broker = LogConfig.from_broker({"log.retention.hours": "1", "log.segment.bytes": "2097152"})
+    static = {"log.retention.hours": "1", "log.segment.bytes": "2097152"}
+    broker = LogConfig.from_broker(static)
     overrides = {"retention.ms": "1000", "preallocate": "true"}
-    rows = {e.name: e for e in describe(broker.with_topic_overrides(overrides), overrides)}
+    levels = ((SOURCE_STATIC_BROKER_CONFIG, static), (SOURCE_DEFAULT_CONFIG, BROKER_KEY_DEFAULTS))
+    rows = {e.name: e for e in describe(broker.with_topic_overrides(overrides), overrides, levels)}
     assert set(rows) == set(TOPIC_CONFIGS)
     assert (rows["retention.ms"].value, rows["retention.ms"].source) == ("1000", SOURCE_TOPIC_CONFIG)
+    assert rows["retention.ms"].synonyms == (("retention.ms", "1000", SOURCE_TOPIC_CONFIG),)
     assert (rows["segment.bytes"].value, rows["segment.bytes"].source) == ("2097152", SOURCE_STATIC_BROKER_CONFIG)
+    assert rows["segment.bytes"].synonyms == (("log.segment.bytes", "2097152", SOURCE_STATIC_BROKER_CONFIG),
+                                              ("log.segment.bytes", "1073741824", SOURCE_DEFAULT_CONFIG))
     assert rows["segment.bytes"].broker_key == "log.segment.bytes"
     assert (rows["flush.ms"].value, rows["flush.ms"].source) == ("9223372036854775807", SOURCE_DEFAULT_CONFIG)
     assert rows["flush.ms"].is_default and not rows["retention.ms"].is_default
@@ -156,6 +166,42 @@ def test_describe_sources_and_values():
     assert rows["retention.ms"].broker_key == "log.retention.ms"
     assert rows["retention.ms"].config_type == 5  # LONG
     assert INTERNAL_SEGMENT_BYTES not in rows
+
+
+def test_synonyms_follow_kafkas_config_helper():
+    """Kafka's ConfigHelper.configSynonyms: each level's values of the key's synonyms, then all
+    before the first entry named for the key itself dropped (DynamicBrokerReconfigurationTest)."""
+    static = {"log.retention.ms": "1680000000", "log.retention.hours": "168"}
+    levels = ((SOURCE_DYNAMIC_BROKER_CONFIG, {}), (SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG, {}),
+              (SOURCE_STATIC_BROKER_CONFIG, static), (SOURCE_DEFAULT_CONFIG, BROKER_KEY_DEFAULTS))
+    assert [(n, s) for n, _, s in config_synonyms("log.retention.ms", levels)] == [
+        ("log.retention.ms", SOURCE_STATIC_BROKER_CONFIG), ("log.retention.hours", SOURCE_STATIC_BROKER_CONFIG),
+        ("log.retention.hours", SOURCE_DEFAULT_CONFIG)]
+    assert [(n, s) for n, _, s in config_synonyms("log.retention.hours", levels)] == [
+        ("log.retention.hours", SOURCE_STATIC_BROKER_CONFIG), ("log.retention.hours", SOURCE_DEFAULT_CONFIG)]
+    assert config_synonyms("log.roll.hours", levels) == [("log.roll.hours", "168", SOURCE_DEFAULT_CONFIG)]
+    # A topic's retention.ms when only log.retention.hours is set: Kafka lists no synonym and says
+    # DEFAULT_CONFIG, though the value comes from the hours.
+    hours_only = {"log.retention.hours": "1"}
+    rows = {e.name: e for e in describe(LogConfig.from_broker(hours_only), {},
+                                        ((SOURCE_STATIC_BROKER_CONFIG, hours_only),) + DEFAULT_LEVELS)}
+    assert (rows["retention.ms"].value, rows["retention.ms"].source, rows["retention.ms"].synonyms) == (
+        "3600000", SOURCE_DEFAULT_CONFIG, ())
+    dynamic = {"log.retention.ms": "5"}
+    rows = {e.name: e for e in describe(LogConfig.from_broker(dynamic), {},
+                                        ((SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG, dynamic),) + DEFAULT_LEVELS)}
+    assert (rows["retention.ms"].value, rows["retention.ms"].source) == ("5", SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_cross_field_checks_are_kafkas():
+    with pytest.raises(ConfigError) as conflict:
+        LogConfig().with_topic_overrides({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    assert conflict.value.key == "min.compaction.lag.ms" and "(10) > max.compaction.lag.ms (5)" in str(conflict.value)
+    LogConfig().with_topic_overrides({"min.compaction.lag.ms": "5", "max.compaction.lag.ms": "5"})
+    with pytest.raises(ConfigError) as tiered:
+        LogConfig().with_topic_overrides({"remote.storage.enable": "true"})
+    assert tiered.value.key == "remote.storage.enable" and "Tiered Storage" in str(tiered.value)
+    assert not LogConfig().with_topic_overrides({"remote.storage.enable": "false"}).remote_storage_enable
 
 
 @pytest.mark.parametrize("name", ["a", "A.b_c-9", "__consumer_offsets", "x" * 249, "..a", "-"])

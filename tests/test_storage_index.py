@@ -41,13 +41,12 @@ def test_offset_index_lookup_matches_bisect_model(entries, targets, truncate):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "00000000000000001000.index"
         index = OffsetIndex(path, BASE, 10 * 1024 * 1024)
-        index.reset_file()  # as LogSegment.create does: the file exists even when empty
         for relative, position in entries:
             index.append(BASE + relative, position)
         for target in targets:
             assert index.lookup(target) == _expected_offset_lookup(entries, target)
 
-        # The file holds the same entries.
+        # The file holds the same entries once closed (entries are written lazily).
         index.close()
         log_size = (entries[-1][1] + 1) if entries else 1
         loaded = OffsetIndex.load(path, BASE, 10 * 1024 * 1024, log_size)
@@ -107,7 +106,6 @@ def test_time_index_matches_bisect_model(candidates, targets, truncate):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "00000000000000001000.timeindex"
         index = TimeIndex(path, BASE, 10 * 1024 * 1024)
-        index.reset_file()
         model: list[tuple[int, int]] = []
         timestamp, offset = -1, BASE
         for ts_step, offset_step in candidates:

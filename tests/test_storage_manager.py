@@ -122,6 +122,81 @@ def test_alter_topic_config(tmp_path):
     reopened.close()
 
 
+def test_add_partitions_grows_the_topic_and_survives_reopen(tmp_path):
+    """CreatePartitions at the storage level: new empty logs after the existing ones, the old data
+    untouched, the topic file (the commit point) rewritten, and the change announced."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    announced = []
+    manager.on_topics_changed = announced.append
+    info = manager.create_topic("t", 2, {"retention.ms": "1000"}, 0)
+    manager.log("t", 1).append(make_batch([(b"k", b"v")]), 0)
+    assert manager.add_partitions("t", 4, 0, validate_only=True).num_partitions == 4
+    assert manager.topic("t").num_partitions == 2 and not (tmp_path / "t-2").exists()
+    grown = manager.add_partitions("t", 4, 0)
+    assert (grown.num_partitions, grown.topic_id, grown.overrides) == (4, info.topic_id, {"retention.ms": "1000"})
+    assert announced[-1] == "t"
+    assert manager.log("t", 3).config.retention_ms == 1000 and manager.log("t", 3).log_end_offset == 0
+    assert manager.log("t", 1).log_end_offset == 1
+    manager.close()
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert reopened.topic("t").num_partitions == 4 and reopened.log("t", 1).log_end_offset == 1
+    assert json.loads((tmp_path / "topics" / "t.json").read_text())["num_partitions"] == 4
+    reopened.close()
+
+
+@pytest.mark.parametrize("count, message", [
+    (3, "Topic already has 3 partition(s)."),
+    (2, "The topic t currently has 3 partition(s); 2 would not be an increase."),
+    (0, "The topic t currently has 3 partition(s); 0 would not be an increase."),
+    (10_001, "Number of partitions 10001 is above the limit of 10000."),
+])
+def test_add_partitions_never_shrinks(tmp_path, count, message):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 3, {}, 0)
+    with pytest.raises(InvalidPartitionsError) as refused:
+        manager.add_partitions("t", count, 0)
+    assert str(refused.value) == message
+    with pytest.raises(UnknownTopicError):
+        manager.add_partitions("nope", 4, 0)
+    assert manager.topic("t").num_partitions == 3
+    manager.close()
+
+
+def test_add_partitions_never_creates_over_records(tmp_path):
+    """A leftover directory of a new partition is reused when it holds no records (an addition cut
+    short), and refused with StrayDataError naming it when it does."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {}, 0)
+    (tmp_path / "t-1").mkdir()
+    (tmp_path / "t-1" / "00000000000000000000.log").write_bytes(b"")
+    (tmp_path / "t-2").mkdir()
+    (tmp_path / "t-2" / "00000000000000000000.log").write_bytes(make_batch([(None, b"old")]))
+    with pytest.raises(StrayDataError, match="t-2"):
+        manager.add_partitions("t", 3, 0)
+    assert manager.topic("t").num_partitions == 1
+    assert (tmp_path / "t-2" / "00000000000000000000.log").stat().st_size > 0
+    manager.add_partitions("t", 2, 0)
+    assert manager.log("t", 1).log_end_offset == 0
+    manager.close()
+
+
+def test_new_broker_defaults_reach_topics_without_an_override(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("own", 1, {"retention.ms": "1000", "min.compaction.lag.ms": "100"}, 0)
+    manager.create_topic("inherits", 1, {}, 0)
+    changed = LogConfig.from_broker({"log.retention.ms": "5000", "log.segment.bytes": "2097152"})
+    manager.check_broker_config(changed)
+    manager.set_broker_config(changed)
+    assert manager.log("inherits", 0).config.retention_ms == 5000
+    assert manager.log("own", 0).config.retention_ms == 1000
+    assert manager.log("own", 0).config.segment_bytes == manager.topic("inherits").config.segment_bytes == 2097152
+    # A default some topic's overrides contradict is refused before anything changes.
+    with pytest.raises(ConfigError) as refused:
+        manager.check_broker_config(LogConfig.from_broker({"log.cleaner.max.compaction.lag.ms": "50"}))
+    assert "own" in str(refused.value)
+    manager.close()
+
+
 def test_stray_directories_are_kept_logged_and_never_created_over(tmp_path, caplog):
     manager = LogManager.open(tmp_path, BROKER, 0)
     manager.create_topic("t", 1, {}, 0)

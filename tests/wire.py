@@ -69,3 +69,11 @@ class WireClient:
 
 def schema(api_key: int, version: int):
     return load_request_schema(api_key, version)
+
+
+def create_topic_with(admin, name: str, partitions: int = 1, configs=()) -> None:
+    """CreateTopics through a minibroker.admin_client.AdminClient (configs: (key, value) pairs)."""
+    response = admin.call(19, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                            "assignments": [], "configs": [{"name": k, "value": v} for k, v in configs]}],
+                               "timeout": 10000, "validate_only": False})
+    assert response.topics[0].error_code == 0, response.topics[0].error_message

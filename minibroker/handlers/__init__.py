@@ -63,6 +63,14 @@ MODULES = (
     "list_partition_reassignments",
     "describe_quorum",
     "list_config_resources",
+    "alter_configs",
+    "incremental_alter_configs",
+    "create_partitions",
+    "delete_records",
+    "offset_delete",
+    "describe_topic_partitions",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
 )
 
 

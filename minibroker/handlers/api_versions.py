@@ -3,6 +3,8 @@
 Quirks: the response always uses response header v0 (KIP-511), and a request at a version we lack
 is answered UNSUPPORTED_VERSION with our ranges in v0 form (see Broker._api_versions_fallback), so
 clients that start high (kafka-python v4, librdkafka v3) can retry lower. aiokafka sends v0 only.
+From v3 (flexible), in lean producer-state mode, the response also carries seed 003's duplicate
+window in tagged field 19778 (protocol.extensions; added by Broker._encode, as on InitProducerId).
 """
 
 from minibroker.handlers import handler

@@ -8,6 +8,11 @@ never together with a count (INVALID_REQUEST), known topic configs with valid va
 without creating. v5+ answers the resulting partition count, replication factor and configs. A topic
 whose partition directory already holds records no topic file accounts for, or a file-system error,
 answers KAFKA_STORAGE_ERROR with a message naming the directory or file (nothing is deleted).
+
+Limits (minibroker.limits): a request asking for more than 10,000 partitions in all is refused
+whole, every topic POLICY_VIOLATION "Excessively large number of partitions per request." (KRaft);
+a topic that would take the broker past max.broker.partitions is POLICY_VIOLATION with a message
+naming the limit, after its other checks (so a bad name is still INVALID_TOPIC_EXCEPTION).
 """
 
 from minibroker.broker import wall_clock_ms
@@ -20,10 +25,12 @@ from minibroker.handlers.common import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
+    POLICY_VIOLATION,
     TOPIC_ALREADY_EXISTS,
     log,
 )
 from minibroker.handlers.describe_configs import topic_config_entries
+from minibroker.limits import MAX_PARTITIONS_PER_REQUEST, over_cap_message, partitions_in_use
 from storage.config import ConfigError
 from storage.errors import storage_error_message
 from storage.manager import InvalidPartitionsError, InvalidTopicError, StrayDataError, TopicExistsError
@@ -42,7 +49,8 @@ def _result(name, code, message=None, info=None, replication_factor=-1, configs=
     }
 
 
-def _create_one(broker, topic, validate_only: bool) -> dict:
+def _create_one(broker, topic, validate_only: bool, in_use: list[int]) -> dict:
+    """One topic; `in_use` is [partitions the broker holds], updated as topics are created."""
     name = topic.name
     partitions = topic.num_partitions
     replication = topic.replication_factor
@@ -65,8 +73,11 @@ def _create_one(broker, topic, validate_only: bool) -> dict:
         if entry.value is None:
             return _result(name, INVALID_REQUEST, f"Null value not supported for topic configs: {entry.name}")
         overrides[entry.name] = entry.value
+    # Over max.broker.partitions: validate only (so that other faults are answered first), then refuse.
+    over_cap = isinstance(partitions, int) and in_use[0] + partitions > broker.max_partitions
     try:
-        info = broker.logs.create_topic(name, partitions, overrides, wall_clock_ms(), validate_only=validate_only)
+        info = broker.logs.create_topic(name, partitions, overrides, wall_clock_ms(),
+                                        validate_only=validate_only or over_cap)
     except InvalidTopicError as exc:
         return _result(name, INVALID_TOPIC_EXCEPTION, str(exc))
     except TopicExistsError:
@@ -81,7 +92,12 @@ def _create_one(broker, topic, validate_only: bool) -> dict:
     except OSError as exc:
         log.error("could not create topic %s: %s", name, storage_error_message(exc))
         return _result(name, KAFKA_STORAGE_ERROR, storage_error_message(exc))
+    if over_cap:
+        message = over_cap_message(name, partitions, in_use[0], broker.max_partitions)
+        log.warning("refused CreateTopics: %s", message)
+        return _result(name, POLICY_VIOLATION, message)
     if not validate_only:
+        in_use[0] += info.num_partitions
         log.info("created topic %s (%d partitions, id %s)", name, info.num_partitions, info.topic_id)
     configs = [
         {"name": e["name"], "value": e["value"], "read_only": False, "config_source": e["config_source"], "is_sensitive": False}
@@ -90,17 +106,35 @@ def _create_one(broker, topic, validate_only: bool) -> dict:
     return _result(name, 0, None, info, 1, configs)
 
 
+def _requested_partitions(topics, default: int) -> int:
+    """Kafka's count for the per-request limit (ReplicationControlManager)."""
+    total = 0
+    for topic in topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif topic.num_partitions == -1:
+            total += default
+        elif topic.num_partitions > 0:
+            total += topic.num_partitions
+    return total
+
+
 @handler(19, 2, 7)
 async def create_topics(ctx, request):
+    broker = ctx.broker
+    if _requested_partitions(request.topics, broker.config["num.partitions"]) > MAX_PARTITIONS_PER_REQUEST:
+        message = "Excessively large number of partitions per request."
+        return {"throttle_time": 0, "topics": [_result(t.name, POLICY_VIOLATION, message) for t in request.topics]}
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
+    in_use = [partitions_in_use(broker.logs)]
     results = []
     for topic in request.topics:
         if counts[topic.name] > 1:
             results.append(_result(topic.name, INVALID_REQUEST, "Create topics request from client contains a duplicate topic"))
         else:
-            results.append(_create_one(ctx.broker, topic, request.validate_only))
+            results.append(_create_one(broker, topic, request.validate_only, in_use))
     return {"throttle_time": 0, "topics": results}
 
 

@@ -1,89 +1,151 @@
-"""DescribeConfigs (key 32), v1-v4: topic (resource type 2) and broker (4) configs.
+"""DescribeConfigs (key 32), v1-v4: topic (resource type 2) and broker (4) configs, as Kafka's
+ConfigHelper answers them.
 
-Topic configs show every known key with its effective value and source (DYNAMIC_TOPIC_CONFIG for an
-override, STATIC_BROKER_CONFIG when the broker's properties set it, DEFAULT_CONFIG otherwise), with
-synonyms when asked (v1+) and types (v3+). The broker resource shows the broker settings and the
-log.* defaults; its name must be this broker's id or empty. configuration_keys filters.
+Every value carries its source and, when asked (include_synonyms), its synonyms in precedence order:
+a topic's own override (DYNAMIC_TOPIC_CONFIG), then its broker key's values from this broker's
+dynamic configs (DYNAMIC_BROKER_CONFIG), the cluster-wide dynamic defaults
+(DYNAMIC_DEFAULT_BROKER_CONFIG), the broker's properties (STATIC_BROKER_CONFIG) and the built-in
+defaults (DEFAULT_CONFIG); the source of a value is its first synonym's (storage.config.describe
+has Kafka's rule, quirks included). v3+ adds each config's type.
+
+The broker resource named by this broker's id lists every broker setting with its effective value
+(passwords never: is_sensitive with a null value), read_only for those that cannot change at runtime;
+the resource named "" lists the cluster-wide dynamic defaults only, as Kafka. Any other name is
+INVALID_REQUEST. configuration_keys filters (null or empty: everything).
 """
 
+from minibroker.config import BROKER_CONFIGS
+from minibroker.dynamic_config import DYNAMIC_KEYS, STATIC_DEFAULTS
 from minibroker.handlers import handler
-from minibroker.handlers.common import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION
-from storage.config import describe
+from minibroker.handlers.common import INVALID_REQUEST, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION
+from storage.config import (
+    BROKER_LOG_KEYS,
+    CONFIG_TYPE_IDS,
+    SOURCE_DEFAULT_CONFIG,
+    SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
+    TOPIC_CONFIGS,
+    InvalidTopicError,
+    config_synonyms,
+    describe,
+    validate_topic_name,
+)
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
-SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 4, 5
-CONFIG_TYPE_STRING = 2
+CONFIG_TYPE_UNKNOWN = 0
+_INT_BROKER_KEYS = {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours"}
+
+
+def _synonyms(synonyms, include: bool) -> list[dict]:
+    return [{"name": n, "value": v, "source": s} for n, v, s in synonyms] if include else []
 
 
 def topic_config_entries(broker, info, include_synonyms: bool = False) -> list[dict]:
-    entries = []
-    for entry in describe(info.config, info.overrides):
-        synonyms = []
-        if include_synonyms:
-            if entry.source == 1:
-                synonyms.append({"name": entry.name, "value": entry.value, "source": 1})
-            if entry.broker_key and entry.broker_key in broker.config.props:
-                synonyms.append({"name": entry.broker_key, "value": broker.config.props[entry.broker_key], "source": SOURCE_STATIC_BROKER})
-        entries.append({
+    return [
+        {
             "name": entry.name,
             "value": entry.value,
             "read_only": entry.read_only,
             "is_default": entry.is_default,
             "config_source": entry.source,
             "is_sensitive": entry.sensitive,
-            "synonyms": synonyms,
+            "synonyms": _synonyms(entry.synonyms, include_synonyms),
             "config_type": entry.config_type,
+            "documentation": None,
+        }
+        for entry in describe(info.config, info.overrides, broker.dynamic_configs.levels())
+    ]
+
+
+def _broker_config_type(name: str) -> int:
+    key = BROKER_CONFIGS.get(name)
+    if key is not None:
+        parse = key.parse.__name__
+        return CONFIG_TYPE_IDS.get({"_int": "INT", "_bool": "BOOLEAN", "_float": "DOUBLE"}.get(parse, "STRING"))
+    if name in _INT_BROKER_KEYS:
+        return CONFIG_TYPE_IDS["INT"]
+    for definition in TOPIC_CONFIGS.values():
+        if any(name == k for k, _ in definition.broker_keys):
+            return CONFIG_TYPE_IDS[definition.type]
+    return CONFIG_TYPE_UNKNOWN
+
+
+def broker_config_entries(broker, per_broker: bool, include_synonyms: bool = False) -> list[dict]:
+    """Kafka's ConfigHelper.createBrokerConfigEntry over every setting (per_broker) or over the
+    cluster-wide dynamic defaults only."""
+    dynamic = broker.dynamic_configs
+    levels = dynamic.levels()
+    effective = dynamic.effective_props()
+    if per_broker:
+        names = set(BROKER_CONFIGS) | BROKER_LOG_KEYS | set(effective)
+    else:
+        names = set(dynamic.cluster_default)
+    entries = []
+    for name in sorted(names):
+        synonyms = config_synonyms(name, levels)
+        if not per_broker:
+            synonyms = [s for s in synonyms if s[2] == SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG]
+        sensitive = name in BROKER_CONFIGS and BROKER_CONFIGS[name].sensitive
+        if per_broker:
+            value = effective.get(name, STATIC_DEFAULTS.get(name))
+        else:
+            value = dynamic.cluster_default[name]
+        source = synonyms[0][2] if synonyms else SOURCE_DEFAULT_CONFIG
+        entries.append({
+            "name": name,
+            "value": None if sensitive else value,
+            "read_only": name not in DYNAMIC_KEYS and (name in BROKER_CONFIGS or name in BROKER_LOG_KEYS),
+            "is_default": source == SOURCE_DEFAULT_CONFIG,
+            "config_source": source,
+            "is_sensitive": sensitive,
+            "synonyms": _synonyms([(n, None if sensitive else v, s) for n, v, s in synonyms], include_synonyms),
+            "config_type": _broker_config_type(name),
             "documentation": None,
         })
     return entries
 
 
-def broker_config_entries(broker) -> list[dict]:
-    rows = [(name, value, is_default) for name, value, is_default in broker.config.describe()]
-    shown = {name for name, _, _ in rows}
-    for entry in describe(broker.log_config, {}):
-        if entry.broker_key and entry.broker_key not in shown:
-            value = broker.config.props.get(entry.broker_key, entry.value)
-            rows.append((entry.broker_key, value, entry.broker_key not in broker.config.props))
-            shown.add(entry.broker_key)
-    return [
-        {
-            "name": name,
-            "value": value,
-            "read_only": True,
-            "is_default": is_default,
-            "config_source": SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
-            "is_sensitive": value is None,
-            "synonyms": (),
-            "config_type": CONFIG_TYPE_STRING,
-            "documentation": None,
-        }
-        for name, value, is_default in sorted(rows)
-    ]
+def _broker_resource_error(broker, name: str) -> str | None:
+    if name == "":
+        return None
+    try:
+        node = int(name)
+    except ValueError:
+        return f"Broker id must be an integer, but it is: {name}"
+    if node != broker.node_id:
+        return f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}"
+    return None
 
 
 @handler(32, 1, 4)
 async def describe_configs(ctx, request):
     broker = ctx.broker
+    include_synonyms = bool(getattr(request, "include_synonyms", False))
     results = []
     for resource in request.resources:
         keys = resource.configuration_keys
+        name = resource.resource_name
         result = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
-                  "resource_name": resource.resource_name, "configs": ()}
+                  "resource_name": name, "configs": ()}
         if resource.resource_type == TOPIC:
-            info = broker.logs.topic(resource.resource_name)
-            if info is None:
-                result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {resource.resource_name} does not exist")
+            info = broker.logs.topic(name)
+            try:
+                validate_topic_name(name)
+            except InvalidTopicError as exc:
+                result.update(error_code=INVALID_TOPIC_EXCEPTION, error_message=str(exc))
             else:
-                result["configs"] = topic_config_entries(broker, info, getattr(request, "include_synonyms", False))
+                if info is None:
+                    result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {name} does not exist")
+                else:
+                    result["configs"] = topic_config_entries(broker, info, include_synonyms)
         elif resource.resource_type == BROKER:
-            if resource.resource_name not in ("", str(broker.node_id)):
-                result.update(error_code=INVALID_REQUEST, error_message=f"Unexpected broker id, expected {broker.node_id} or empty string, but received {resource.resource_name}")
+            error = _broker_resource_error(broker, name)
+            if error is not None:
+                result.update(error_code=INVALID_REQUEST, error_message=error)
             else:
-                result["configs"] = broker_config_entries(broker)
+                result["configs"] = broker_config_entries(broker, name != "", include_synonyms)
         else:
-            result.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {resource.resource_type}")
-        if keys is not None and result["configs"]:
+            result.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type: {resource.resource_type}")
+        if keys and result["configs"]:
             result["configs"] = [c for c in result["configs"] if c["name"] in keys]
         results.append(result)
     return {"throttle_time": 0, "results": results}

@@ -8,9 +8,9 @@ every group operation (READ, DELETE, DESCRIBE).
 
 from __future__ import annotations
 
-from minibroker.groups import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID
 from minibroker.handlers import handler
 from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
+from protocol.errors import ErrorCode
 
 GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
 
@@ -29,12 +29,12 @@ async def describe_groups(ctx, request):
     described = []
     for group_id in request.groups:
         if not group_id:
-            described.append(_dead(group_id, INVALID_GROUP_ID))
+            described.append(_dead(group_id, ErrorCode.invalid_group_id))
             continue
         description = groups.describe_group(group_id)
         if description is None:
             if ctx.version >= 6:
-                described.append(_dead(group_id, GROUP_ID_NOT_FOUND, f"Group {group_id} not found."))
+                described.append(_dead(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."))
             else:
                 described.append(_dead(group_id))
             continue

@@ -15,6 +15,8 @@ v5 is its mark of Kafka 4.3.
 import os
 
 from minibroker.handlers import handler
+from minibroker.handlers.common import KAFKA_STORAGE_ERROR, log_storage_error
+from storage.errors import storage_error_message
 
 
 def log_dir(broker) -> str:
@@ -38,18 +40,23 @@ async def describe_log_dirs(ctx, request):
     else:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
     by_topic: dict[str, list[dict]] = {}
-    for topic, partition, log in broker.logs.logs():
-        if wanted is None or (topic, partition) in wanted:
-            by_topic.setdefault(topic, []).append({
-                "partition_index": partition,
-                "partition_size": log.size_bytes,
-                "offset_lag": 0,
-                "is_future_key": False,
-            })
+    error_code = 0
+    try:
+        for topic, partition, log in broker.logs.logs():
+            if wanted is None or (topic, partition) in wanted:
+                by_topic.setdefault(topic, []).append({
+                    "partition_index": partition,
+                    "partition_size": log.size_bytes,  # an idle partition's from its files' sizes
+                    "offset_lag": 0,
+                    "is_future_key": False,
+                })
+    except OSError as exc:  # the directory cannot be listed: Kafka's answer for an offline log dir
+        log_storage_error("DescribeLogDirs: %s", storage_error_message(exc))
+        by_topic, error_code = {}, KAFKA_STORAGE_ERROR
     path = log_dir(broker)
     total, usable = _volume_bytes(path)
     result = {
-        "error_code": 0,
+        "error_code": error_code,
         "log_dir": path,
         "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
         "total_bytes": total,

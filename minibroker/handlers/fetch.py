@@ -52,18 +52,18 @@ class _FetchPlan:
     def bytes_ready(self, min_bytes: int) -> bool:
         """Whether a read now would return at least min_bytes (or hit an error, which is final)."""
         total = 0
-        for _, _, info, part, offset, max_bytes, log in self.entries:
-            if log is None or offset < log.log_start_offset or offset > log.log_end_offset:
-                return True
-            if log.log_end_offset > offset:
-                if min_bytes <= 1:
+        try:
+            for _, _, info, part, offset, max_bytes, log in self.entries:
+                if log is None or offset < log.log_start_offset or offset > log.log_end_offset:
                     return True
-                try:
+                if log.log_end_offset > offset:
+                    if min_bytes <= 1:
+                        return True
                     total += len(log.read(offset, max_bytes))
-                except OSError:
-                    return True  # the read below answers KAFKA_STORAGE_ERROR
-                if total >= min_bytes:
-                    return True
+                    if total >= min_bytes:
+                        return True
+        except OSError:  # loading or reading the log failed: the read below answers KAFKA_STORAGE_ERROR
+            return True
         return False
 
     def read(self, max_bytes: int) -> list[dict]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import trio
 
-from minibroker.groups import DelayedJoin
+from minibroker.groups.coordinator import DelayedJoin
 from minibroker.handlers import handler
 from protocol.entities import to_ms
 

@@ -4,17 +4,28 @@ Quirks: a null topic list (v1+) means every topic, and so does an empty list at 
 topic may be asked for by id (Java's Admin sends the id with an empty name, not a null one): as in
 Kafka's handleTopicMetadataRequest, any non-zero id in the request makes it a lookup by id (names
 alongside are ignored), and an unknown id is answered UNKNOWN_TOPIC_ID with a null name; ids in a
-v10/v11 request, which Kafka refuses, are answered INVALID_REQUEST. Auto-creation needs both `auto.create.topics.enable` and the request's
-allow_auto_topic_creation (v4+; always allowed before). Unlike KRaft Kafka, which answers
-LEADER_NOT_AVAILABLE until the new topic's leader is elected, a topic created here is answered at
-once, so producers do not need a second round trip. Only Kafka's internal topics (`__consumer_offsets`,
-`__transaction_state`, `__share_group_state`) are marked is_internal; the audit topic
-`__minibroker_audit` is an ordinary topic to clients (consumable by name or pattern, as any topic),
-though only the broker may write it.
+v10/v11 request, which Kafka refuses, are answered INVALID_REQUEST. A topic with neither a name nor
+an id (the name is nullable from v10) is answered UNKNOWN_TOPIC_OR_PARTITION, with the name "" before
+v12 (the response field is not nullable there).
+
+Auto-creation needs both `auto.create.topics.enable` and the request's allow_auto_topic_creation
+(v4+; always allowed before), and room under max.broker.partitions (minibroker.limits): a topic
+beyond it is answered UNKNOWN_TOPIC_OR_PARTITION, as if auto-creation were off (a warning is logged
+with the count). Creating topics takes milliseconds each, so a request naming thousands lets other
+connections in every few topics. Unlike KRaft Kafka, which answers LEADER_NOT_AVAILABLE until the
+new topic's leader is elected, a topic created here is answered at once, so producers do not need a
+second round trip.
+
+Only Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, `__share_group_state`)
+are marked is_internal; the audit topic `__minibroker_audit` is an ordinary topic to clients
+(consumable by name or pattern, as any topic), though only the broker may write it.
 """
 
+import logging
+
+import trio
+
 from minibroker.handlers import handler
-from storage.config import is_internal
 from minibroker.handlers.common import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
@@ -25,6 +36,11 @@ from minibroker.handlers.common import (
     CLUSTER_ALL_OPERATIONS,
     create_topic_or_error,
 )
+from minibroker.limits import partitions_in_use
+from storage.config import InvalidTopicError, is_internal, validate_topic_name
+
+log = logging.getLogger(__name__)
+YIELD_EVERY = 16  # auto-created topics between checkpoints
 
 
 def topic_metadata(broker, info, include_ops: bool) -> dict:
@@ -66,7 +82,12 @@ async def metadata(ctx, request):
         elif topic_ids:
             topics = [_by_id(broker, topic_id, include_ops) for topic_id in dict.fromkeys(topic_ids)]
         else:
-            topics = [_by_name(broker, t.name, allow_create, include_ops) for t in request.topics]
+            creation = _AutoCreation(broker, allow_create)
+            topics = []
+            for t in request.topics:
+                topics.append(_by_name(broker, t.name, creation, include_ops, ctx.version))
+                await creation.maybe_yield()
+            creation.log_refused(ctx.connection.peer)
     return {
         "throttle_time": 0,
         "brokers": [broker.broker_endpoint(ctx.connection.listener)],
@@ -80,6 +101,52 @@ async def metadata(ctx, request):
     }
 
 
+class _AutoCreation:
+    """One request's auto-creation, within max.broker.partitions."""
+
+    def __init__(self, broker, allowed: bool) -> None:
+        self.broker = broker
+        self.allowed = allowed
+        self.in_use: int | None = None  # partitions the broker holds, counted at the first creation
+        self.refused = 0
+        self.since_yield = 0
+
+    def create(self, name: str):
+        """(info, 0), or (None, error code) when the topic cannot or may not be created."""
+        broker = self.broker
+        if self.in_use is None:
+            self.in_use = partitions_in_use(broker.logs)
+        if self.in_use + broker.config["num.partitions"] > broker.max_partitions:
+            self.refused += 1
+            return None, _refused_code(name)
+        info, code = create_topic_or_error(broker, name)
+        if info is not None:
+            self.in_use += info.num_partitions
+            self.since_yield += 1
+        return info, code
+
+    async def maybe_yield(self) -> None:
+        if self.since_yield >= YIELD_EVERY:
+            # Creating topics takes milliseconds each: let other connections in meanwhile.
+            self.since_yield = 0
+            await trio.lowlevel.checkpoint()
+            self.in_use = None  # others may have created or deleted topics
+
+    def log_refused(self, peer: str) -> None:
+        if self.refused:
+            log.warning("%s: auto-creation of %d topic(s) refused, max.broker.partitions=%d reached",
+                        peer, self.refused, self.broker.max_partitions)
+
+
+def _refused_code(name: str) -> int:
+    """Over the partition cap: the topic stays unknown, unless its name is illegal anyway."""
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError:
+        return INVALID_TOPIC_EXCEPTION
+    return UNKNOWN_TOPIC_OR_PARTITION
+
+
 def _by_id(broker, topic_id, include_ops: bool) -> dict:
     info = broker.logs.topic_by_id(topic_id)
     if info is None:
@@ -87,23 +154,23 @@ def _by_id(broker, topic_id, include_ops: bool) -> dict:
     return topic_metadata(broker, info, include_ops)
 
 
-def _by_name(broker, name: str | None, allow_create: bool, include_ops: bool) -> dict:
-    if name is None:  # v12+: neither a name nor an id
-        return _error_topic(None, None, UNKNOWN_TOPIC_OR_PARTITION)
+def _by_name(broker, name: str | None, creation: _AutoCreation, include_ops: bool, version: int) -> dict:
+    if name is None:  # v10+: neither a name nor an id
+        return _error_topic(None, None, UNKNOWN_TOPIC_OR_PARTITION, version)
     info = broker.logs.topic(name)
     if info is None:
-        if not allow_create:
+        if not creation.allowed:
             return _error_topic(name, None, UNKNOWN_TOPIC_OR_PARTITION)
-        info, code = create_topic_or_error(broker, name)
+        info, code = creation.create(name)
         if info is None:
             return _error_topic(name, None, code)
     return topic_metadata(broker, info, include_ops)
 
 
-def _error_topic(name, topic_id, code) -> dict:
+def _error_topic(name, topic_id, code, version: int = 12) -> dict:
     return {
         "error_code": code,
-        "name": name,
+        "name": "" if name is None and version < 12 else name,
         "topic_id": topic_id,
         "is_internal": False,
         "partitions": (),

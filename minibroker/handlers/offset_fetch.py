@@ -9,8 +9,8 @@ needs no waiting: there are no transactional offset commits here.
 
 from __future__ import annotations
 
-from minibroker.groups import INVALID_GROUP_ID
 from minibroker.handlers import handler
+from protocol.errors import ErrorCode
 
 NO_OFFSET = -1
 
@@ -28,7 +28,7 @@ def _partition(index: int, om, error: int = 0) -> dict:
 def fetch_group(broker, group_id: str, topics, by_id: bool) -> tuple[int, list[dict]]:
     """(group error, topic entries) for one group; `topics` None means all."""
     groups, logs = broker.groups, broker.logs
-    error = INVALID_GROUP_ID if not group_id else 0
+    error = ErrorCode.invalid_group_id if not group_id else ErrorCode.none
     if topics is None:
         by_topic: dict[str, list] = {}
         for (topic, partition), om in groups.fetch_offsets(group_id, None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import trio
 
-from minibroker.groups import DelayedSync
+from minibroker.groups.coordinator import DelayedSync
 from minibroker.handlers import handler
 
 

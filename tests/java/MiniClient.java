@@ -29,6 +29,19 @@
 //                                                  REPLICAS is a comma list of broker ids
 //   elect-leaders BOOTSTRAP preferred|unclean TOPIC:PARTITION[,...]|all
 //   alter-log-dir BOOTSTRAP TOPIC PARTITION BROKER DIR   Admin.alterReplicaLogDirs
+//   create-partitions BOOTSTRAP TOPIC COUNT [validate-only|ASSIGNMENT]   Admin.createPartitions;
+//                                                  ASSIGNMENT: broker ids per new partition, "1;1"
+//   describe-topics BOOTSTRAP TOPIC[,TOPIC...] [LIMIT]   Admin.describeTopics by name (DescribeTopicPartitions),
+//                                                  LIMIT partitions per response (partitionSizeLimitPerResponse)
+//   alter-configs BOOTSTRAP TOPIC|BROKER NAME OP:KEY[=VALUE][;...] [validate-only]
+//                                                  Admin.incrementalAlterConfigs; OP is SET, DELETE, APPEND
+//                                                  or SUBTRACT
+//   describe-configs BOOTSTRAP TOPIC|BROKER NAME [KEY,...]   Admin.describeConfigs with synonyms
+//   delete-records BOOTSTRAP TOPIC PARTITION OFFSET       Admin.deleteRecords
+//   delete-group-offsets BOOTSTRAP GROUP TOPIC:PARTITION[,...]   Admin.deleteConsumerGroupOffsets
+//   alter-scram BOOTSTRAP upsert:USER:MECH:PASSWORD:ITERATIONS|delete:USER:MECH[,...]
+//                                                  Admin.alterUserScramCredentials (MECH 256 or 512)
+//   describe-scram BOOTSTRAP [USER,...]            Admin.describeUserScramCredentials (all users when none)
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
 // Record i of `produce` is deterministic (tests/test_interop_java.py computes the same bytes):
@@ -129,6 +142,14 @@ public final class MiniClient {
                     a.length > 5 && a[5].equals("no-rf-change"));
             case "elect-leaders" -> electLeaders(a[1], a[2], a[3]);
             case "alter-log-dir" -> alterLogDir(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]), a[5]);
+            case "create-partitions" -> createPartitions(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "");
+            case "describe-topics" -> describeTopics(a[1], a[2], a.length > 3 ? Integer.parseInt(a[3]) : 0);
+            case "alter-configs" -> alterConfigs(a[1], a[2], a[3], a[4], a.length > 5 && a[5].equals("validate-only"));
+            case "describe-configs" -> describeConfigs(a[1], a[2], a[3], a.length > 4 ? a[4] : "");
+            case "delete-records" -> deleteRecords(a[1], a[2], Integer.parseInt(a[3]), Long.parseLong(a[4]));
+            case "delete-group-offsets" -> deleteGroupOffsets(a[1], a[2], a[3]);
+            case "alter-scram" -> alterScram(a[1], a[2]);
+            case "describe-scram" -> describeScram(a[1], a.length > 2 ? a[2] : "");
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
         }
         OUT.println("{\"type\":\"done\",\"command\":" + str(a[0]) + ",\"ms\":"
@@ -378,6 +399,185 @@ public final class MiniClient {
             var futures = admin.alterReplicaLogDirs(Map.of(replica, dir)).values();
             OUT.println("{\"type\":\"log-dir-altered\",\"dir\":" + str(dir) + ",\"error\":"
                     + jsonOrNull(failure(futures.get(replica))) + "}");
+        }
+    }
+
+    /** The simple class name of what failed, and its message, as JSON fields (both null on success). */
+    static String outcome(org.apache.kafka.common.KafkaFuture<?> future) {
+        try {
+            future.get();
+            return "\"error\":null,\"message\":null";
+        } catch (java.util.concurrent.ExecutionException e) {
+            return "\"error\":" + str(e.getCause().getClass().getSimpleName()) + ",\"message\":"
+                    + jsonOrNull(e.getCause().getMessage());
+        } catch (InterruptedException e) {
+            throw new RuntimeException(e);
+        }
+    }
+
+    static void createPartitions(String bootstrap, String topic, int count, String extra) throws Exception {
+        org.apache.kafka.clients.admin.NewPartitions increase = org.apache.kafka.clients.admin.NewPartitions.increaseTo(count);
+        var options = new org.apache.kafka.clients.admin.CreatePartitionsOptions();
+        if (extra.equals("validate-only")) {
+            options.validateOnly(true);
+        } else if (!extra.isEmpty()) {
+            List<List<Integer>> assignments = new ArrayList<>();
+            for (String partition : extra.split(";")) {
+                List<Integer> ids = new ArrayList<>();
+                for (String id : partition.split(",")) ids.add(Integer.parseInt(id));
+                assignments.add(ids);
+            }
+            increase = org.apache.kafka.clients.admin.NewPartitions.increaseTo(count, assignments);
+        }
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.createPartitions(Map.of(topic, increase), options).values();
+            OUT.println("{\"type\":\"partitions-created\",\"topic\":" + str(topic) + "," + outcome(futures.get(topic)) + "}");
+        }
+    }
+
+    static void describeTopics(String bootstrap, String topics, int limit) throws Exception {
+        var options = new org.apache.kafka.clients.admin.DescribeTopicsOptions();
+        if (limit > 0) options.partitionSizeLimitPerResponse(limit);
+        List<String> names = List.of(topics.split(","));
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.describeTopics(names, options).topicNameValues();
+            for (String name : names) {
+                String error = failure(futures.get(name));
+                if (error != null) {
+                    OUT.println("{\"type\":\"topic\",\"name\":" + str(name) + ",\"error\":" + str(error) + "}");
+                    continue;
+                }
+                TopicDescription d = futures.get(name).get();
+                StringBuilder partitions = new StringBuilder("[");
+                for (var p : d.partitions()) {
+                    if (partitions.length() > 1) partitions.append(',');
+                    partitions.append("[").append(p.partition()).append(',').append(p.leader().id()).append(',')
+                            .append(p.replicas().size()).append(',').append(p.isr().size()).append(']');
+                }
+                OUT.println("{\"type\":\"topic\",\"name\":" + str(d.name()) + ",\"error\":null,\"topic_id\":"
+                        + str(d.topicId().toString()) + ",\"internal\":" + d.isInternal() + ",\"partitions\":"
+                        + partitions.append(']') + "}");
+            }
+        }
+    }
+
+    static org.apache.kafka.common.config.ConfigResource configResource(String type, String name) {
+        return new org.apache.kafka.common.config.ConfigResource(
+                org.apache.kafka.common.config.ConfigResource.Type.valueOf(type), name);
+    }
+
+    static void alterConfigs(String bootstrap, String type, String name, String ops, boolean validateOnly) throws Exception {
+        List<org.apache.kafka.clients.admin.AlterConfigOp> alterations = new ArrayList<>();
+        for (String op : ops.split(";")) {
+            int colon = op.indexOf(':'), equals = op.indexOf('=');
+            String key = equals < 0 ? op.substring(colon + 1) : op.substring(colon + 1, equals);
+            String value = equals < 0 ? null : op.substring(equals + 1);
+            alterations.add(new org.apache.kafka.clients.admin.AlterConfigOp(
+                    new org.apache.kafka.clients.admin.ConfigEntry(key, value),
+                    org.apache.kafka.clients.admin.AlterConfigOp.OpType.valueOf(op.substring(0, colon))));
+        }
+        var resource = configResource(type, name);
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.incrementalAlterConfigs(Map.of(resource, alterations),
+                    new org.apache.kafka.clients.admin.AlterConfigsOptions().validateOnly(validateOnly)).values();
+            OUT.println("{\"type\":\"configs-altered\",\"name\":" + str(name) + "," + outcome(futures.get(resource)) + "}");
+        }
+    }
+
+    static void describeConfigs(String bootstrap, String type, String name, String keys) throws Exception {
+        var resource = configResource(type, name);
+        Set<String> wanted = keys.isEmpty() ? Set.of() : Set.of(keys.split(","));
+        try (Admin admin = admin(bootstrap)) {
+            var config = admin.describeConfigs(List.of(resource),
+                    new org.apache.kafka.clients.admin.DescribeConfigsOptions().includeSynonyms(true)).all().get().get(resource);
+            for (var entry : new java.util.TreeMap<>(config.entries().stream().collect(
+                    java.util.stream.Collectors.toMap(org.apache.kafka.clients.admin.ConfigEntry::name, e -> e))).values()) {
+                if (!wanted.isEmpty() && !wanted.contains(entry.name())) continue;
+                StringBuilder synonyms = new StringBuilder("[");
+                for (var synonym : entry.synonyms()) {
+                    if (synonyms.length() > 1) synonyms.append(',');
+                    synonyms.append('[').append(str(synonym.name())).append(',').append(jsonOrNull(synonym.value()))
+                            .append(',').append(str(synonym.source().name())).append(']');
+                }
+                OUT.println("{\"type\":\"config\",\"name\":" + str(entry.name()) + ",\"value\":" + jsonOrNull(entry.value())
+                        + ",\"source\":" + str(entry.source().name()) + ",\"read_only\":" + entry.isReadOnly()
+                        + ",\"sensitive\":" + entry.isSensitive() + ",\"config_type\":" + str(entry.type().name())
+                        + ",\"synonyms\":" + synonyms.append(']') + "}");
+            }
+        }
+    }
+
+    static void deleteRecords(String bootstrap, String topic, int partition, long offset) throws Exception {
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = admin(bootstrap)) {
+            var future = admin.deleteRecords(Map.of(tp, org.apache.kafka.clients.admin.RecordsToDelete.beforeOffset(offset)))
+                    .lowWatermarks().get(tp);
+            String error = failure(future);
+            OUT.println("{\"type\":\"records-deleted\",\"offset\":" + offset + ",\"low_watermark\":"
+                    + (error == null ? Long.toString(future.get().lowWatermark()) : "null") + ",\"error\":" + jsonOrNull(error) + "}");
+        }
+    }
+
+    static void deleteGroupOffsets(String bootstrap, String group, String partitions) throws Exception {
+        Set<TopicPartition> tps = new java.util.LinkedHashSet<>();
+        for (String tp : partitions.split(",")) {
+            int colon = tp.lastIndexOf(':');
+            tps.add(new TopicPartition(tp.substring(0, colon), Integer.parseInt(tp.substring(colon + 1))));
+        }
+        try (Admin admin = admin(bootstrap)) {
+            var result = admin.deleteConsumerGroupOffsets(group, tps);
+            for (TopicPartition tp : tps) {
+                OUT.println("{\"type\":\"group-offset-deleted\",\"partition\":" + str(tp.toString()) + ","
+                        + outcome(result.partitionResult(tp)) + "}");
+            }
+            OUT.println("{\"type\":\"group-offsets-deleted\",\"group\":" + str(group) + "," + outcome(result.all()) + "}");
+        }
+    }
+
+    static org.apache.kafka.clients.admin.ScramMechanism scramMechanism(String bits) {
+        return bits.equals("512") ? org.apache.kafka.clients.admin.ScramMechanism.SCRAM_SHA_512
+                : org.apache.kafka.clients.admin.ScramMechanism.SCRAM_SHA_256;
+    }
+
+    static void alterScram(String bootstrap, String specs) throws Exception {
+        List<org.apache.kafka.clients.admin.UserScramCredentialAlteration> alterations = new ArrayList<>();
+        List<String> users = new ArrayList<>();
+        for (String spec : specs.split(",")) {
+            String[] f = spec.split(":");
+            users.add(f[1]);
+            if (f[0].equals("delete")) {
+                alterations.add(new org.apache.kafka.clients.admin.UserScramCredentialDeletion(f[1], scramMechanism(f[2])));
+            } else {
+                alterations.add(new org.apache.kafka.clients.admin.UserScramCredentialUpsertion(f[1],
+                        new org.apache.kafka.clients.admin.ScramCredentialInfo(scramMechanism(f[2]), Integer.parseInt(f[4])), f[3]));
+            }
+        }
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.alterUserScramCredentials(alterations).values();
+            for (String user : new java.util.LinkedHashSet<>(users)) {
+                OUT.println("{\"type\":\"scram-altered\",\"user\":" + str(user) + "," + outcome(futures.get(user)) + "}");
+            }
+        }
+    }
+
+    static void describeScram(String bootstrap, String users) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            var result = users.isEmpty() ? admin.describeUserScramCredentials()
+                    : admin.describeUserScramCredentials(List.of(users.split(",")));
+            List<String> names = users.isEmpty() ? new ArrayList<>(new TreeSet<>(result.users().get())) : List.of(users.split(","));
+            for (String user : names) {
+                var future = result.description(user);
+                String error = failure(future);
+                StringBuilder infos = new StringBuilder("[");
+                if (error == null) {
+                    for (var info : future.get().credentialInfos()) {
+                        if (infos.length() > 1) infos.append(',');
+                        infos.append('[').append(str(info.mechanism().mechanismName())).append(',').append(info.iterations()).append(']');
+                    }
+                }
+                OUT.println("{\"type\":\"scram-user\",\"user\":" + str(user) + ",\"error\":" + jsonOrNull(error)
+                        + ",\"credentials\":" + infos.append(']') + "}");
+            }
         }
     }
 

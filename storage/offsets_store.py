@@ -6,18 +6,9 @@ does the same on one partition of the broker's own storage: every committed offs
 generation and every deletion is a record appended to `__consumer_offsets-0`; at start-up the log is
 read from its start and the last record for each key wins (a tombstone, a null value, deletes).
 
-The records are this project's own compact format (not Kafka's schemas), inside ordinary
-uncompressed v2 record batches, so the log stays readable by any Kafka client:
-
-    key   = type u16, then by type
-            1 offset: group str, topic str, partition i32
-            2 group:  group str
-    value = (null: tombstone)
-            1 offset: version u16 (0), offset i64, leader_epoch i32 (-1 none), metadata str,
-                      commit_timestamp i64 (wall ms), expire_timestamp i64 (wall ms, -1 none)
-            2 group:  version u16 (0), protocol_type str ("" none), generation i32,
-                      protocol str ("" none), members i32, state_timestamp i64 (wall ms)
-    str   = u16 length + UTF-8 bytes; integers big-endian
+The records are Kafka's own (OffsetCommitKey/Value, GroupMetadataKey/Value; storage/group_records.py
+has their layouts and reads the layout this broker wrote before them), inside ordinary uncompressed
+v2 record batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
 
 There is no log cleaner in this broker (cleanup.policy=compact is stored but acts as delete), so the
 store compacts itself: when the log holds many more records than live keys, it rolls a new segment,
@@ -27,23 +18,40 @@ before the new copy gives the same state. retention.ms=-1 on the topic keeps tim
 A replay that had to skip unreadable records (damage) never compacts: the records it could not read
 stay in the log, where a person can still recover them.
 
-This module does no I/O of its own beyond the PartitionLog it is given and never reads a clock:
-callers pass `now_ms` (wall-clock milliseconds, the timestamps Kafka stores).
+This module does no I/O of its own beyond the PartitionLog it is given, never reads a clock and
+never imports trio (it sits in storage/, below the shell): callers pass `now_ms` (wall-clock
+milliseconds, the timestamps Kafka stores).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from construct import ConstructError, Int16ub, Int32sb, Int64sb, PascalString, Struct, Switch, this
+from construct import ConstructError
+
 from protocol.records import decode_records, encode_batch, iter_headers
+from storage.group_records import (
+    GROUP_KEY,
+    OFFSET_KEY,
+    RECORD_KEY,
+    OffsetAndMetadata,
+    StoredGroup,
+    StoredMember,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+    parse_group_value,
+    parse_offset_value,
+)
 
 if TYPE_CHECKING:
     from storage.log import PartitionLog
     from storage.manager import LogManager
+
+__all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredGroup", "StoredMember"]
 
 log = logging.getLogger(__name__)
 
@@ -58,40 +66,6 @@ TOPIC_CONFIGS = {
     "compression.type": "producer",
 }
 
-OFFSET_KEY = 1
-GROUP_KEY = 2
-
-_String = PascalString(Int16ub, "utf8")
-
-RECORD_KEY = Struct(
-    "type" / Int16ub,
-    "key" / Switch(
-        this.type,
-        {
-            OFFSET_KEY: Struct("group" / _String, "topic" / _String, "partition" / Int32sb),
-            GROUP_KEY: Struct("group" / _String),
-        },
-    ),
-)
-
-OFFSET_VALUE = Struct(
-    "version" / Int16ub,
-    "offset" / Int64sb,
-    "leader_epoch" / Int32sb,
-    "metadata" / _String,
-    "commit_timestamp" / Int64sb,
-    "expire_timestamp" / Int64sb,
-)
-
-GROUP_VALUE = Struct(
-    "version" / Int16ub,
-    "protocol_type" / _String,
-    "generation" / Int32sb,
-    "protocol" / _String,
-    "members" / Int32sb,
-    "state_timestamp" / Int64sb,
-)
-
 # Batches written here stay well under the default max.message.bytes.
 MAX_RECORDS_PER_BATCH = 2000
 # Compact when the log holds more than this many records beyond twice the live ones.
@@ -99,66 +73,7 @@ COMPACT_SLACK = 10_000
 READ_CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class OffsetAndMetadata:
-    offset: int
-    leader_epoch: int  # -1: none
-    metadata: str
-    commit_timestamp_ms: int
-    expire_timestamp_ms: int = -1  # -1: none (only OffsetCommit v2-v4 retention_time sets it)
-
-
-@dataclass(frozen=True)
-class StoredGroup:
-    """What survives a restart of a group: enough to list, describe and expire it."""
-
-    protocol_type: str  # "" for a group that only stores offsets
-    generation: int
-    protocol: str
-    members: int
-    state_timestamp_ms: int  # when it last changed state (when it became Empty if members == 0)
-
-
 TopicPartition = tuple[str, int]
-
-
-# --- keys and values ---------------------------------------------------------------------------
-
-
-def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return RECORD_KEY.build(
-        {"type": OFFSET_KEY, "key": {"group": group, "topic": topic, "partition": partition}}
-    )
-
-
-def group_key(group: str) -> bytes:
-    return RECORD_KEY.build({"type": GROUP_KEY, "key": {"group": group}})
-
-
-def offset_value(om: OffsetAndMetadata) -> bytes:
-    return OFFSET_VALUE.build(
-        {
-            "version": 0,
-            "offset": om.offset,
-            "leader_epoch": om.leader_epoch,
-            "metadata": om.metadata,
-            "commit_timestamp": om.commit_timestamp_ms,
-            "expire_timestamp": om.expire_timestamp_ms,
-        }
-    )
-
-
-def group_value(group: StoredGroup) -> bytes:
-    return GROUP_VALUE.build(
-        {
-            "version": 0,
-            "protocol_type": group.protocol_type,
-            "generation": group.generation,
-            "protocol": group.protocol,
-            "members": group.members,
-            "state_timestamp": group.state_timestamp_ms,
-        }
-    )
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -223,10 +138,12 @@ class OffsetsStore:
                       "is (no compaction) so that nothing more is lost", TOPIC, self.skipped_records)
 
     def _replay_batch(self, batch: memoryview, base_offset: int) -> None:
+        records: list[tuple[bytes, bytes | None]] = []
         try:
-            records = [(key, value) for _, _, key, value in decode_records(batch)]
-            if any(key is None for key, _ in records):
-                raise ValueError("record without a key")
+            for _, _, key, value in decode_records(batch):
+                if key is None:
+                    raise ValueError("record without a key")
+                records.append((key, value))
         except (ValueError, struct.error) as exc:
             log.warning("%s: skipping unreadable batch at offset %d: %s", TOPIC, base_offset, exc)
             self.skipped_records += 1
@@ -242,7 +159,7 @@ class OffsetsStore:
     def _replay(self, key: bytes, value: bytes | None) -> None:
         parsed = RECORD_KEY.parse(key)
         body = parsed.key
-        if parsed.type == OFFSET_KEY:
+        if parsed.type in (0, OFFSET_KEY):
             tp = (body.topic, body.partition)
             if value is None:
                 group_offsets = self.offsets.get(body.group)
@@ -251,26 +168,22 @@ class OffsetsStore:
                     if not group_offsets:
                         del self.offsets[body.group]
                 return
-            v = OFFSET_VALUE.parse(value)
-            self.offsets.setdefault(body.group, {})[tp] = OffsetAndMetadata(
-                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
-            )
+            self.offsets.setdefault(body.group, {})[tp] = parse_offset_value(value)
         elif parsed.type == GROUP_KEY:
             if value is None:
                 self.groups.pop(body.group, None)
                 return
-            v = GROUP_VALUE.parse(value)
-            self.groups[body.group] = StoredGroup(
-                v.protocol_type, v.generation, v.protocol, v.members, v.state_timestamp
-            )
+            self.groups[body.group] = parse_group_value(value)
+        else:
+            raise ValueError(f"record type {parsed.type} is not one this broker reads")
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def _append(self, records: list[tuple[bytes, bytes | None]], now_ms: int) -> None:
+    def _append(self, records: Sequence[tuple[bytes | None, bytes | None]], now_ms: int) -> None:
         if self.log is None or not records:
             return
         for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
-            chunk = records[start : start + MAX_RECORDS_PER_BATCH]
+            chunk = list(records[start : start + MAX_RECORDS_PER_BATCH])
             self.log.append(encode_batch(chunk, now_ms), now_ms)
             self.records_in_log += len(chunk)
 
@@ -299,7 +212,8 @@ class OffsetsStore:
 
     def delete_group(self, group: str, now_ms: int) -> None:
         """Tombstones for the group's offsets and its group record."""
-        records = [(offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
+        records: list[tuple[bytes | None, bytes | None]] = [
+            (offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
         if group in self.groups:
             records.append((group_key(group), None))
         self._append(records, now_ms)

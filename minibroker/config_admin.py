@@ -1,0 +1,239 @@
+"""Config changes over the wire: what AlterConfigs (33) and IncrementalAlterConfigs (44) share.
+
+Follows Kafka's split of the work: the broker's preprocessing (ConfigAdminManager.preprocess) and the
+controller's persistence (ConfigurationControlManager, ControllerConfigurationValidator), which on a
+combined node are one step here. Per resource, in Kafka's order:
+
+1. a resource named twice in one request: INVALID_REQUEST "Each resource must appear at most once."
+   (both copies); a config key twice: INVALID_REQUEST "Error due to duplicate config keys"; a null
+   value (other than to DELETE): INVALID_REQUEST "Null value not supported for : k1, k2";
+2. BROKER (4), named "" (the cluster-wide defaults) or by this broker's id (INVALID_REQUEST
+   otherwise): the operations apply to that level's dynamic values (APPEND/SUBTRACT only to a LIST
+   key, else INVALID_CONFIG), then minibroker.dynamic_config checks the result (read-only keys and
+   bad values are INVALID_REQUEST, as Kafka);
+3. TOPIC (2): "" is INVALID_REQUEST "Default topic resources are not allowed.", an illegal name
+   INVALID_TOPIC_EXCEPTION; the operations apply to the topic's overrides (APPEND/SUBTRACT to a
+   non-LIST key: INVALID_CONFIG "Can't APPEND to key X because its type is not LIST."), the result
+   is validated as a whole (an unknown name or a bad value: INVALID_CONFIG naming the key), and only
+   then must the topic exist (UNKNOWN_TOPIC_OR_PARTITION);
+4. other resource types: INVALID_REQUEST (BROKER_LOGGER, GROUP and CLIENT_METRICS configs are not
+   kept here).
+
+A resource's changes apply all or none. validate_only checks everything and changes nothing. Applied
+changes are in force before the response is sent: a topic's new retention, segment size, maximum
+batch size or timestamp type governs its next append and retention pass, and is in its topic file;
+a broker change reaches every topic without its own override and is in `broker-configs.json`.
+
+APPEND adds the values not already present to the current list (the key's default when unset);
+SUBTRACT removes them; both keep the list's order (Kafka's incrementalAlterConfigResource).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from minibroker.dynamic_config import (
+    KNOWN_KEYS,
+    STATIC_DEFAULTS,
+    BrokerConfigChangeError,
+    apply,
+    check_against_topics,
+)
+from storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
+from storage.errors import storage_error_message
+
+log = logging.getLogger(__name__)
+
+TOPIC, BROKER = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+INVALID_TOPIC_EXCEPTION = 17
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
+
+# Broker keys of Kafka's LIST type that this broker knows.
+BROKER_LIST_KEYS = frozenset({"log.cleanup.policy", "listeners", "advertised.listeners", "sasl.enabled.mechanisms"})
+
+
+class ConfigChangeError(Exception):
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ConfigSchema:
+    """What an edit needs to know of a resource type's keys."""
+
+    is_list: Callable[[str], bool]
+    default: Callable[[str], str | None]  # the key's built-in default, as a string
+    not_a_list: Callable[[str, int], str]  # the message refusing APPEND/SUBTRACT to a key
+
+
+# An edit turns a resource's current values into its new ones (or raises ConfigChangeError).
+Edit = Callable[[Mapping[str, str], ConfigSchema], dict[str, str]]
+
+
+def replace_all(configs: list[tuple[str, str]]) -> Edit:
+    """Legacy AlterConfigs: the given keys become the resource's whole set (the rest are deleted)."""
+    def edit(current, schema):
+        return dict(configs)
+    return edit
+
+
+def incremental(ops: list[tuple[str, int, str | None]]) -> Edit:
+    """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT, one key each, in order."""
+    def edit(current, schema):
+        new = dict(current)
+        for name, op, value in ops:
+            if op == SET:
+                new[name] = value
+            elif op == DELETE:
+                new.pop(name, None)
+            elif op in (APPEND, SUBTRACT):
+                if not schema.is_list(name):
+                    raise ConfigChangeError(INVALID_CONFIG, schema.not_a_list(name, op))
+                base = new.get(name, schema.default(name)) or ""
+                parts = [part for part in base.split(",") if part]
+                for item in value.split(","):
+                    if op == APPEND and item not in parts:
+                        parts.append(item)
+                    elif op == SUBTRACT and item in parts:
+                        parts.remove(item)
+                new[name] = ",".join(parts)
+            else:
+                raise ConfigChangeError(INVALID_REQUEST, f"Unknown operations type {op}")
+        return new
+    return edit
+
+
+def _topic_default(name: str) -> str | None:
+    definition = TOPIC_CONFIGS.get(name)
+    return format_value(definition, definition.default) if definition is not None else None
+
+
+TOPIC_SCHEMA = ConfigSchema(
+    is_list=lambda key: key in TOPIC_CONFIGS and TOPIC_CONFIGS[key].type == "LIST",
+    default=_topic_default,
+    not_a_list=lambda key, op: f"Can't {OP_NAMES[op]} to key {key} because its type is not LIST.",
+)
+
+
+def _broker_not_a_list(key: str, op: int) -> str:
+    # Kafka's ConfigAdminManager.prepareIncrementalConfigs.
+    if key not in KNOWN_KEYS:
+        return f"Unknown config name: {key}"
+    return f"Config value {OP_NAMES[op].lower()} is not allowed for config key: {key}"
+
+
+BROKER_SCHEMA = ConfigSchema(
+    is_list=lambda key: key in BROKER_LIST_KEYS,
+    default=STATIC_DEFAULTS.get,
+    not_a_list=_broker_not_a_list,
+)
+
+
+def _check_request_shape(names: list[str], null_values: list[str]) -> None:
+    if any(count > 1 for count in Counter(names).values()):
+        raise ConfigChangeError(INVALID_REQUEST, "Error due to duplicate config keys")
+    if null_values:
+        raise ConfigChangeError(INVALID_REQUEST, "Null value not supported for : " + ", ".join(null_values))
+
+
+def alter_request(broker, request, incremental_ops: bool) -> list[dict]:
+    """The response entries for an IncrementalAlterConfigs (incremental_ops) or AlterConfigs request."""
+    resources = []
+    for r in request.resources:
+        if incremental_ops:
+            nulls = [c.name for c in r.configs if c.value is None and c.config_operation != DELETE]
+            edit = incremental([(c.name, c.config_operation, c.value) for c in r.configs])
+        else:
+            nulls = [c.name for c in r.configs if c.value is None]
+            edit = replace_all([(c.name, c.value) for c in r.configs])
+        resources.append((r.resource_type, r.resource_name, [c.name for c in r.configs], nulls, edit))
+    return alter_resources(broker, resources, bool(request.validate_only))
+
+
+def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str], Edit]],
+                    validate_only: bool) -> list[dict]:
+    """Apply each resource's edit; one response entry per resource, in order. Each resource is
+    (type, name, its config names, the names with a null value, its edit)."""
+    counts = Counter((resource_type, name) for resource_type, name, *_ in resources)
+    results = []
+    for resource_type, name, names, null_values, edit in resources:
+        try:
+            if counts[(resource_type, name)] > 1:
+                raise ConfigChangeError(INVALID_REQUEST, "Each resource must appear at most once.")
+            _check_request_shape(names, null_values)
+            if resource_type == TOPIC:
+                _alter_topic(broker, name, edit, validate_only)
+            elif resource_type == BROKER:
+                _alter_broker(broker, name, edit, validate_only)
+            else:
+                raise ConfigChangeError(INVALID_REQUEST, f"Unknown resource type {resource_type}")
+        except ConfigChangeError as exc:
+            code, message = exc.error_code, exc.message
+        except OSError as exc:  # the topic or broker-configs file could not be written: nothing changed
+            log.error("altering the configs of %s failed: %s", name or "the cluster default", storage_error_message(exc))
+            code, message = KAFKA_STORAGE_ERROR, storage_error_message(exc)
+        else:
+            code, message = 0, None
+        results.append({"error_code": code, "error_message": message, "resource_type": resource_type,
+                        "resource_name": name})
+    return results
+
+
+def _alter_topic(broker, name: str, edit: Edit, validate_only: bool) -> None:
+    if name == "":
+        raise ConfigChangeError(INVALID_REQUEST, "Default topic resources are not allowed.")
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as exc:
+        raise ConfigChangeError(INVALID_TOPIC_EXCEPTION, str(exc)) from None
+    info = broker.logs.topic(name)
+    current = dict(info.overrides) if info is not None else {}
+    overrides = edit(current, TOPIC_SCHEMA)
+    for key in overrides:
+        if key not in TOPIC_CONFIGS and key != "internal.segment.bytes":
+            raise ConfigChangeError(INVALID_CONFIG, f"Unknown topic config name: {key}")
+    try:
+        broker.logs.broker_config.with_topic_overrides(overrides)
+    except ConfigError as exc:
+        raise ConfigChangeError(INVALID_CONFIG, str(exc)) from None
+    if info is None:
+        raise ConfigChangeError(UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+    if validate_only or overrides == current:
+        return
+    broker.logs.alter_topic_config(name, overrides)
+    log.info("topic %s: configs changed to %s", name, overrides)
+
+
+def _alter_broker(broker, name: str, edit: Edit, validate_only: bool) -> None:
+    if name != "":
+        try:
+            node = int(name)
+        except ValueError:
+            raise ConfigChangeError(INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
+        if node != broker.node_id:
+            raise ConfigChangeError(INVALID_REQUEST, f"Unexpected broker id, expected {broker.node_id}, but received {name}")
+    per_broker = name != ""
+    dynamic = broker.dynamic_configs
+    level = edit(dynamic.level(per_broker), BROKER_SCHEMA)
+    try:
+        new = dynamic.check(per_broker, level)
+        check_against_topics(broker, new)
+    except BrokerConfigChangeError as exc:
+        raise ConfigChangeError(exc.error_code, exc.message) from None
+    if validate_only:
+        return
+    dynamic.replace(per_broker, level)
+    apply(broker, dynamic.current())
+    log.info("dynamic broker configs (%s) are now: %s", f"broker {name}" if per_broker else "cluster default",
+             ", ".join(sorted(level)) or "none")

@@ -1,0 +1,287 @@
+"""The group coordinator in the trio shell: what the handlers call (Kafka's
+`GroupCoordinatorService` and the part of its `CoordinatorRuntime` this broker needs).
+
+Each request method reads the clocks, runs the request on the pure `GroupCoordinatorShard`
+(shard.py), then wakes the requests parked on the groups it answered and, when a deadline now comes
+before the time the timer task sleeps until, the timer task. Waiting is the only trio here:
+
+* `wait_for` parks a JoinGroup or a follower's SyncGroup in the purgatory as a `DelayedJoin` /
+  `DelayedSync`, completed when its `Pending` is, or at the group's join or sync deadline (Kafka's
+  delayed join and the rebalance timeout), when the coordinator ticks;
+* `run` is the timer task: it sleeps until the shard's next deadline and ticks (session expiry,
+  pending members, the join and sync timeouts, the offsets retention check).
+
+Two clocks are injected: `clock`, the monotonic seconds every deadline is on, which must be trio's
+(`trio.current_time`, the default: the purgatory and the timer task wait with trio deadlines), so
+that trio's `MockClock(autojump_threshold=0)` drives every timeout of a test; and `wall_clock_ms`,
+the wall-clock milliseconds stored with commits and group states.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import trio
+
+from minibroker.groups.api import GroupConfig, GroupDescription, GroupOverview, JoinGroupRequest, Pending
+from minibroker.groups.classic_group import ClassicGroup
+from minibroker.groups.shard import GroupCoordinatorShard
+from minibroker.purgatory import DelayedOperation, Purgatory
+from protocol.errors import ErrorCode
+from storage.offsets_store import OffsetAndMetadata, OffsetsStore
+
+if TYPE_CHECKING:
+    from minibroker.config import BrokerConfig
+    from storage.manager import LogManager
+
+TopicPartition = tuple[str, int]
+
+
+class DelayedJoin(DelayedOperation):
+    """A parked JoinGroup: done when the group completes its join phase (every known member
+    rejoined, or the rebalance timeout passed and the coordinator ticked)."""
+
+    def __init__(self, coordinator: GroupCoordinator, pending: Pending, deadline: float) -> None:
+        super().__init__(deadline)
+        self.coordinator = coordinator
+        self.pending = pending
+
+    def try_complete(self) -> bool:
+        return self.pending.done and self.force_complete()
+
+    def on_expiration(self) -> None:
+        self.coordinator.tick(self.coordinator.clock())
+
+
+class DelayedSync(DelayedJoin):
+    """A parked SyncGroup of a follower: done when the leader's assignment arrives, or when the
+    group gives up on this generation (a new rebalance, or the sync timeout)."""
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        store: OffsetsStore | None = None,
+        *,
+        wall_clock_ms: Callable[[], int],
+        clock: Callable[[], float] = trio.current_time,
+        purgatory: Purgatory | None = None,
+    ) -> None:
+        self.wall_clock_ms = wall_clock_ms
+        self.clock = clock
+        self.purgatory = purgatory if purgatory is not None else Purgatory("Group")
+        self.shard = GroupCoordinatorShard(config or GroupConfig(),
+                                           store if store is not None else OffsetsStore(), wall_clock_ms())
+        self._sleep_target = math.inf  # when the timer task will next wake by itself
+        self._on_change: Callable[[], None] | None = None
+
+    @classmethod
+    def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int]) -> GroupCoordinator:
+        store = OffsetsStore.open(logs, wall_clock_ms())
+        return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms,
+                   purgatory=Purgatory("Group"))
+
+    @property
+    def config(self) -> GroupConfig:
+        return self.shard.config
+
+    @property
+    def store(self) -> OffsetsStore:
+        return self.shard.store
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup]:
+        return self.shard.groups
+
+    @property
+    def rebalances(self) -> int:
+        """Completed join phases, for tests and metrics."""
+        return self.shard.classic.rebalances
+
+    def close(self) -> None:
+        """Answer every parked request (the broker is going away) and compact the offsets log."""
+        self.shard.close(self.wall_clock_ms())
+        self._after(notify=False)
+
+    def _after(self, notify: bool = True) -> None:
+        """Wake the requests whose results are ready, and the timer task if a deadline now comes
+        before the time it sleeps until."""
+        for group_id in self.shard.take_woken():
+            self.purgatory.check_and_complete(group_id)
+        if notify and self._on_change is not None:
+            deadline = self.shard.next_deadline()
+            if deadline is not None and deadline < self._sleep_target:
+                self._on_change()
+
+    # -- the classic group protocol -------------------------------------------------------------
+
+    def join_group(
+        self,
+        now: float,
+        *,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+        supports_skip_assignment: bool = False,
+        reason: str | None = None,
+    ) -> Pending:
+        """Handle a JoinGroup; the Pending completes when the join phase does (`wait_for`)."""
+        request = JoinGroupRequest(group_id, member_id, group_instance_id, client_id, client_host,
+                                   session_timeout_ms, rebalance_timeout_ms, protocol_type, list(protocols),
+                                   require_known_member_id, supports_skip_assignment, reason)
+        try:
+            return self.shard.classic.join_group(now, self.wall_clock_ms(), request)
+        finally:
+            self._after()
+
+    def sync_group(
+        self,
+        now: float,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> Pending:
+        try:
+            return self.shard.classic.sync_group(
+                now, self.wall_clock_ms(), group_id=group_id, generation_id=generation_id,
+                member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type,
+                protocol_name=protocol_name, assignments=assignments)
+        finally:
+            self._after()
+
+    def heartbeat(self, now: float, *, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None = None) -> ErrorCode:
+        try:
+            return self.shard.classic.heartbeat(now, group_id=group_id, generation_id=generation_id,
+                                                member_id=member_id, group_instance_id=group_instance_id)
+        finally:
+            self._after()
+
+    def leave_group(self, now: float, group_id: str,
+                    members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        """(top-level error, one error per (member_id, group_instance_id) leaving)."""
+        try:
+            return self.shard.classic.leave_group(now, self.wall_clock_ms(), group_id, members)
+        finally:
+            self._after()
+
+    def describe_group(self, group_id: str) -> GroupDescription | None:
+        return self.shard.classic.describe_group(group_id)
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        now: float,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        retention_ms: int = -1,
+        version: int = 8,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Store (offset, leader_epoch, metadata) per partition; returns an error per partition.
+        The caller has already answered partitions of unknown topics."""
+        try:
+            return self.shard.offsets.commit_offsets(
+                self.wall_clock_ms(), group_id=group_id, generation_id=generation_id, member_id=member_id,
+                group_instance_id=group_instance_id, offsets=offsets, retention_ms=retention_ms,
+                version=version)
+        finally:
+            self._after()
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
+                      ) -> list[tuple[TopicPartition, OffsetAndMetadata | None]]:
+        """Committed offsets of `partitions` (None: every partition the group has offsets for)."""
+        return self.shard.offsets.fetch_offsets(group_id, partitions)
+
+    def delete_offsets(self, group_id: str, topics: dict[str, list[int]]
+                       ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: (group error, error per partition)."""
+        try:
+            return self.shard.offsets.delete_offsets(self.wall_clock_ms(), group_id, topics)
+        finally:
+            self._after()
+
+    def forget_topic(self, topic: str, now_ms: int) -> int:
+        """A deleted topic's committed offsets go with it; returns how many."""
+        return self.shard.offsets.forget_topic(topic, now_ms)
+
+    def expire_offsets(self, now_ms: int) -> int:
+        """KIP-211 retention now; returns how many offsets expired."""
+        return self.shard.offsets.expire_offsets(now_ms)
+
+    # -- ListGroups / DeleteGroups ----------------------------------------------------------------
+
+    def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()
+                    ) -> list[GroupOverview]:
+        return self.shard.list_groups(states_filter, types_filter)
+
+    def delete_groups(self, now: float, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+        try:
+            return self.shard.delete_groups(self.wall_clock_ms(), group_ids)
+        finally:
+            self._after()
+
+    # -- time -------------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Fire every timer due at `now` (monotonic seconds)."""
+        self.shard.tick(now, self.wall_clock_ms())
+        self._after()
+
+    def next_deadline(self) -> float | None:
+        """The earliest time a tick may have something to do (possibly a little early)."""
+        return self.shard.next_deadline()
+
+    async def wait_for(self, pending: Pending, group_id: str, kind: type[DelayedJoin] = DelayedJoin) -> Any:
+        """Park a request in the purgatory until its Pending completes; returns the result."""
+        while not pending.done:
+            now = self.clock()
+            self.tick(now)
+            if pending.done:
+                break
+            deadline = self.shard.classic.parked_deadline(group_id)
+            await self.purgatory.wait(kind(self, pending, now + 1.0 if deadline is None else deadline),
+                                      (group_id,))
+        return pending.result
+
+    async def run(self) -> None:
+        """Fire timers at their deadlines until cancelled (started next to the broker's other
+        background work)."""
+        wake = trio.Event()
+
+        def changed() -> None:
+            wake.set()
+
+        self._on_change = changed
+        self.shard.start_retention_checks(self.clock())
+        try:
+            while True:
+                deadline = self.shard.next_deadline()
+                self._sleep_target = deadline if deadline is not None else math.inf
+                with trio.move_on_at(self._sleep_target):
+                    await wake.wait()
+                wake = trio.Event()
+                self._sleep_target = -math.inf  # ticking: new deadlines are seen below
+                self.shard.tick(self.clock(), self.wall_clock_ms())
+                self._after(notify=False)
+        finally:
+            self._on_change = None
+            self._sleep_target = math.inf

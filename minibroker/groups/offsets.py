@@ -1,0 +1,171 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, retention and deleted topics, for
+groups of any type (Kafka's `OffsetMetadataManager`).
+
+A commit is validated by its group (`Group.validate_offset_commit`: a member of the current
+generation, or generation -1 and no member id while the group is Empty, a "simple" group of
+assign() consumers) and stored in `OffsetsStore` (the `__consumer_offsets` log). A commit with
+generation -1 to a group that does not exist creates it, as a classic group without a protocol
+(Kafka's getOrMaybeCreateClassicGroup). Offsets of a group Empty for `offsets.retention.minutes`
+expire (KIP-211), as do those of a simple group that long after their commit, on the check
+interval; a group left Empty without offsets is then dropped. OffsetDelete removes offsets of topics
+the group's consumers do not subscribe to (`Group.is_subscribed_to_topic`). Not done: expiring
+offsets of topics a Stable group no longer subscribes to, and transactional offset commits (issue
+14: TxnOffsetCommit would keep pending offsets per producer id here, made visible by the marker).
+
+It sees groups only through the api.Group interface, so a second group type shares it as it is.
+Pure: no trio, no clock (`now_ms` is wall-clock milliseconds, the timestamps Kafka stores).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from protocol.errors import ErrorCode
+from storage.errors import storage_error_message
+from storage.offsets_store import OffsetAndMetadata
+
+if TYPE_CHECKING:
+    from minibroker.groups.api import Group
+    from minibroker.groups.shard import GroupCoordinatorShard
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class OffsetMetadataManager:
+    def __init__(self, shard: GroupCoordinatorShard) -> None:
+        self.shard = shard
+        self.config = shard.config
+        self.store = shard.store
+
+    def commit_offsets(
+        self,
+        now_ms: int,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        retention_ms: int = -1,
+        version: int = 8,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Store (offset, leader_epoch, metadata) per partition; returns an error per partition.
+        The caller has already answered partitions of unknown topics."""
+        error = self._validate_commit(now_ms, group_id, generation_id, member_id, group_instance_id, version)
+        if error:
+            return {tp: error for tp in offsets}
+        expire_ms = now_ms + retention_ms if retention_ms >= 0 else -1
+        errors: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            metadata = metadata or ""
+            if len(metadata) > self.config.offset_metadata_max_bytes:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms, expire_ms)
+                errors[tp] = ErrorCode.none
+        try:
+            self.store.commit(group_id, accepted, now_ms)
+        except OSError as exc:
+            # Kafka's GroupMetadataManager maps a failed append to the offsets topic
+            # (KAFKA_STORAGE_ERROR) to NOT_COORDINATOR: the client finds the coordinator
+            # again and retries the commit. Nothing was stored.
+            log.error("group %s: committing offsets failed: %s", group_id, storage_error_message(exc))
+            return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
+        return errors
+
+    def _validate_commit(self, now_ms: int, group_id: str, generation_id: int, member_id: str,
+                         instance_id: str | None, version: int) -> ErrorCode:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        group: Group | None = self.shard.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
+            # A "simple" group: offsets only, no group management.
+            group = self.shard.create_classic_group(group_id, now_ms)
+        return group.validate_offset_commit(generation_id, member_id, instance_id)
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
+                      ) -> list[tuple[TopicPartition, OffsetAndMetadata | None]]:
+        """Committed offsets of `partitions` (None: every partition the group has offsets for)."""
+        group_offsets = self.store.offsets.get(group_id, {}) if group_id in self.shard.groups else {}
+        if partitions is None:
+            return sorted(group_offsets.items())
+        return [(tp, group_offsets.get(tp)) for tp in partitions]
+
+    def forget_topic(self, topic: str, now_ms: int) -> int:
+        """A deleted topic's committed offsets go with it (Kafka's onPartitionsDeleted)."""
+        removed = 0
+        for group_id, offsets in list(self.store.offsets.items()):
+            gone = [tp for tp in offsets if tp[0] == topic]
+            if gone:
+                try:
+                    self.store.remove_offsets(group_id, gone, now_ms)
+                except OSError as exc:
+                    log.error("group %s: removing the offsets of deleted topic %s failed: %s",
+                              group_id, topic, storage_error_message(exc))
+                    continue
+                removed += len(gone)
+        return removed
+
+    def expire_offsets(self, now_ms: int) -> int:
+        """KIP-211 retention; drops groups left Empty without offsets. Returns offsets expired."""
+        retention = self.config.offsets_retention_ms
+        expired_total = 0
+        groups: list[tuple[str, Group]] = list(self.shard.groups.items())
+        for group_id, group in groups:
+            offsets = self.store.offsets.get(group_id, {})
+            base = group.offset_expiration_base()
+            if base is None:
+                continue  # members may still need them
+            expired = [
+                tp for tp, om in offsets.items()
+                if now_ms >= (om.expire_timestamp_ms if om.expire_timestamp_ms >= 0 else base(om) + retention)
+            ]
+            if expired:
+                self.store.remove_offsets(group_id, expired, now_ms)
+                expired_total += len(expired)
+                log.info("group %s: %d committed offset(s) expired", group_id, len(expired))
+            if group.is_empty() and group_id not in self.store.offsets:
+                log.info("group %s: empty without offsets; removing it", group_id)
+                self.shard.remove_group(group_id, now_ms)
+        return expired_total
+
+    def delete_offsets(self, now_ms: int, group_id: str, topics: dict[str, list[int]]
+                       ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete (Kafka's OffsetMetadataManager.deleteOffsets): (group error, error per partition).
+
+        The group must exist (GROUP_ID_NOT_FOUND) and, unless Empty, be a consumer group
+        (NON_EMPTY_GROUP otherwise). A topic the members subscribe to keeps its offsets: each of its
+        partitions answers GROUP_SUBSCRIBED_TO_TOPIC. Elsewhere an offset is removed (a tombstone in
+        __consumer_offsets) and a partition without one is answered NONE all the same."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}
+        group: Group | None = self.shard.groups.get(group_id)
+        if group is None or group.is_dead():
+            return ErrorCode.group_id_not_found, {}
+        error = group.validate_offset_delete()
+        if error:
+            return error, {}
+        committed = self.store.offsets.get(group_id, {})
+        errors: dict[TopicPartition, ErrorCode] = {}
+        removed = []
+        for topic, partitions in topics.items():
+            subscribed = group.is_subscribed_to_topic(topic)
+            for partition in partitions:
+                errors[(topic, partition)] = ErrorCode.group_subscribed_to_topic if subscribed else ErrorCode.none
+                if not subscribed and (topic, partition) in committed:
+                    removed.append((topic, partition))
+        if removed:
+            try:
+                self.store.remove_offsets(group_id, removed, now_ms)
+            except OSError as exc:
+                # As a failed commit: Kafka maps the storage error to NOT_COORDINATOR, top-level.
+                log.error("group %s: deleting offsets failed: %s", group_id, storage_error_message(exc))
+                return ErrorCode.not_coordinator, {}
+            log.info("group %s: deleted %d committed offset(s)", group_id, len(removed))
+        return ErrorCode.none, errors

@@ -1,0 +1,12 @@
+"""AlterConfigs (key 33), v0-v2: the legacy, non-incremental config change: the configs given become
+the resource's whole set of topic overrides (or of one level of dynamic broker configs), every key
+left out is deleted. Kafka 4's Java Admin no longer sends it; kafka-python, librdkafka and the
+command-line tools still do. Rules and errors: minibroker.config_admin."""
+
+from minibroker.config_admin import alter_request
+from minibroker.handlers import handler
+
+
+@handler(33, 0, 2)
+async def alter_configs(ctx, request):
+    return {"throttle_time": 0, "responses": alter_request(ctx.broker, request, incremental_ops=False)}

@@ -1,0 +1,27 @@
+"""AlterUserScramCredentials (key 51), v0 (KIP-554): create, replace and delete SASL/SCRAM
+credentials while the broker runs. The client sends the salted password, never the password; the
+broker keeps the stored and server keys, in `scram-credentials.json`, before it answers, and the next
+SCRAM authentication of that user uses them. Validation and Kafka's errors: minibroker.scram_credentials.
+A disk error answers UNKNOWN_SERVER_ERROR for every user the request would have changed, and nothing
+changes."""
+
+import logging
+
+from minibroker.handlers import handler
+
+log = logging.getLogger(__name__)
+UNKNOWN_SERVER_ERROR = -1
+
+
+@handler(51, 0, 0)
+async def alter_user_scram_credentials(ctx, request):
+    deletions = [(d.name, d.mechanism) for d in request.deletions]
+    upsertions = [(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
+                  for u in request.upsertions]
+    try:
+        results = ctx.broker.scram_credentials.alter(deletions, upsertions)
+    except OSError as exc:
+        log.error("could not store SCRAM credentials: %s", exc)
+        users = dict.fromkeys(name for name, *_ in deletions + upsertions)
+        results = [{"user": name, "error_code": UNKNOWN_SERVER_ERROR, "error_message": None} for name in users]
+    return {"throttle_time": 0, "results": results}

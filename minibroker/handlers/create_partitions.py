@@ -1,0 +1,115 @@
+"""CreatePartitions (key 37), v0-v3: add partitions to topics, as a KRaft controller does
+(ControllerApis.createPartitions, ReplicationControlManager.createPartitions).
+
+Per topic, in Kafka's order: a name given twice in one request answers INVALID_REQUEST "Duplicate
+topic name." once (those results come first); an unknown topic UNKNOWN_TOPIC_OR_PARTITION; a count
+equal to or below the current one INVALID_PARTITIONS with Kafka's messages ("Topic already has 3
+partition(s)." / "The topic t currently has 3 partition(s); 2 would not be an increase."); more than
+10,000 partitions INVALID_PARTITIONS as at creation. Manual assignments must number one per new
+partition and name only registered brokers, each once, as many as the topic's replication factor
+(INVALID_REPLICA_ASSIGNMENT with Kafka's messages): on one broker, exactly [this broker].
+validate_only checks without adding. A partition directory already there that holds records (a
+topic file restored from before, say) is never created over: KAFKA_STORAGE_ERROR naming it, as
+CreateTopics; so is a disk error.
+
+The new partitions are empty logs with the topic's configs; the topic file records the new count
+(the commit point) before the answer. The change is announced through
+`LogManager.on_topics_changed`, the one place partition changes are published (the KIP-257 quota
+callback's cluster metadata hangs there); Metadata, DescribeTopicPartitions and the cluster view
+(DescribeQuorum's modelled metadata log) see the new count at once.
+"""
+
+import logging
+
+from minibroker.broker import wall_clock_ms
+from minibroker.handlers import handler
+from minibroker.handlers.common import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REQUEST,
+    KAFKA_STORAGE_ERROR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from storage.errors import storage_error_message
+from storage.manager import InvalidPartitionsError, StrayDataError, UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str | None) -> None:
+        self.code = code
+        self.message = message
+
+
+def _check_assignments(broker, name: str, current: int, count: int, assignments) -> None:
+    """Kafka's checks of manual assignments (ReplicationControlManager.validateManualPartitionAssignment)."""
+    additional = count - current
+    if len(assignments) != additional:
+        raise _Refused(INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {additional} additional partition(s), "
+                                                   f"but only {len(assignments)} assignment(s) were specified.")
+    cluster = broker.cluster
+    replication_factor = len(cluster.partition(name, 0).replicas)
+    for assignment in assignments:
+        replicas = sorted(assignment.broker_ids)
+        if not replicas:
+            raise _Refused(INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.")
+        previous = None
+        for broker_id in replicas:
+            if not cluster.is_registered(broker_id):
+                raise _Refused(INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes broker "
+                                                           f"{broker_id}, but no such broker is registered.")
+            if broker_id == previous:
+                raise _Refused(INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes the broker "
+                                                           f"{broker_id} more than once.")
+            previous = broker_id
+        if len(replicas) != replication_factor:
+            raise _Refused(INVALID_REPLICA_ASSIGNMENT,
+                           f"The manual partition assignment includes a partition with {len(replicas)} replica(s), "
+                           f"but this is not consistent with previous partitions, which have "
+                           f"{replication_factor} replica(s).")
+
+
+def _create(broker, topic, validate_only: bool) -> None:
+    logs = broker.logs
+    info = logs.topic(topic.name)
+    if info is None:
+        raise _Refused(UNKNOWN_TOPIC_OR_PARTITION, None)
+    try:
+        # The count checks come first: validate_only adds nothing.
+        logs.add_partitions(topic.name, topic.count, wall_clock_ms(), validate_only=True)
+        if topic.assignments is not None:
+            _check_assignments(broker, topic.name, info.num_partitions, topic.count, topic.assignments)
+        if not validate_only:
+            logs.add_partitions(topic.name, topic.count, wall_clock_ms())
+    except InvalidPartitionsError as exc:
+        raise _Refused(INVALID_PARTITIONS, str(exc)) from None
+    except UnknownTopicError:
+        raise _Refused(UNKNOWN_TOPIC_OR_PARTITION, None) from None
+    except StrayDataError as exc:
+        log.error("not adding partitions to topic %s: %s", topic.name, exc)
+        raise _Refused(KAFKA_STORAGE_ERROR, str(exc)) from None
+    except OSError as exc:
+        log.error("could not add partitions to topic %s: %s", topic.name, storage_error_message(exc))
+        raise _Refused(KAFKA_STORAGE_ERROR, storage_error_message(exc)) from None
+    if not validate_only:
+        log.info("topic %s: %d partition(s), was %d", topic.name, topic.count, info.num_partitions)
+
+
+@handler(37, 0, 3)
+async def create_partitions(ctx, request):
+    counts: dict[str, int] = {}
+    for topic in request.topics:
+        counts[topic.name] = counts.get(topic.name, 0) + 1
+    results = [{"name": name, "error_code": INVALID_REQUEST, "error_message": "Duplicate topic name."}
+               for name, count in counts.items() if count > 1]
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            continue
+        try:
+            _create(ctx.broker, topic, bool(request.validate_only))
+        except _Refused as refused:
+            results.append({"name": topic.name, "error_code": refused.code, "error_message": refused.message})
+        else:
+            results.append({"name": topic.name, "error_code": 0, "error_message": None})
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,13 @@
+"""DescribeUserScramCredentials (key 50), v0 (KIP-554): which SCRAM mechanisms each user has, with
+their iteration counts (never a key). A null or empty user list means every user; per user,
+RESOURCE_NOT_FOUND when it has no SCRAM credential and DUPLICATE_RESOURCE when named twice, as
+Kafka's ScramImage.describe (see minibroker.scram_credentials)."""
+
+from minibroker.handlers import handler
+
+
+@handler(50, 0, 0)
+async def describe_user_scram_credentials(ctx, request):
+    names = [user.name for user in request.users] if request.users else None
+    results = ctx.broker.scram_credentials.describe(names)
+    return {"throttle_time": 0, "error_code": 0, "error_message": None, "results": results}

@@ -1,0 +1,41 @@
+"""OffsetDelete (key 47), v0: delete a group's committed offsets for some partitions, as Kafka's
+KafkaApis.handleOffsetDeleteRequest and OffsetMetadataManager.deleteOffsets answer it.
+
+Partitions of a topic or partition that does not exist answer UNKNOWN_TOPIC_OR_PARTITION. The group
+errors are top-level and leave the topic list empty: INVALID_GROUP_ID for an empty id,
+GROUP_ID_NOT_FOUND for an unknown group, NON_EMPTY_GROUP for a group with members that is not a
+consumer group. A consumer group with members keeps the offsets of the topics they subscribe to:
+those partitions answer GROUP_SUBSCRIBED_TO_TOPIC. Every other partition answers NONE, whether it
+had an offset (now removed, by a tombstone in __consumer_offsets) or not.
+"""
+
+from minibroker.handlers import handler
+from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
+
+
+@handler(47, 0, 0)
+async def offset_delete(ctx, request):
+    logs = ctx.broker.logs
+    errors: dict[tuple[str, int], int] = {}
+    wanted: dict[str, list[int]] = {}
+    for topic in request.topics:
+        info = logs.topic(topic.name)
+        for p in topic.partitions:
+            if info is None or not 0 <= p.partition_index < info.num_partitions:
+                errors[(topic.name, p.partition_index)] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.setdefault(topic.name, []).append(p.partition_index)
+    group_error, deleted = ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    if group_error:
+        return {"error_code": group_error, "throttle_time": 0, "topics": ()}
+    errors.update(deleted)
+    topics: dict[str, list[dict]] = {}
+    for topic in request.topics:
+        partitions = topics.setdefault(topic.name, [])
+        for p in topic.partitions:
+            partitions.append({"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]})
+    return {
+        "error_code": 0,
+        "throttle_time": 0,
+        "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()],
+    }
