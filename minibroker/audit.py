@@ -24,6 +24,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from protocol.records import encode_batch
 from storage.audit_format import (
+    API_FETCH,
+    API_INIT_PRODUCER_ID,
+    API_PRODUCE,
     AUDIT_FIELD_NAMES,
     AUDIT_TOPIC,
     HELD_BY_PID_QUOTA,
@@ -62,7 +65,7 @@ class AuditLog:
         flush_interval_ms: int = 1000,
         max_buffered: int = 10_000,
         topic_configs: Mapping[str, str] | None = None,
-        on_append: Callable[[str, int], None] | None = None,
+        on_append: Callable[[str, int], object] | None = None,
     ) -> None:
         """`topic_configs`: the overrides the topic is created with (e.g. {"retention.ms": ...}).
         `on_append(topic, partition)` runs after each append (the broker passes its fetch-purgatory
@@ -104,7 +107,7 @@ class AuditLog:
         else:
             count, pid, epoch = header.records_count, header.producer_id, header.producer_epoch
         self._append_tuple((
-            now_ms, connection.principal, ctx.client_id, connection.listener, "Produce", 0, ctx.version,
+            now_ms, connection.principal, ctx.client_id, connection.listener, *API_PRODUCE, ctx.version,
             topic, partition, len(records) if records else 0, count, pid, epoch,
             outcome.response["error_code"], throttle_ms,
             "producer_ids_rate" if throttle_ms else (HELD_BY_PID_QUOTA if getattr(outcome, "held", False) else ""),
@@ -116,7 +119,7 @@ class AuditLog:
         """One fetched partition: the bytes and records returned, the response's throttle."""
         connection = ctx.connection
         self._append_tuple((
-            now_ms, connection.principal, ctx.client_id, connection.listener, "Fetch", 1, ctx.version,
+            now_ms, connection.principal, ctx.client_id, connection.listener, *API_FETCH, ctx.version,
             topic, partition, nbytes, records, -1, -1, error_code, throttle_ms, throttle_quota, None,
         ))
 
@@ -125,7 +128,7 @@ class AuditLog:
         """One InitProducerId: the producer id and epoch handed out (-1 on error)."""
         connection = ctx.connection
         self._append_tuple((
-            now_ms, connection.principal, ctx.client_id, connection.listener, "InitProducerId", 22,
+            now_ms, connection.principal, ctx.client_id, connection.listener, *API_INIT_PRODUCER_ID,
             ctx.version, None, -1, 0, 0, producer_id, producer_epoch, error_code, throttle_ms,
             throttle_quota, None,
         ))
@@ -196,13 +199,13 @@ class AuditLog:
             if partition_log is None:
                 self.logs.create_topic(self.topic, 1, self.topic_configs, now_ms)
                 partition_log = self.logs.log(self.topic, 0)
+                assert partition_log is not None
             limit = partition_log.config.max_message_bytes - _BATCH_OVERHEAD
             batches = []
             records: list[tuple[bytes, bytes]] = []
             size = 0
-            for event in events:
-                if type(event) is tuple:
-                    event = dict(zip(AUDIT_FIELD_NAMES, event))
+            for buffered in events:
+                event = dict(zip(AUDIT_FIELD_NAMES, buffered)) if isinstance(buffered, tuple) else buffered
                 key = event["principal"].encode()
                 value = encode_event(event)
                 record_size = len(key) + len(value) + _RECORD_OVERHEAD

@@ -22,20 +22,23 @@ from typing import Any
 import trio
 
 from minibroker.cluster import ClusterView
-from minibroker.client_quotas import FETCH_KEY, PRODUCE_KEY, BrokerQuotas, client_throttles, monotonic_ms
+from minibroker.client_quotas import BrokerQuotas
+from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups.coordinator import GroupCoordinator
-from minibroker.handlers import REGISTRY, Handler, load_all
+from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
-from minibroker.sasl import UserStore, allowed_before_authentication
+from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
+from protocol.records import BatchHeader
+from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
@@ -54,17 +57,13 @@ from protocol.messages import (
 from storage.errors import DamagedFileError, storage_error_message
 from storage.file_cache import FileCache
 from storage.lock import DataDirLock
-from storage.log import write_atomically
+from storage.files import write_atomically
+from storage.log import PartitionLog
 from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
-UNSUPPORTED_VERSION = 35
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -99,7 +98,8 @@ class RequestContext:
     connection: Connection
     header: RequestHeader
     schema: ApiSchema
-    received_at: float  # trio clock
+    handler: Handler
+    received_at: float  # the broker clock's monotonic reading
     close_connection: bool = False  # close after this response (a failed SASL exchange)
 
     @property
@@ -133,14 +133,21 @@ class Response:
     close: bool = False  # close the connection once the response is sent
 
 
-def _own_throttle_ms(result: dict) -> int:
-    """The throttle time a handler put in its response itself (ms), 0 when none."""
-    own = result.get("throttle_time", 0)
-    return own if type(own) is int and own > 0 else 0
-
-
 class StartupError(Exception):
     """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What `Broker.append_checked` made of one produced batch: appended (NONE, with the offset of its
+    first record), or answered from producer state without appending (a duplicate, with the original
+    offsets; an out-of-order sequence; a fenced epoch)."""
+
+    error_code: ErrorCode
+    base_offset: int  # -1 when nothing is known
+    log_append_time_ms: int  # for LogAppendTime topics, else -1 (ProduceResponse's)
+    log_start_offset: int
+    error_message: str | None = None
 
 
 def _prepare_data_dir(data_dir: Path) -> None:
@@ -188,14 +195,16 @@ def _random_cluster_id() -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None) -> None:
+        """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default."""
         self.config = config
+        self.clock = clock if clock is not None else BrokerClock()
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
         self.lock = DataDirLock(self.data_dir)
-        self.logs: LogManager | None = None
+        self.logs: LogManager  # set by _open (what its failure leaves open is closed there)
         self.files = self._open_file_cache(config)
         # Connections draw on the same descriptor budget: what the segment files' cap leaves.
         budget = process_budget()
@@ -203,7 +212,7 @@ class Broker:
         try:
             self._open(config)
         except BaseException:
-            if self.logs is not None:
+            if hasattr(self, "logs"):  # the logs were opened, something after them failed
                 self.logs.close(clean=False)
             self._release_descriptors()
             raise
@@ -234,7 +243,7 @@ class Broker:
             log.warning("config %s was supplied but isn't a known config", key)
         started = time.perf_counter()
         self.logs = LogManager.open(
-            self.data_dir, self.log_config, wall_clock_ms(),
+            self.data_dir, self.log_config, self.clock.now_ms(),
             files=self.files, threads=config["num.recovery.threads.per.data.dir"],
         )
         recovery = self.logs.recovery
@@ -258,9 +267,9 @@ class Broker:
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
-        self.groups = GroupCoordinator.open(config, self.logs, wall_clock_ms)
+        self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
         self.metrics = BrokerMetrics()
-        self.quotas = BrokerQuotas(config, self.data_dir)
+        self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
         self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
@@ -272,7 +281,7 @@ class Broker:
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
             # The quotas the recorded decisions are made under (the pipeline replays them).
-            self.audit.record_quota_config(wall_clock_ms(), self.quotas.store.entities(), quota_settings(config))
+            self.audit.record_quota_config(self.clock.now_ms(), self.quotas.store.entities(), quota_settings(config))
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
@@ -322,7 +331,7 @@ class Broker:
     def close(self) -> None:
         try:
             if self.audit is not None:
-                self.audit.close(wall_clock_ms())
+                self.audit.close(self.clock.now_ms())
             self.producer_states.snapshot_all()
             self.groups.close()
             self.quotas.close()
@@ -332,7 +341,8 @@ class Broker:
 
     def _release_descriptors(self) -> None:
         self.files.close_all()
-        self.files.share.close()
+        if self.files.share is not None:
+            self.files.share.close()
         self.connection_share.close()
         self.lock.release()  # even after a failed close: a restart in this process must work
 
@@ -340,20 +350,21 @@ class Broker:
         """Retention and the time-based flush policy, on their configured intervals."""
         retention_every = self.config["log.retention.check.interval.ms"] / 1000
         flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
-        next_retention = trio.current_time() + retention_every
+        clock = self.clock
+        next_retention = clock.monotonic() + retention_every
         expiry_every = self.config["producer.id.expiration.check.interval.ms"] / 1000
-        next_expiry = trio.current_time() + expiry_every
+        next_expiry = clock.monotonic() + expiry_every
         while True:
             await trio.sleep(flush_every)
-            now_ms = wall_clock_ms()
+            now_ms = clock.now_ms()
             if self.audit is not None:
                 self.audit.maybe_flush(now_ms)
             try:
                 self.logs.maybe_flush(now_ms)
             except OSError as exc:  # a disk fault must not stop the broker: tried again next time
                 log.error("flushing the logs failed: %s", storage_error_message(exc))
-            if trio.current_time() >= next_retention:
-                next_retention = trio.current_time() + retention_every
+            if clock.monotonic() >= next_retention:
+                next_retention = clock.monotonic() + retention_every
                 try:
                     deleted = self.logs.enforce_retention(now_ms)
                 except OSError as exc:
@@ -361,8 +372,8 @@ class Broker:
                     deleted = 0
                 if deleted:
                     log.info("retention deleted %d segment(s)", deleted)
-            if trio.current_time() >= next_expiry:
-                next_expiry = trio.current_time() + expiry_every
+            if clock.monotonic() >= next_expiry:
+                next_expiry = clock.monotonic() + expiry_every
                 expired = self.producer_states.remove_expired(now_ms)
                 self.producer_ids.remove_expired(now_ms)
                 if expired:
@@ -377,7 +388,8 @@ class Broker:
         handler = self.handlers.get(api_key)
         if handler is None:
             raise UnknownApiKeyError(f"unknown api key {api_key}")
-        if not conn.authenticated and api_key not in allowed_before_authentication(conn.sasl):
+        if not conn.authenticated and handler.sasl_phase is not (
+                SaslPhase.HANDSHAKE if conn.sasl is None else SaslPhase.AUTHENTICATE):
             # Kafka's IllegalSaslStateException: the connection is closed.
             raise ProtocolError(f"unexpected {handler.name} request during SASL authentication")
         if not handler.min_version <= version <= handler.max_version:
@@ -394,16 +406,16 @@ class Broker:
             conn.client_id = header.client_id
         if trailing:
             self._note_trailing_bytes(conn, handler.name, version, trailing)
-        ctx = RequestContext(self, conn, header, schema, trio.current_time())
+        ctx = RequestContext(self, conn, header, schema, handler, self.clock.monotonic())
         self.metrics.requests[handler.name] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated:
-            mark = self.audit.mark() if self.audit is not None else -1
-            return await self._handle_with_quotas(ctx, handler.handle, request, len(frame), mark)
-        result = await handler.handle(ctx, request)
-        if result is None:
+            mark = self.audit.mark() if self.audit is not None and handler.audited else -1
+            return await self._handle_with_quotas(ctx, request, len(frame), mark)
+        reply = await handler.handle(ctx, request)
+        if reply is None:
             return Response(None, close=ctx.close_connection)
-        return self._response(ctx, self._encode(ctx, result), _own_throttle_ms(result))
+        return self._response(ctx, self._encode(ctx, reply.body, reply.throttle_ms), reply.throttle_ms)
 
     def _note_trailing_bytes(self, conn: Connection, api: str, version: int, count: int) -> None:
         """Bytes after a well-formed body are ignored, as Kafka ignores them: counted, and logged once
@@ -414,54 +426,60 @@ class Broker:
             log.debug("%s (client id %r) sent %s v%d with %d byte(s) after the body; ignored",
                       conn.peer, conn.client_id, api, version, count)
 
-    async def _handle_with_quotas(self, ctx: RequestContext, handle, request, request_size: int,
+    async def _handle_with_quotas(self, ctx: RequestContext, request: Any, request_size: int,
                                   audit_mark: int = -1) -> Response:
-        """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas)."""
+        """Handle a request, then charge it to its client's quotas (see minibroker.client_quotas):
+        the request time, and the byte rate its handler registered (minibroker.handlers.ByteRate)."""
         quotas = self.quotas
         conn = ctx.connection
+        handler = ctx.handler
         timed = quotas.request.quotas_enabled  # only the request quota needs the CPU time
         if timed:
             quotas.mark_request_start(conn)
-        result = await handle(ctx, request)
-        api_key = ctx.schema.api_key
-        data = self._encode(ctx, result) if api_key == FETCH_KEY and result is not None else None
-        now_ms = monotonic_ms()
+        reply = await handler.handle(ctx, request)
+        byte_rate = handler.byte_rate
+        data = None
+        if byte_rate is ByteRate.FETCH and reply is not None:  # charged by the response's size
+            data = self._encode(ctx, reply.body, reply.throttle_ms)
+        now_ms = self.clock.monotonic_ms()
         user, client_id = conn.quota_user, ctx.client_id
         request_ms = 0
-        if timed and not (api_key == PRODUCE_KEY and request.acks == 0):
+        if timed and reply is not None:
             # This request's CPU so far (read, decode, handle); the rest once it is sent (KIP-124).
+            # A request without a response (acks=0) is exempt (Kafka's sendNoOpResponseExemptThrottle).
             request_ms = quotas.charge_request_time(conn, user, client_id, now_ms)
         bandwidth, bandwidth_ms = None, 0
-        if api_key == PRODUCE_KEY:
+        if byte_rate is ByteRate.PRODUCE:
             bandwidth = quotas.produce
             bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(user, client_id, request_size, now_ms)
-        elif data is not None:
+        elif data is not None and reply is not None and handler.throttled_body is not None:
             bandwidth = quotas.fetch
             bandwidth_ms = bandwidth.record_and_get_throttle_time_ms(user, client_id, len(data), now_ms)
             if bandwidth_ms or request_ms:
                 # Nothing is returned, so nothing may count: an empty response with the throttle time.
                 bandwidth.unrecord_quota_sensor(user, client_id, len(data), now_ms)
-                result = {**result, "error_code": 0, "responses": ()}
+                reply = Reply(handler.throttled_body(reply.body), reply.throttle_ms)
                 data = None
         throttle_ms, bandwidth_charged = combine_throttle_time_ms(bandwidth_ms, request_ms)
         if throttle_ms:
             charged = bandwidth if bandwidth_charged and bandwidth is not None else quotas.request
             charged.record_throttle_time(user, client_id, throttle_ms, now_ms)
-            if audit_mark >= 0:
-                quota = "request_percentage" if charged is quotas.request else (
-                    "producer_byte_rate" if api_key == PRODUCE_KEY else "consumer_byte_rate")
-                self.audit.amend(audit_mark, throttle_ms, quota, emptied=api_key == FETCH_KEY)
-        if result is None:  # acks=0: no response, but the connection still waits out its byte rate
+            if audit_mark >= 0 and self.audit is not None:
+                quota = byte_rate.value if charged is not quotas.request and byte_rate else "request_percentage"
+                self.audit.amend(audit_mark, throttle_ms, quota, emptied=handler.throttled_body is not None)
+        if reply is None:  # acks=0: no response, but the connection still waits out its byte rate
             return Response(None, bandwidth_ms, True, ctx.close_connection)
         # A throttle the handler set itself (a quota it enforces, e.g. producer ids) counts too.
-        throttle_ms = max(throttle_ms, _own_throttle_ms(result))
+        throttle_ms = max(throttle_ms, reply.throttle_ms)
         if data is None or throttle_ms:
-            data = self._encode(ctx, {**result, "throttle_time": throttle_ms})
+            data = self._encode(ctx, reply.body, throttle_ms)
         return self._response(ctx, data, throttle_ms)
 
-    def _encode(self, ctx: RequestContext, result: dict) -> bytes:
+    def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes:
+        """The response frame: `body` with the throttle time, in the request's version."""
         schema = ctx.schema
-        return encode_response(schema, ctx.header.correlation_id, build(schema.response, result),
+        return encode_response(schema, ctx.header.correlation_id,
+                               build(schema.response, {**body, "throttle_time": throttle_ms}),
                                self.response_tags.get(schema.api_key))
 
     def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
@@ -469,12 +487,12 @@ class Broker:
         schema = ctx.schema
         if ctx.close_connection:  # a failed SASL exchange: answer late, then close (Kafka)
             return Response(data, self.config["connection.failed.authentication.delay.ms"], False, True)
-        return Response(data, throttle_ms, client_throttles(schema.api_key, schema.version))
+        return Response(data, throttle_ms, ctx.handler.client_throttles(schema.version))
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """KIP-511: UNSUPPORTED_VERSION plus our ranges, in ApiVersions v0 (header v0) form."""
         schema = api_schema(API_VERSIONS_KEY, 0)
-        body = {"error_code": UNSUPPORTED_VERSION, "api_keys": self.api_version_list()}
+        body = {"error_code": ErrorCode.unsupported_version, "api_keys": self.api_version_list()}
         return encode_response(schema, correlation_id, build(schema.response, body))
 
     def api_version_list(self) -> list[dict[str, int]]:
@@ -485,32 +503,31 @@ class Broker:
 
     # ---- helpers shared by handlers ----------------------------------------------------------
 
-    def append_checked(self, topic: str, partition: int, log, header, records, now_ms: int):
+    def append_checked(self, topic: str, partition: int, log: PartitionLog, header: BatchHeader,
+                       records: bytes, now_ms: int) -> AppendOutcome:
         """Append one checked batch and wake the fetches waiting on its partition.
 
         A batch with a producer id is first validated against the partition's producer state; a
-        duplicate or out-of-sequence batch is answered without being appended (a dict with the
-        error code and, for a duplicate, the original offsets).
+        duplicate or out-of-sequence batch is answered without being appended (its error code and,
+        for a duplicate, the original offsets).
         """
         psm = None
         if header.has_producer_id:
             psm = self.producer_states.manager(topic, partition, log, now_ms)
             verdict = psm.prepare_update(header)
             if not verdict.should_append:
-                base_offset = verdict.duplicate_of[0] if verdict.duplicate_of else -1
-                return {
-                    "error_code": verdict.error_code,
-                    "error_message": verdict.message or None,
-                    "base_offset": base_offset,
-                    "log_append_time": -1,
-                    "log_start_offset": log.log_start_offset,
-                    "record_errors": (),
-                }
+                return AppendOutcome(
+                    ErrorCode(verdict.error_code),
+                    verdict.duplicate_of[0] if verdict.duplicate_of else -1,
+                    -1,
+                    log.log_start_offset,
+                    verdict.message or None,
+                )
         result = log.append(records, now_ms)
         if psm is not None:
             self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
-        return result
+        return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
 
     def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
         """This broker as clients of `listener` must reach it (the first listener by default)."""
@@ -523,9 +540,5 @@ class Broker:
             "rack": None,
         }
 
-    def now_ms(self) -> int:
-        """The quotas' clock (monotonic, trio's, so tests may mock it), in milliseconds."""
-        return monotonic_ms()
 
-
-__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError", "wall_clock_ms"]
+__all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError"]

@@ -24,10 +24,13 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
   outside KafkaApis) and acks=0 produces (Kafka skips their request quota). ApiVersions on an
   authenticated connection is throttled as in Kafka (KafkaApis.handleApiVersionsRequest uses
   sendResponseMaybeThrottle).
-- KIP-219: from the versions in CLIENT_THROTTLES_FROM on, the response goes out at once and the
-  client waits by itself (the broker mutes the connection anyway); for older versions, and for APIs
-  whose clients never throttle themselves (Kafka's AbstractResponse default), the broker holds the
-  response back for the throttle time.
+- KIP-219: from the version each handler registers (`client_throttles_from`, Kafka's
+  shouldClientThrottle) the response goes out at once and the client waits by itself (the broker
+  mutes the connection anyway); for older versions, and for APIs whose clients never throttle
+  themselves (Kafka's AbstractResponse default), the broker holds the response back for the
+  throttle time.
+- Which byte-rate quota an API is charged to is registered with its handler too
+  (minibroker.handlers.ByteRate): Produce's request size, Fetch's response size.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
+from protocol.errors import ErrorCode
 from quotas.callback import (
     DEFAULT,
     ClientQuotaCallback,
@@ -51,70 +55,17 @@ from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
 from quotas.config import QuotaConfigStore
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.rate import MetricConfig
-from storage.errors import KAFKA_STORAGE_ERROR, storage_error_message
-from storage.log import write_atomically
+from storage.errors import storage_error_message
+from storage.files import write_atomically
 
 if TYPE_CHECKING:
+    from minibroker.clock import BrokerClock
     from minibroker.config import BrokerConfig
     from quotas.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
 QUOTA_STORE_FILE = "client-quotas.json"
-
-PRODUCE_KEY = 0
-FETCH_KEY = 1
-
-# First response version whose client throttles itself (KIP-219); Kafka's shouldClientThrottle.
-CLIENT_THROTTLES_FROM: dict[int, int] = {
-    0: 6,  # Produce
-    1: 8,  # Fetch
-    2: 3,  # ListOffsets
-    3: 6,  # Metadata
-    8: 4,  # OffsetCommit
-    9: 4,  # OffsetFetch
-    10: 2,  # FindCoordinator
-    11: 3,  # JoinGroup
-    12: 2,  # Heartbeat
-    13: 2,  # LeaveGroup
-    14: 2,  # SyncGroup
-    15: 2,  # DescribeGroups
-    16: 2,  # ListGroups
-    18: 2,  # ApiVersions
-    19: 3,  # CreateTopics
-    20: 2,  # DeleteTopics
-    21: 1,  # DeleteRecords
-    22: 1,  # InitProducerId
-    32: 2,  # DescribeConfigs
-    33: 1,  # AlterConfigs
-    34: 1,  # AlterReplicaLogDirs
-    35: 1,  # DescribeLogDirs
-    37: 1,  # CreatePartitions
-    42: 1,  # DeleteGroups
-    43: 0,  # ElectLeaders
-    44: 0,  # IncrementalAlterConfigs
-    45: 0,  # AlterPartitionReassignments
-    46: 0,  # ListPartitionReassignments
-    47: 0,  # OffsetDelete
-    50: 0,  # DescribeUserScramCredentials
-    51: 0,  # AlterUserScramCredentials
-    75: 0,  # DescribeTopicPartitions
-}
-
-
-def client_throttles(api_key: int, version: int) -> bool:
-    """Whether a client honours `throttle_time` in this response itself (else the broker delays it).
-
-    DescribeCluster, DescribeClientQuotas, AlterClientQuotas and ListConfigResources keep Kafka's
-    default (False)."""
-    first = CLIENT_THROTTLES_FROM.get(api_key)
-    return first is not None and version >= first
-
-
-def monotonic_ms() -> int:
-    """The one clock of the quotas: trio's (so tests may run on a MockClock), in ms."""
-    return int(trio.current_time() * 1000)
-
 
 class TaskClock(trio.abc.Instrument):
     """The thread CPU time each watched task has cost, scheduler overhead included.
@@ -178,7 +129,10 @@ def _producer_id_quota(config: BrokerConfig) -> ProducerIdQuotaManager:
 class BrokerQuotas:
     """Quota managers, their callback and configuration store, for one broker."""
 
-    def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
+    def __init__(self, config: BrokerConfig, data_dir: Path, clock: BrokerClock) -> None:
+        """`clock`: the broker's; the byte-rate and request managers run on its monotonic reading,
+        the producer-id quota on its wall-clock reading (like the audit stream that replays it)."""
+        self.clock = clock
         metric_config = MetricConfig(config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
         callback_class = config["client.quota.callback.class"]
         if callback_class:
@@ -219,7 +173,7 @@ class BrokerQuotas:
         """Route one configured value to the manager of its type (on load and on each change)."""
         if key == "producer_ids_rate":
             user = entity.user
-            self.pid.update_quota(None if user is DEFAULT else user, value)  # type: ignore[arg-type]
+            self.pid.update_quota(None if user is DEFAULT else user, value)
             return
         if entity.ip is not None:
             return  # connection_creation_rate: stored and described, not enforced here
@@ -244,8 +198,8 @@ class BrokerQuotas:
             except OSError as exc:
                 message = storage_error_message(exc)
                 log.error("AlterClientQuotas: %s", message)
-                return [(entity, KAFKA_STORAGE_ERROR, message) if code == 0 else (entity, code, error)
-                        for entity, code, error in planned]
+                return [(entity, ErrorCode.kafka_storage_error, message) if code == ErrorCode.none
+                        else (entity, code, error) for entity, code, error in planned]
         return self.store.alter(entries, False)
 
     def reconfigure_window(self, window_num: int, window_size_seconds: int) -> None:
@@ -318,7 +272,8 @@ class BrokerQuotas:
         cpu_ns = self.task_clock.cpu_ns(trio.lowlevel.current_task())
         charge = conn.request_charge
         if charge is not None:
-            self.request.record_network_thread_time(charge[0], charge[1], cpu_ns - mark, monotonic_ms())
+            self.request.record_network_thread_time(charge[0], charge[1], cpu_ns - mark,
+                                                   self.clock.monotonic_ms())
             conn.request_charge = None
         conn.request_cpu_mark = cpu_ns
 
@@ -357,13 +312,13 @@ class BrokerQuotas:
         while True:
             await trio.sleep(self.pid_cleanup_interval_s)
             if self.pid.tracked_principals():
-                self.pid.cleanup(time.time_ns() // 1_000_000)
+                self.pid.cleanup(self.clock.now_ms())
 
     async def run_housekeeping(self, every_s: float = 60.0) -> None:
         """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""
         while True:
             await trio.sleep(every_s)
-            self.expire(monotonic_ms(), time.time_ns() // 1_000_000)
+            self.expire(self.clock.monotonic_ms(), self.clock.now_ms())
 
     def close(self) -> None:
         if self._clock_installed:

@@ -1,7 +1,7 @@
 """Broker configuration: Kafka's config names, Kafka-style properties files, clear errors.
 
 Every key the broker reads is declared once in BROKER_CONFIGS with its type, default and a line of
-documentation; `minibroker serve --help-config` prints the table. Log settings (log.segment.bytes,
+documentation; `minibroker serve --help` prints the table. Log settings (log.segment.bytes,
 log.retention.ms, ...) are validated by storage's LogConfig, which owns their meaning. An unknown key is
 logged and kept (Kafka does the same: "was supplied but isn't a known config"); a bad value stops the
 broker with a message naming the key and the reason.
@@ -14,17 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from storage.config import BROKER_LOG_KEYS, LogConfig
-from storage.config import ConfigError as StorageConfigError
+from storage.config import BROKER_LOG_KEYS, ConfigError, LogConfig
 
 log = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"invalid value for {key}: {reason}")
-        self.key = key
-        self.reason = reason
 
 
 def _bool(value: str) -> bool:
@@ -151,7 +143,7 @@ def _ip_overrides(value: str) -> dict[str, int]:
         except OSError as exc:
             raise ValueError(f"cannot resolve {host!r}: {exc}") from None
         for info in infos:
-            out[info[4][0]] = limit
+            out[str(info[4][0])] = limit
     return out
 
 
@@ -169,8 +161,8 @@ def _at_least(minimum: float) -> Callable[[Any], str | None]:
     return lambda v: None if v >= minimum else f"must be at least {minimum}"
 
 
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+def _one_of(*choices: Any) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"must be one of {', '.join(map(str, choices))}"
 
 
 BROKER_CONFIGS: dict[str, Key] = {
@@ -266,11 +258,8 @@ class BrokerConfig:
                 raise ConfigError(name, f"{raw!r} {reason}")
             self._values[name] = value
         self._check_together()
-        # The log.* keys belong to storage, which validates them; fail here, at load, with the key.
-        try:
-            self.log_config = LogConfig.from_broker(self.props)
-        except StorageConfigError as exc:
-            raise ConfigError(exc.key, exc.reason) from None
+        # The log.* keys belong to storage, which validates them (a ConfigError naming the key).
+        self.log_config = LogConfig.from_broker(self.props)
 
     def _check_together(self) -> None:
         """Kafka's KafkaConfig.validateValues for the keys that constrain each other."""
@@ -298,10 +287,6 @@ class BrokerConfig:
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
-
-    def get(self, name: str, default: str) -> str:
-        """A raw property that another module (storage, quotas) parses and validates."""
-        return self.props.get(name, default)
 
     def unknown_keys(self) -> list[str]:
         """Supplied keys nothing reads; keys under `client.quota.callback.` belong to the callback."""

@@ -42,6 +42,7 @@ from minibroker.dynamic_config import (
     apply,
     check_against_topics,
 )
+from protocol.errors import ErrorCode
 from storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
 from storage.errors import storage_error_message
 
@@ -51,18 +52,13 @@ TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
-INVALID_TOPIC_EXCEPTION = 17
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-KAFKA_STORAGE_ERROR = 56
 
 # Broker keys of Kafka's LIST type that this broker knows.
 BROKER_LIST_KEYS = frozenset({"log.cleanup.policy", "listeners", "advertised.listeners", "sasl.enabled.mechanisms"})
 
 
 class ConfigChangeError(Exception):
-    def __init__(self, error_code: int, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
@@ -99,7 +95,7 @@ def incremental(ops: list[tuple[str, int, str | None]]) -> Edit:
                 new.pop(name, None)
             elif op in (APPEND, SUBTRACT):
                 if not schema.is_list(name):
-                    raise ConfigChangeError(INVALID_CONFIG, schema.not_a_list(name, op))
+                    raise ConfigChangeError(ErrorCode.invalid_config, schema.not_a_list(name, op))
                 base = new.get(name, schema.default(name)) or ""
                 parts = [part for part in base.split(",") if part]
                 for item in value.split(","):
@@ -109,7 +105,7 @@ def incremental(ops: list[tuple[str, int, str | None]]) -> Edit:
                         parts.remove(item)
                 new[name] = ",".join(parts)
             else:
-                raise ConfigChangeError(INVALID_REQUEST, f"Unknown operations type {op}")
+                raise ConfigChangeError(ErrorCode.invalid_request, f"Unknown operations type {op}")
         return new
     return edit
 
@@ -142,9 +138,9 @@ BROKER_SCHEMA = ConfigSchema(
 
 def _check_request_shape(names: list[str], null_values: list[str]) -> None:
     if any(count > 1 for count in Counter(names).values()):
-        raise ConfigChangeError(INVALID_REQUEST, "Error due to duplicate config keys")
+        raise ConfigChangeError(ErrorCode.invalid_request, "Error due to duplicate config keys")
     if null_values:
-        raise ConfigChangeError(INVALID_REQUEST, "Null value not supported for : " + ", ".join(null_values))
+        raise ConfigChangeError(ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(null_values))
 
 
 def alter_request(broker, request, incremental_ops: bool) -> list[dict]:
@@ -168,23 +164,24 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
     counts = Counter((resource_type, name) for resource_type, name, *_ in resources)
     results = []
     for resource_type, name, names, null_values, edit in resources:
+        message: str | None
         try:
             if counts[(resource_type, name)] > 1:
-                raise ConfigChangeError(INVALID_REQUEST, "Each resource must appear at most once.")
+                raise ConfigChangeError(ErrorCode.invalid_request, "Each resource must appear at most once.")
             _check_request_shape(names, null_values)
             if resource_type == TOPIC:
                 _alter_topic(broker, name, edit, validate_only)
             elif resource_type == BROKER:
                 _alter_broker(broker, name, edit, validate_only)
             else:
-                raise ConfigChangeError(INVALID_REQUEST, f"Unknown resource type {resource_type}")
+                raise ConfigChangeError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
         except ConfigChangeError as exc:
             code, message = exc.error_code, exc.message
         except OSError as exc:  # the topic or broker-configs file could not be written: nothing changed
             log.error("altering the configs of %s failed: %s", name or "the cluster default", storage_error_message(exc))
-            code, message = KAFKA_STORAGE_ERROR, storage_error_message(exc)
+            code, message = ErrorCode.kafka_storage_error, storage_error_message(exc)
         else:
-            code, message = 0, None
+            code, message = ErrorCode.none, None
         results.append({"error_code": code, "error_message": message, "resource_type": resource_type,
                         "resource_name": name})
     return results
@@ -192,23 +189,23 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
 
 def _alter_topic(broker, name: str, edit: Edit, validate_only: bool) -> None:
     if name == "":
-        raise ConfigChangeError(INVALID_REQUEST, "Default topic resources are not allowed.")
+        raise ConfigChangeError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
     try:
         validate_topic_name(name)
     except InvalidTopicError as exc:
-        raise ConfigChangeError(INVALID_TOPIC_EXCEPTION, str(exc)) from None
+        raise ConfigChangeError(ErrorCode.invalid_topic_exception, str(exc)) from None
     info = broker.logs.topic(name)
     current = dict(info.overrides) if info is not None else {}
     overrides = edit(current, TOPIC_SCHEMA)
     for key in overrides:
         if key not in TOPIC_CONFIGS and key != "internal.segment.bytes":
-            raise ConfigChangeError(INVALID_CONFIG, f"Unknown topic config name: {key}")
+            raise ConfigChangeError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
     try:
         broker.logs.broker_config.with_topic_overrides(overrides)
     except ConfigError as exc:
-        raise ConfigChangeError(INVALID_CONFIG, str(exc)) from None
+        raise ConfigChangeError(ErrorCode.invalid_config, str(exc)) from None
     if info is None:
-        raise ConfigChangeError(UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        raise ConfigChangeError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
     if validate_only or overrides == current:
         return
     broker.logs.alter_topic_config(name, overrides)
@@ -220,9 +217,9 @@ def _alter_broker(broker, name: str, edit: Edit, validate_only: bool) -> None:
         try:
             node = int(name)
         except ValueError:
-            raise ConfigChangeError(INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
+            raise ConfigChangeError(ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}") from None
         if node != broker.node_id:
-            raise ConfigChangeError(INVALID_REQUEST, f"Unexpected broker id, expected {broker.node_id}, but received {name}")
+            raise ConfigChangeError(ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id}, but received {name}")
     per_broker = name != ""
     dynamic = broker.dynamic_configs
     level = edit(dynamic.level(per_broker), BROKER_SCHEMA)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 from minibroker.admin_client import AdminClient, AdminClientError
 from quotas.config import QUOTA_KEYS
@@ -151,7 +152,15 @@ def _check_key(key: str) -> None:
         raise UsageError(f"unknown quota config {key!r}; known: {', '.join(QUOTA_KEYS)}")
 
 
-def _command_config(path: Path | None) -> dict[str, str | None]:
+class _SaslSettings(TypedDict, total=False):
+    """AdminClient's SASL keyword arguments, from a --command-config file."""
+
+    sasl_mechanism: str
+    sasl_username: str
+    sasl_password: str
+
+
+def _command_config(path: Path | None) -> _SaslSettings:
     if path is None:
         return {}
     from minibroker.config import parse_properties

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from minibroker.config import BROKER_CONFIGS, BrokerConfig, ConfigError
+from protocol.errors import ErrorCode
 from storage.config import (
     BROKER_KEY_DEFAULTS,
     BROKER_LOG_KEYS,
@@ -47,8 +48,7 @@ from storage.config import (
     TOPIC_CONFIGS,
     BrokerLevels,
 )
-from storage.config import ConfigError as LogConfigError
-from storage.log import write_atomically
+from storage.files import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BROKER_CONFIGS_FILE = "broker-configs.json"
-INVALID_REQUEST = 42
 
 # Kafka's DynamicLogConfig.ReconfigurableConfigs: the highest-precedence broker synonym of every topic
 # config (message.format.version, which Kafka excludes, is not a config here).
@@ -76,7 +75,7 @@ STATIC_DEFAULTS: dict[str, str] = {
 class BrokerConfigChangeError(Exception):
     """A refused change to a broker resource: the error code and Kafka's message."""
 
-    def __init__(self, error_code: int, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
@@ -165,7 +164,7 @@ class DynamicBrokerConfigs:
         read_only = sorted(k for k in level if k in KNOWN_KEYS and k not in DYNAMIC_KEYS)
         if read_only:
             raise BrokerConfigChangeError(
-                INVALID_REQUEST, f"Cannot update these configs dynamically: {_scala_set(read_only)}")
+                ErrorCode.invalid_request, f"Cannot update these configs dynamically: {_scala_set(read_only)}")
         return self._check_values(per_broker, level)
 
     def _check_values(self, per_broker: bool, level: Mapping[str, str]) -> BrokerConfig:
@@ -175,8 +174,8 @@ class DynamicBrokerConfigs:
             props = self.effective_props(cluster_default=level)
         try:
             return BrokerConfig(props)
-        except (ConfigError, LogConfigError) as exc:
-            raise BrokerConfigChangeError(INVALID_REQUEST, str(exc)) from None
+        except ConfigError as exc:
+            raise BrokerConfigChangeError(ErrorCode.invalid_request, str(exc)) from None
 
     def replace(self, per_broker: bool, level: Mapping[str, str]) -> None:
         """Make `level` (already checked) the level's values, and persist both levels."""
@@ -205,5 +204,5 @@ def check_against_topics(broker: Broker, new: BrokerConfig) -> None:
     """A new broker-level default that some topic's own overrides contradict is refused."""
     try:
         broker.logs.check_broker_config(new.log_config)
-    except LogConfigError as exc:
-        raise BrokerConfigChangeError(INVALID_REQUEST, str(exc)) from None
+    except ConfigError as exc:
+        raise BrokerConfigChangeError(ErrorCode.invalid_request, str(exc)) from None

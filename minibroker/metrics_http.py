@@ -41,7 +41,6 @@ Series:
 from __future__ import annotations
 
 import logging
-import time
 import math
 from typing import TYPE_CHECKING, Iterable
 
@@ -118,16 +117,16 @@ class _Families:
             yield from samples
 
 
-def render(broker: Broker, now_ms: int) -> str:
-    """The whole exposition text."""
+def render(broker: Broker) -> str:
+    """The whole exposition text, at the broker clock's time."""
     out = _Families()
     quotas = broker.quotas
     for manager in quotas.managers:
-        for group, name, tags, value in manager.metrics_snapshot(now_ms):
+        for group, name, tags, value in manager.metrics_snapshot(broker.clock.monotonic_ms()):
             metric = _metric_name("kafka_server", group, name)
             labels = {_TAG_LABELS.get(k, _metric_name(k)): v for k, v in sorted(tags.items(), key=_tag_order)}
             out.add(metric, "gauge", f"{group} {_HELP.get(_metric_name(name), name)}", labels, value)
-    for user, name, value in quotas.pid.metrics(time.time_ns() // 1_000_000):  # wall clock, see BrokerQuotas
+    for user, name, value in quotas.pid.metrics(broker.clock.now_ms()):  # wall clock, see BrokerQuotas
         out.add(_metric_name("kafka_server_producer_ids", name), "gauge",
                 f"ProducerIds {_PID_HELP.get(name, name)} (KIP-936)", {"user": user}, value)
     for name, value in quotas.pid.totals().items():
@@ -150,18 +149,18 @@ def render(broker: Broker, now_ms: int) -> str:
     out.add("minibroker_requests_with_trailing_bytes_total", "counter",
             "requests with bytes after the fields of their body (ignored, as Kafka does)", {},
             m.requests_with_trailing_bytes)
-    quotas, memory = broker.connection_quotas, broker.request_memory
+    connections, memory = broker.connection_quotas, broker.request_memory
     out.add("minibroker_connections_max", "gauge",
             "connections accepted at most at once: max.connections or the connections' share of the "
-            "descriptor budget, whichever is less", {}, quotas.max_connections)
+            "descriptor budget, whichever is less", {}, connections.max_connections)
     out.add("minibroker_connections_closed_idle_total", "counter",
             "connections closed after connections.max.idle.ms without a completed request", {}, m.closed_idle)
     out.add("minibroker_connections_rejected_total", "counter",
             "connections closed on accept because their address was at max.connections.per.ip", {},
-            quotas.rejected_per_ip)
+            connections.rejected_per_ip)
     out.add("minibroker_connection_accept_waits_total", "counter",
             "times the broker stopped accepting at max.connections until a connection closed", {},
-            quotas.accept_waits)
+            connections.accept_waits)
     out.add("minibroker_request_memory_bytes", "gauge",
             "bytes of requests read and not yet handled (bounded by queued.max.request.bytes)", {}, memory.used)
     out.add("minibroker_request_memory_waits_total", "counter",
@@ -223,7 +222,7 @@ async def handle_http(broker: Broker, stream: trio.abc.Stream) -> None:
                 elif path != "/metrics":
                     await stream.send_all(_http_response("404 Not Found", b"try /metrics\n"))
                 else:
-                    body = render(broker, broker.now_ms()).encode()
+                    body = render(broker).encode()
                     await stream.send_all(_http_response("200 OK", body, CONTENT_TYPE, method == "HEAD"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass

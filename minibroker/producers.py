@@ -28,6 +28,7 @@ import dataclasses
 import logging
 
 from minibroker.config import BrokerConfig
+from protocol.errors import ErrorCode
 from protocol.records import BatchHeader
 from storage.log import AppendResult, PartitionLog
 from storage.manager import LogManager
@@ -37,8 +38,6 @@ from storage.producer_state import ProducerStateManager
 log = logging.getLogger(__name__)
 
 MAX_EPOCH = 32767
-INVALID_PRODUCER_EPOCH = 47
-PRODUCER_FENCED = 90
 
 
 class ProducerStates:
@@ -140,21 +139,21 @@ class ProducerIds:
         # pid -> the epoch an earlier bump handed out, only while the pid has producer state.
         self._bumped: dict[int, int] = {}
 
-    def init(self, producer_id: int, producer_epoch: int, now_ms: int, version: int) -> tuple[int, int, int]:
+    def init(self, producer_id: int, producer_epoch: int, now_ms: int, version: int) -> tuple[ErrorCode, int, int]:
         """(error_code, producer_id, epoch)."""
         if producer_id < 0:
-            return 0, self._allocator.next_id(), 0
+            return ErrorCode.none, self._allocator.next_id(), 0
         current = self._states.latest_epoch(producer_id, now_ms)
         if current is None:
             self._bumped.pop(producer_id, None)
         elif producer_epoch < max(current, self._bumped.get(producer_id, -1)):
-            return (PRODUCER_FENCED if version >= 4 else INVALID_PRODUCER_EPOCH), -1, -1
+            return (ErrorCode.producer_fenced if version >= 4 else ErrorCode.invalid_producer_epoch), -1, -1
         if producer_epoch + 1 > MAX_EPOCH:
             self._bumped.pop(producer_id, None)
-            return 0, self._allocator.next_id(), 0
+            return ErrorCode.none, self._allocator.next_id(), 0
         if current is not None:
             self._bumped[producer_id] = producer_epoch + 1
-        return 0, producer_id, producer_epoch + 1
+        return ErrorCode.none, producer_id, producer_epoch + 1
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget the bumps of producer ids whose producer state is gone."""

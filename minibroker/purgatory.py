@@ -1,7 +1,8 @@
 """The delayed-operation purgatory (Kafka's DelayedOperation / DelayedOperationPurgatory).
 
-A request that cannot be answered yet (a Fetch below min_bytes, a throttled response for an old
-client, a group join waiting for members) becomes a DelayedOperation and waits here. It is watched
+A request that cannot be answered yet (a Fetch below min_bytes, a group join waiting for members, a
+follower's SyncGroup waiting for the leader's assignment) becomes a DelayedOperation and waits here.
+(A quota throttle does not: the connection loop sleeps it out, server.py.) It is watched
 under keys (a topic-partition, a group id); whoever changes what a key stands for calls
 `check_and_complete(key)`, which retries the watchers. Each operation completes exactly once: either
 `try_complete` finds its condition met, or its deadline passes and `on_expiration` runs first.

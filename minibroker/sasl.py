@@ -2,7 +2,8 @@
 
 Follows Kafka's `SaslServerAuthenticator`, `PlainSaslServer` and `ScramSaslServer` (clients/.../security/).
 Pure: no I/O, no clock; the SaslHandshake and SaslAuthenticate handlers drive a `SaslSession` per
-connection, and `Broker.handle_frame` lets nothing else through until it is complete.
+connection, and `Broker.handle_frame` lets nothing else through until it is complete (which APIs may
+come before that is registered with each handler: minibroker.handlers.SaslPhase).
 
 Flow on a SASL_PLAINTEXT listener (SaslHandshake v1, so every token travels in a SaslAuthenticate
 request): ApiVersions (optional) -> SaslHandshake(mechanism) -> SaslAuthenticate ... until complete.
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 __all__ = [
-    "AUTH_APIS",
     "DEFAULT_ITERATIONS",
     "PlainServer",
     "SaslAuthenticationFailed",
@@ -36,14 +36,6 @@ __all__ = [
     "ScramServer",
     "UserStore",
 ]
-
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
-API_VERSIONS_KEY = 18
-# What an unauthenticated connection may send: before the handshake, and after it.
-BEFORE_HANDSHAKE = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY})
-DURING_AUTHENTICATION = frozenset({SASL_AUTHENTICATE_KEY})
-AUTH_APIS = BEFORE_HANDSHAKE | DURING_AUTHENTICATION
 
 DEFAULT_ITERATIONS = 4096
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -304,7 +296,6 @@ class SaslSession:
     def __init__(self, mechanism: str, server: PlainServer | ScramServer) -> None:
         self.mechanism = mechanism
         self.server = server
-        self.failed = False
 
     @property
     def complete(self) -> bool:
@@ -316,16 +307,7 @@ class SaslSession:
 
     def evaluate(self, token: bytes) -> bytes:
         """The server's answer to one client token; raises SaslAuthenticationFailed."""
-        try:
-            return self.server.evaluate(token)
-        except SaslAuthenticationFailed:
-            self.failed = True
-            raise
-
-
-def allowed_before_authentication(session: SaslSession | None) -> frozenset[int]:
-    """API keys an unauthenticated connection may send in its current state."""
-    return BEFORE_HANDSHAKE if session is None else DURING_AUTHENTICATION
+        return self.server.evaluate(token)
 
 
 class ScramClient:

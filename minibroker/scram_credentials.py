@@ -31,10 +31,11 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from minibroker.sasl import ScramCredential, UserStore
-from storage.log import write_atomically
+from protocol.errors import ErrorCode
+from storage.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,6 @@ MECHANISM_TYPES = {name: type_ for type_, name in MECHANISMS.items()}
 MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations, both hashes
 MAX_ITERATIONS = 16384  # ScramControlManager.MAX_ITERATIONS
 
-UNSUPPORTED_SASL_MECHANISM = 33
-RESOURCE_NOT_FOUND = 91
-DUPLICATE_RESOURCE = 92
-UNACCEPTABLE_CREDENTIAL = 93
 
 _TWICE = "A user credential cannot be altered twice in the same request"
 
@@ -123,17 +120,17 @@ class ScramCredentialStore:
                 by_user.setdefault(user, []).append(
                     {"mechanism": MECHANISM_TYPES[mechanism], "iterations": credential.iterations})
         if not names:
-            return [_described(user, 0, None, infos) for user, infos in sorted(by_user.items())]
+            return [_described(user, ErrorCode.none, None, infos) for user, infos in sorted(by_user.items())]
         results = []
         for user in dict.fromkeys(names):
             if names.count(user) > 1:
-                results.append(_described(user, DUPLICATE_RESOURCE,
+                results.append(_described(user, ErrorCode.duplicate_resource,
                                           f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"))
             elif user not in by_user:
-                results.append(_described(user, RESOURCE_NOT_FOUND,
+                results.append(_described(user, ErrorCode.resource_not_found,
                                           f"Attempt to describe a user credential that does not exist: {user}"))
             else:
-                results.append(_described(user, 0, None, by_user[user]))
+                results.append(_described(user, ErrorCode.none, None, by_user[user]))
         return results
 
     # ---- AlterUserScramCredentials ------------------------------------------------------------------
@@ -144,19 +141,19 @@ class ScramCredentialStore:
         salted password): one result per user, as Kafka's ScramControlManager.alterCredentials
         (the successful deletions, the successful upsertions, then the errors). Persisted before it
         returns."""
-        errors: dict[str, tuple[int, str]] = {}
+        errors: dict[str, tuple[ErrorCode, str]] = {}
         to_delete: dict[str, tuple[str, str]] = {}
         to_upsert: dict[str, tuple[str, str, int, bytes, bytes]] = {}
         for name, mechanism_type in deletions:
             if name in errors:
                 continue
             if to_delete.pop(name, None) is not None:
-                errors[name] = (DUPLICATE_RESOURCE, _TWICE)
+                errors[name] = (ErrorCode.duplicate_resource, _TWICE)
                 continue
             error = _check_name_and_mechanism(name, mechanism_type)
             mechanism = MECHANISMS.get(mechanism_type, "")
             if error is None and self.users.scram_credential(mechanism, name) is None:
-                error = (RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
+                error = (ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
             if error is not None:
                 errors[name] = error
             else:
@@ -165,13 +162,13 @@ class ScramCredentialStore:
             if name in errors:
                 continue
             if to_delete.pop(name, None) is not None or to_upsert.pop(name, None) is not None:
-                errors[name] = (DUPLICATE_RESOURCE, _TWICE)
+                errors[name] = (ErrorCode.duplicate_resource, _TWICE)
                 continue
             error = _check_name_and_mechanism(name, mechanism_type)
             if error is None and iterations < MIN_ITERATIONS:
-                error = (UNACCEPTABLE_CREDENTIAL, "Too few iterations")
+                error = (ErrorCode.unacceptable_credential, "Too few iterations")
             elif error is None and iterations > MAX_ITERATIONS:
-                error = (UNACCEPTABLE_CREDENTIAL, "Too many iterations")
+                error = (ErrorCode.unacceptable_credential, "Too many iterations")
             if error is not None:
                 errors[name] = error
             else:
@@ -194,17 +191,18 @@ class ScramCredentialStore:
             for mechanism, name, iterations, *_ in to_upsert.values():
                 self.users.set_scram_credential(mechanism, name, credentials[(mechanism, name)])
                 log.info("SCRAM credential of user %s for %s set (%d iterations)", name, mechanism, iterations)
-        results = [{"user": name, "error_code": 0, "error_message": None} for name in to_delete]
-        results += [{"user": name, "error_code": 0, "error_message": None} for name in to_upsert]
+        results: list[dict[str, Any]] = [
+            {"user": name, "error_code": ErrorCode.none, "error_message": None} for name in to_delete]
+        results += [{"user": name, "error_code": ErrorCode.none, "error_message": None} for name in to_upsert]
         results += [{"user": name, "error_code": code, "error_message": message} for name, (code, message) in errors.items()]
         return results
 
 
-def _check_name_and_mechanism(name: str, mechanism_type: int) -> tuple[int, str] | None:
+def _check_name_and_mechanism(name: str, mechanism_type: int) -> tuple[ErrorCode, str] | None:
     if not name:
-        return UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+        return ErrorCode.unacceptable_credential, "Username must not be empty"
     if mechanism_type not in MECHANISMS:
-        return UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+        return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
     return None
 
 

@@ -91,6 +91,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                              "(%d ms)%s", conn.peer, idle_ms,
                              f", {decoder.buffered} byte(s) of a frame buffered" if decoder.buffered else "")
                     return
+                assert frame is not None  # the loop above ends with a frame or returns
                 response = await broker.handle_frame(frame, conn)
             finally:
                 memory.release(reserved)

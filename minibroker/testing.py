@@ -1,9 +1,11 @@
-"""Run a broker inside a test suite: `with running_broker() as bootstrap: ...`.
+"""Run a broker inside a test suite: `with running_broker() as broker: ... broker.bootstrap ...`.
 
 The broker runs on its own trio loop in a background thread, on 127.0.0.1 port 0, so synchronous
-clients (kafka-python, confluent-kafka) and asyncio clients (aiokafka) can talk to it from the test.
-A pytest fixture `minibroker` (from the `minibroker.pytest_plugin` plugin) wraps it.
-`broker_process` runs one in a subprocess instead, for benchmarks that measure the broker's own CPU.
+clients (kafka-python, confluent-kafka) and asyncio clients (aiokafka) can talk to it from the test;
+`running_broker` yields a `RunningBroker` (its `bootstrap` address, the `Broker` itself, ...). A
+pytest fixture `minibroker` (from the `minibroker.pytest_plugin` plugin) wraps it.
+`broker_process` and `spawn_broker` run one in a subprocess instead (benchmarks that measure the
+broker's own CPU, tests that kill it); it binds port 0 too and reports its address on its ready line.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import trio
 
@@ -35,7 +37,7 @@ class RunningBroker:
     broker: Broker
     sasl_bootstrap: str | None = None  # the SASL_PLAINTEXT listener, when started with sasl_users
     metrics_url: str | None = None  # http://HOST:PORT/metrics, when started with metrics_listen
-    trio_token: object = None
+    trio_token: trio.lowlevel.TrioToken | None = None
 
     def in_broker(self, fn, *args):
         """Run `fn(*args)` on the broker's trio thread and return its result (to read its state)."""
@@ -63,12 +65,12 @@ def running_broker(
         props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
         config = BrokerConfig(props)
         started: queue.Queue = queue.Queue()
-        stop: dict[str, object] = {}
+        scope = trio.CancelScope()  # cancelled from this thread when the block ends
+        tokens: list[trio.lowlevel.TrioToken] = []
 
         async def main() -> None:
-            with trio.CancelScope() as scope:
-                stop["scope"] = scope
-                stop["token"] = trio.lowlevel.current_trio_token()
+            with scope:
+                tokens.append(trio.lowlevel.current_trio_token())
                 async with trio.open_nursery() as nursery:
                     started.put(await nursery.start(serve, config))
 
@@ -91,10 +93,10 @@ def running_broker(
                 f"{host}:{port}", host, port, Path(data_dir), broker,
                 sasl_bootstrap=f"{sasl[0]}:{sasl[1]}" if sasl else None,
                 metrics_url=f"http://{metrics[0]}:{metrics[1]}/metrics" if metrics else None,
-                trio_token=stop["token"],
+                trio_token=tokens[0],
             )
         finally:
-            trio.from_thread.run_sync(stop["scope"].cancel, trio_token=stop["token"])
+            trio.from_thread.run_sync(scope.cancel, trio_token=tokens[0])
             thread.join(timeout=30)
 
 
@@ -113,35 +115,55 @@ class BrokerProcess:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def spawn_broker(data_dir: Path | str, *extra_args: str, metrics: bool = False,
+                 sasl_users: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None,
+                 ) -> tuple[subprocess.Popen, dict[str, str]]:
+    """Start `minibroker serve` on 127.0.0.1 port 0 in a subprocess (the same Python) and wait for
+    its ready line: the process, and the line's fields (`bootstrap.servers`, `SASL_PLAINTEXT` with
+    `sasl_users`, `metrics` with `metrics=True`). The broker binds the ports and reports them, so no
+    port is guessed. `overrides` use Kafka's names with '_' for '.', as `running_broker`'s; the
+    caller stops the process (`stop_process`)."""
+    args = [sys.executable, "-m", "minibroker.cli", "serve", "--listen", "127.0.0.1:0",
+            "--data-dir", str(data_dir), "--log-level", "WARNING", *extra_args]
+    if metrics:
+        args += ["--metrics-listen", "127.0.0.1:0"]
+    if sasl_users:
+        args += ["--sasl-listen", "127.0.0.1:0"]
+        args += [a for name, password in sasl_users.items() for a in ("--sasl-user", f"{name}:{password}")]
+    for key, value in (overrides or {}).items():
+        args += ["--override", f"{key.replace('_', '.')}={value}"]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    ready = proc.stdout.readline()
+    if "bootstrap.servers=" not in ready:
+        proc.stdout.close()
+        raise RuntimeError(f"broker did not start (exit code {proc.wait(30)})")
+    return proc, dict(part.split("=", 1) for part in ready.split()[2:] if "=" in part)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM (a clean shutdown), SIGKILL after 30 s; then its pipes are closed."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 @contextlib.contextmanager
 def broker_process(data_dir: Path | str | None = None, *, metrics: bool = False,
                    **overrides: str) -> Iterator[BrokerProcess]:
-    """`minibroker serve` on 127.0.0.1 port 0 in a subprocess (the same Python), until the block ends.
-
-    Overrides use Kafka's names with '_' for '.', as `running_broker`'s. The broker reports its
-    address on its ready line, so no port is guessed."""
+    """`minibroker serve` on 127.0.0.1 port 0 in a subprocess (`spawn_broker`), until the block ends."""
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="minibroker-"))
-        args = [sys.executable, "-m", "minibroker.cli", "serve", "--listen", "127.0.0.1:0",
-                "--data-dir", str(data_dir), "--log-level", "WARNING"]
-        if metrics:
-            args += ["--metrics-listen", "127.0.0.1:0"]
-        for key, value in overrides.items():
-            args += ["--override", f"{key.replace('_', '.')}={value}"]
-        root = Path(__file__).resolve().parent.parent
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+        proc, fields = spawn_broker(data_dir, metrics=metrics, overrides=overrides)
         try:
-            ready = proc.stdout.readline()
-            if "bootstrap.servers=" not in ready:
-                raise RuntimeError(f"broker did not start (exit code {proc.wait(30)})")
-            fields = dict(part.split("=", 1) for part in ready.split()[2:] if "=" in part)
             yield BrokerProcess(proc, fields["bootstrap.servers"], Path(data_dir), fields.get("metrics"))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)

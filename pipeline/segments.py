@@ -1,8 +1,9 @@
 """The audit topic's records straight from a broker's data directory, in plain Python: the segment
-files of each `__minibroker_audit-N` partition, their whole batches (`protocol.records.iter_headers`)
-and records (`decode_records`). `pipeline.sources.SegmentRecordsSource` reads byte ranges of them
-for Spark; `iter_audit_events` decodes the JSON values here too (`storage.audit_format.decode_event`),
-for tests and tools that want the events without Spark.
+files of each `__minibroker_audit-N` partition (`storage.log_dir`), their whole batches
+(`storage.batch_scan.scan_headers`) and records (`protocol.records.decode_records`).
+`pipeline.sources.SegmentRecordsSource` reads byte ranges of them for Spark; `iter_audit_events`
+decodes the JSON values here too (`storage.audit_format.decode_event`), for tests and tools that
+want the events without Spark.
 
 Never opens the log through `storage.log.PartitionLog` (that would run recovery on a live broker's
 files); reads the files as they are and, like a fetch, only whole batches, so a batch being written
@@ -15,39 +16,32 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from protocol.records import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
     InvalidRecordError,
     decode_records,
     iter_headers,
+    read_header,
 )
+from storage import log_dir
 from storage.audit_format import AUDIT_TOPIC, decode_event
-from storage.log import LOG_START_OFFSET_FILE
-from storage.segment import LOG_SUFFIX
+from storage.batch_scan import scan_headers
 
-__all__ = ["SegmentFile", "iter_audit_events", "iter_batches", "iter_records", "segment_files"]
+__all__ = ["SegmentFile", "batch_positions", "iter_audit_events", "iter_batches", "iter_records", "segment_files"]
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 8 * 1024 * 1024
-_ATTRIBUTES = slice(21, 23)
-_LOG_APPEND_TIME = 0x08
 
 
-class SegmentFile(tuple):
-    """(path, partition, log start offset of its partition)."""
-
-    __slots__ = ()
-
-    def __new__(cls, path: str, partition: int, log_start_offset: int):
-        return super().__new__(cls, (path, partition, log_start_offset))
-
-    path = property(lambda self: self[0])
-    partition = property(lambda self: self[1])
-    log_start_offset = property(lambda self: self[2])
+class SegmentFile(NamedTuple):
+    path: str
+    partition: int
+    log_start_offset: int  # of its partition
 
 
 def segment_files(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> list[SegmentFile]:
@@ -57,20 +51,25 @@ def segment_files(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> list[Segmen
     if not data_dir.is_dir():
         return []
     prefix = topic + "-"
-    out = []
     partitions = sorted(
         (int(entry.name[len(prefix):]), entry) for entry in data_dir.iterdir()
         if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit() and entry.is_dir()
     )
+    out = []
     for partition, directory in partitions:
-        try:
-            start = int((directory / LOG_START_OFFSET_FILE).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            start = 0
-        names = sorted(name for name in os.listdir(directory)
-                       if name.endswith(LOG_SUFFIX) and len(name) == 20 + len(LOG_SUFFIX) and name[:20].isdigit())
-        out.extend(SegmentFile(str(directory / name), partition, start) for name in names)
+        start = log_dir.read_log_start_offset(directory) or 0
+        out.extend(SegmentFile(str(directory / name), partition, start)
+                   for name, _ in sorted(log_dir.segment_files(directory)))
     return out
+
+
+def batch_positions(path: str) -> list[int]:
+    """Where each whole batch of a segment file starts and, last, where the last whole one ends (a
+    batch being written, or a torn tail, is left out)."""
+    with open(path, "rb") as file:
+        fd = file.fileno()
+        headers = scan_headers(lambda size, position: os.pread(fd, size, position), 0, os.fstat(fd).st_size)
+        return [0, *(header.position + header.size for header in headers)]
 
 
 def iter_batches(path: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
@@ -99,12 +98,12 @@ def iter_records(path: str, start: int = 0, end: int | None = None, log_start_of
     the batches of [start, end) at or above `log_start_offset`. Batches that cannot be read here
     add one to `skipped[0]`."""
     for batch in iter_batches(path, start, end):
-        attributes = int.from_bytes(batch[_ATTRIBUTES], "big")
+        attributes = read_header(batch).attributes
         if attributes & (ATTR_CONTROL | ATTR_COMPRESSION_MASK):
             if skipped is not None:
                 skipped[0] += 1
             continue
-        kind = 1 if attributes & _LOG_APPEND_TIME else 0
+        kind = 1 if attributes & ATTR_TIMESTAMP_TYPE else 0
         try:
             for offset, ts, key, value in decode_records(batch):
                 if offset >= log_start_offset:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,29 +337,13 @@ class ByteRange:
         return self.end - self.start
 
 
-def _batch_positions(path: str) -> list[int]:
-    """Positions of each whole batch in a segment file and, last, the end of the last whole one."""
-    positions = [0]
-    size = os.path.getsize(path)
-    with open(path, "rb") as file:
-        position = 0
-        while position + 12 <= size:
-            file.seek(position + 8)
-            length = int.from_bytes(file.read(4), "big", signed=True)
-            if length < 49 or position + 12 + length > size:  # torn or being written
-                break
-            position += 12 + length
-            positions.append(position)
-    return positions
-
-
 def segment_byte_ranges(data_dir: str | Path, topic: str = AUDIT_TOPIC,
                         max_bytes: int = DEFAULT_MAX_BYTES_PER_PARTITION, min_parts: int = 0) -> list[ByteRange]:
     """Every segment of the topic's partitions in `data_dir`, cut at batch boundaries into ranges
     (see the module docstring); [] when the topic is not there."""
-    from pipeline.segments import segment_files
+    from pipeline.segments import batch_positions, segment_files
 
-    files = [(f.path, f.partition, f.log_start_offset, _batch_positions(f.path)) for f in segment_files(data_dir, topic)]
+    files = [(f.path, f.partition, f.log_start_offset, batch_positions(f.path)) for f in segment_files(data_dir, topic)]
     pieces = split_sizes([positions[-1] for *_, positions in files], max_bytes, min_parts)
     ranges = []
     for (path, partition, start_offset, positions), n in zip(files, pieces):

@@ -298,6 +298,7 @@ class ProducerCore:
             elif api_key == INIT_PRODUCER_ID:
                 self._on_init_producer_id(response, tags)
             else:
+                assert batch is not None  # a Produce request is sent with its batch
                 self._produce_in_flight -= 1
                 self._on_produce(response, batch)
 

@@ -105,6 +105,3 @@ def build(cls: type, data: dict[str, Any]) -> Any:
         kwargs[name] = value
     return cls(**kwargs)
 
-
-def has_field(cls: type, name: str) -> bool:
-    return any(entry[0] == name for entry in _plan(cls))

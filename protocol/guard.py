@@ -49,8 +49,9 @@ from kio.serial._introspect import (
     get_field_tag,
     get_schema_field_type,
 )
+from kio.static.protocol import Entity
 
-from protocol.records import read_uvarint, write_uvarint
+from protocol.records.varint import read_uvarint, write_uvarint
 
 __all__ = ["RequestRejected", "checker"]
 
@@ -259,7 +260,7 @@ def _is_nullable(tp: object) -> bool:
     return typing.get_origin(tp) in (UnionType, typing.Union) and NoneType in typing.get_args(tp)
 
 
-def _min_and_fixed(entity: type, field: dataclasses.Field, where: str) -> tuple[int, int | None]:
+def _min_and_fixed(entity: type[Entity], field: dataclasses.Field, where: str) -> tuple[int, int | None]:
     """Smallest wire size of a field and its size when it never varies (None otherwise)."""
     flexible = entity.__flexible__
     kind = classify_field(field)
@@ -276,7 +277,7 @@ def _min_and_fixed(entity: type, field: dataclasses.Field, where: str) -> tuple[
     return compiled.min_size, compiled.fixed
 
 
-def _emit_field(e: _Emitter, indent: int, entity: type, field: dataclasses.Field, tagged: bool,
+def _emit_field(e: _Emitter, indent: int, entity: type[Entity], field: dataclasses.Field, tagged: bool,
                 where: str) -> None:
     """One field as kio's native reader reads it (kio rust/src/schema.rs, build_field_schema)."""
     flexible = entity.__flexible__
@@ -318,7 +319,7 @@ def _generate(name: str, namespace: dict, emit_body) -> Callable[[bytes, int, _W
 
 
 @functools.cache
-def _compile(entity: type, where: str) -> _Compiled:
+def _compile(entity: type[Entity], where: str) -> _Compiled:
     namespace = dict(_HELPERS)
     flexible = entity.__flexible__
     regular = []

@@ -32,9 +32,10 @@ from kio._kio_native import get_field_reader
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import get_field_tag
 from kio.static.primitive import i16, i32
+from kio.static.protocol import Entity
 
 from protocol.guard import RequestRejected, checker
-from protocol.records import read_uvarint, write_uvarint
+from protocol.records.varint import read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
 _HEADER_FIXED = struct.Struct(">hhih")
@@ -113,6 +114,14 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
         return None
     versions = schema_name_map[name]
     return min(versions), max(versions)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name for an API kio knows ("Produce", "InitProducerId"): its request class's name."""
+    versions = kio_versions(api_key)
+    if versions is None:
+        raise UnknownApiKeyError(f"unknown api key {api_key}")
+    return load_request_schema(api_key, versions[1]).__name__.removesuffix("Request")
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +259,7 @@ def _read_tagged_section(buf: bytes, pos: int) -> tuple[list[tuple[int, bytes]],
     return fields, pos
 
 
-def read_entity(cls: type, buf: bytes, offset: int) -> tuple[Any, int, dict[int, bytes]]:
+def read_entity(cls: type[Entity], buf: bytes, offset: int) -> tuple[Any, int, dict[int, bytes]]:
     """Read a flexible top-level entity the way KIP-482 says: (entity, size, unknown tagged fields).
 
     kio's native reader is tried first (fast); when it refuses a tag it does not know, the entity is

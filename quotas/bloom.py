@@ -228,9 +228,6 @@ class BloomFilter:
                 return False
         return True
 
-    def contains_indexes(self, xs: Iterable[int]) -> bool:
-        return _bits_hold(self.bits, xs)
-
     def cardinality(self) -> int:
         return self._cardinality
 

@@ -72,24 +72,17 @@ class QuotaType(enum.Enum):
 _TYPE_BY_KEY: dict[str, QuotaType] = {t.config_key: t for t in QuotaType}
 
 
-class _Default:
-    """The default entity of a type (protocol: a null entity name; ZooKeeper: ``<default>``)."""
+class _Default(enum.Enum):
+    """The default entity of a type (protocol: a null entity name; ZooKeeper: ``<default>``). An
+    enum of one member, so that type checkers narrow ``name is DEFAULT``."""
 
-    _instance: _Default | None = None
-
-    def __new__(cls) -> _Default:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    DEFAULT = "DEFAULT"
 
     def __repr__(self) -> str:
         return "DEFAULT"
 
-    def __reduce__(self) -> str:
-        return "DEFAULT"
 
-
-DEFAULT: Final = _Default()
+DEFAULT: Final = _Default.DEFAULT
 
 _TYPE_ORDER = {USER: 0, CLIENT_ID: 1, IP: 2}
 
@@ -290,6 +283,7 @@ class DefaultQuotaCallback(ClientQuotaCallback):
         q = self._quotas[quota_type.config_key]
         if not q:
             return None
+        keys: tuple[tuple[_Part, _Part], ...]
         if user and client_id:
             keys = ((user, client_id), (user, DEFAULT), (DEFAULT, client_id), (DEFAULT, DEFAULT))
         elif user:

@@ -205,10 +205,10 @@ class ClientQuotaManager:
                 self._by_client[(principal, client_id)] = sensors
             return sensors
         tags = self.callback.quota_metric_tags(qt, principal, client_id)
-        key = frozenset(tags.items())
-        sensors = self._sensors.get(key)
+        tag_set = frozenset(tags.items())
+        sensors = self._sensors.get(tag_set)
         if sensors is None:
-            sensors = self._create_sensors(key, dict(tags), now_ms)
+            sensors = self._create_sensors(tag_set, dict(tags), now_ms)
         if self.callback.quota_reset_required(qt):
             self.refresh_quota_bounds()
         return sensors
@@ -267,8 +267,9 @@ class ClientQuotaManager:
         qt = self.quota_type
         cb = self._default_callback
         self._by_client.clear()
-        if cb is not None and entity is not None and DEFAULT not in (entity.user, entity.client_id):
-            key = (entity.user or "", entity.client_id or "")
+        user, client_id = (entity.user, entity.client_id) if entity is not None else (None, None)
+        if cb is not None and entity is not None and user is not DEFAULT and client_id is not DEFAULT:
+            key = (user or "", client_id or "")
             sensors = self._sensors.get(key)
             if sensors is not None:
                 sensors.quota_sensor.bound = cb.limit_for_tag_values(qt, *key)

@@ -33,21 +33,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from protocol.errors import ErrorCode
 from quotas.callback import CLIENT_ID, IP, USER, ClientQuotaEntity
 
 __all__ = [
-    "INVALID_REQUEST",
-    "NONE",
     "QUOTA_KEYS",
     "QuotaConfigStore",
     "QuotaKey",
-    "UNSUPPORTED_VERSION",
     "ValueKind",
 ]
-
-NONE: Final = 0
-UNSUPPORTED_VERSION: Final = 35
-INVALID_REQUEST: Final = 42
 
 MATCH_EXACT: Final = 0
 MATCH_DEFAULT: Final = 1
@@ -208,26 +202,26 @@ class QuotaConfigStore:
                     alterations[key] = None if remove else value
             if ident in results:
                 results[ident] = (
-                    results[ident][0], INVALID_REQUEST, f"Ignoring duplicate entity {_entity_str(pairs)}"
+                    results[ident][0], ErrorCode.invalid_request, f"Ignoring duplicate entity {_entity_str(pairs)}"
                 )
                 continue
             if duplicate_key is not None:
                 results[ident] = (
                     pairs,
-                    INVALID_REQUEST,
+                    ErrorCode.invalid_request,
                     f"Duplicate quota key {duplicate_key} not updating quota for this entity {_entity_str(pairs)}",
                 )
                 continue
             try:
                 entity_changes = self._entity_changes(pairs, alterations)
             except _Rejected as exc:
-                results[ident] = (pairs, INVALID_REQUEST, str(exc))
+                results[ident] = (pairs, ErrorCode.invalid_request, str(exc))
                 continue
             changes.extend(entity_changes)
-            results[ident] = (pairs, NONE, None)
+            results[ident] = (pairs, ErrorCode.none, None)
         if not validate_only:
-            for entity, key, value in changes:
-                self._apply(entity, key, value)
+            for entity, key, new_value in changes:
+                self._apply(entity, key, new_value)
         return list(results.values())
 
     def _entity_changes(
@@ -272,23 +266,23 @@ class QuotaConfigStore:
         any_name: set[str] = set()
         for entity_type, match_type, match in components:
             if not entity_type:
-                return INVALID_REQUEST, "Invalid empty entity type.", []
+                return ErrorCode.invalid_request, "Invalid empty entity type.", []
             if entity_type in exact or entity_type in any_name:
                 return (
-                    INVALID_REQUEST,
+                    ErrorCode.invalid_request,
                     f"Entity type {entity_type} cannot appear more than once in the filter.",
                     [],
                 )
             if entity_type not in _ENTITY_TYPES:
-                return UNSUPPORTED_VERSION, f"Unsupported entity type {entity_type}", []
+                return ErrorCode.unsupported_version, f"Unsupported entity type {entity_type}", []
             if match_type == MATCH_EXACT:
                 if match is None:
-                    return INVALID_REQUEST, "Request specified MATCH_TYPE_EXACT, but set match string to null.", []
+                    return ErrorCode.invalid_request, "Request specified MATCH_TYPE_EXACT, but set match string to null.", []
                 exact[entity_type] = match
             elif match_type == MATCH_DEFAULT:
                 if match is not None:
                     return (
-                        INVALID_REQUEST,
+                        ErrorCode.invalid_request,
                         "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.",
                         [],
                     )
@@ -296,17 +290,17 @@ class QuotaConfigStore:
             elif match_type == MATCH_SPECIFIED:
                 if match is not None:
                     return (
-                        INVALID_REQUEST,
+                        ErrorCode.invalid_request,
                         "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.",
                         [],
                     )
                 any_name.add(entity_type)
             else:
-                return INVALID_REQUEST, f"Unknown match type {match_type}", []
+                return ErrorCode.invalid_request, f"Unknown match type {match_type}", []
         named = exact.keys() | any_name
         if IP in named and (USER in named or CLIENT_ID in named):
             return (
-                INVALID_REQUEST,
+                ErrorCode.invalid_request,
                 "Invalid entity filter component combination. IP filter component should not be "
                 "used with user or clientId filter component.",
                 [],
@@ -318,7 +312,7 @@ class QuotaConfigStore:
                 continue
             if all(t in names and names[t] == m for t, m in exact.items()) and all(t in names for t in any_name):
                 out.append((entity, dict(quotas)))
-        return NONE, None, out
+        return ErrorCode.none, None, out
 
     # -- persistence ----------------------------------------------------------------------------
 

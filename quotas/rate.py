@@ -323,7 +323,7 @@ class Sensor:
     def record(self, value: float, now_ms: int, check_quota: bool = True) -> QuotaViolation | None:
         self.last_record_ms = now_ms
         stat = self.stat
-        if type(stat) is TokenBucket:
+        if isinstance(stat, TokenBucket):
             stat.record_with_quota(value, self.bound, now_ms)
             if self.observed is not None:
                 self.observed.record(value, now_ms)
@@ -341,7 +341,7 @@ class Sensor:
 
     def measure(self, now_ms: int) -> float:
         stat = self.stat
-        if type(stat) is TokenBucket:
+        if isinstance(stat, TokenBucket):
             return stat.measure_with_quota(self.bound, now_ms)
         return stat.measure(now_ms)
 

@@ -63,6 +63,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from protocol.errors import ErrorCode
+
 __all__ = [
     "AUDIT_FIELDS",
     "AUDIT_FIELD_NAMES",
@@ -140,7 +142,7 @@ QUOTA_SETTING_KEYS: Final = (
 )
 
 # Produce errors given before the producer-id quota is asked (the batch's PID is not tracked).
-REFUSED_BEFORE_PID_QUOTA: Final = frozenset({48})  # INVALID_TXN_STATE
+REFUSED_BEFORE_PID_QUOTA: Final = frozenset({ErrorCode.invalid_txn_state})
 
 _USER_PREFIX: Final = "User:"
 

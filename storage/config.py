@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from protocol.errors import ApiError, ErrorCode
+
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
@@ -42,13 +44,17 @@ SOURCE_STATIC_BROKER_CONFIG = 4  # from the broker's properties
 SOURCE_DEFAULT_CONFIG = 5  # Kafka's built-in default
 
 
-class ConfigError(ValueError):
-    """A config name is unknown or its value is invalid: Kafka's INVALID_CONFIG (40)."""
+class ConfigError(ApiError, ValueError):
+    """A config name is unknown or its value is invalid: Kafka's INVALID_CONFIG. `key` names it,
+    `reason` says what is wrong. The one error for broker settings and topic configs alike; the
+    message words it the way Kafka answers each: "Invalid config retention.ms: ..." for a topic
+    config (`topic=True`: CreateTopics, AlterConfigs on a topic), "invalid value for log.retention.ms:
+    ..." for a broker setting (at start, and the broker's dynamic configs)."""
 
-    error_code = 40
+    error_code = ErrorCode.invalid_config
 
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"Invalid config {key}: {reason}")
+    def __init__(self, key: str, reason: str, *, topic: bool = False) -> None:
+        super().__init__(f"Invalid config {key}: {reason}" if topic else f"invalid value for {key}: {reason}")
         self.key = key
         self.reason = reason
 
@@ -357,49 +363,45 @@ class LogConfig:
         internal_segment_bytes = None
         for name, text in overrides.items():
             if name == INTERNAL_SEGMENT_BYTES:
-                internal_segment_bytes = _parse_value(name, _parse_internal_segment_bytes, text)
+                internal_segment_bytes = _parse_value(name, _parse_internal_segment_bytes, text, topic=True)
                 continue
             definition = TOPIC_CONFIGS.get(name)
             if definition is None:
-                raise ConfigError(name, "unknown topic config name")
+                raise ConfigError(name, "unknown topic config name", topic=True)
             changes[definition.field] = _parse(name, definition, text)
         if internal_segment_bytes is not None:
             changes["segment_bytes"] = internal_segment_bytes
         if changes.get("remote_storage_enable"):
             # Kafka's LogConfig.validateRemoteStorageOnlyIfSystemEnabled: there is no tiered storage.
             raise ConfigError("remote.storage.enable", "Tiered Storage functionality is disabled in the broker. "
-                              "Topic cannot be configured with remote log storage.")
+                              "Topic cannot be configured with remote log storage.", topic=True)
         config = dataclasses.replace(self, **changes) if changes else self
         if ("min_compaction_lag_ms" in changes or "max_compaction_lag_ms" in changes) and (
                 config.min_compaction_lag_ms > config.max_compaction_lag_ms):
             # Kafka's LogConfig.validateValues, on the topic's effective values.
             raise ConfigError("min.compaction.lag.ms",
                               f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) "
-                              f"> max.compaction.lag.ms ({config.max_compaction_lag_ms})")
+                              f"> max.compaction.lag.ms ({config.max_compaction_lag_ms})", topic=True)
         return config
 
     def value_of(self, name: str) -> Any:
         return getattr(self, TOPIC_CONFIGS[name].field)
 
 
-def _parse_value(key: str, parse: Callable[[str], Any], text: Any) -> Any:
+def _parse_value(key: str, parse: Callable[[str], Any], text: Any, *, topic: bool = False) -> Any:
     if not isinstance(text, str):
-        raise ConfigError(key, f"value {text!r} is not a string")
+        raise ConfigError(key, f"value {text!r} is not a string", topic=topic)
     try:
         return parse(text)
     except ValueError as exc:
-        raise ConfigError(key, str(exc)) from None
+        raise ConfigError(key, str(exc), topic=topic) from None
 
 
 def _parse(key: str, definition: TopicConfigDef, text: Any) -> Any:
+    """A topic config's value (an override)."""
     if text is None:
-        raise ConfigError(key, "a null value is not allowed")
-    return _parse_value(key, definition.parse, text)
-
-
-def validate_overrides(overrides: Mapping[str, str | None]) -> None:
-    """Check topic overrides (names and values) without building a config."""
-    LogConfig().with_topic_overrides(overrides)  # type: ignore[arg-type]
+        raise ConfigError(key, "a null value is not allowed", topic=True)
+    return _parse_value(key, definition.parse, text, topic=True)
 
 
 def format_value(definition: TopicConfigDef, value: Any) -> str:
@@ -440,7 +442,8 @@ def config_synonyms(key: str, levels: BrokerLevels) -> list[tuple[str, str | Non
     synonyms, level by level, then everything before the first entry named `key` dropped. So a
     topic's retention.ms lists nothing unless log.retention.ms itself is set somewhere (Kafka's
     answer too: log.retention.hours=168 is dropped, being listed before log.retention.ms)."""
-    found = [(name, level[name], source) for source, level in levels for name in broker_synonyms(key) if name in level]
+    found: list[tuple[str, str | None, int]] = [
+        (name, level[name], source) for source, level in levels for name in broker_synonyms(key) if name in level]
     for i, (name, _, _) in enumerate(found):
         if name == key:
             return found[i:]
@@ -482,10 +485,10 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
-class InvalidTopicError(ValueError):
+class InvalidTopicError(ApiError, ValueError):
     """An illegal topic name, or one that collides with an existing topic: INVALID_TOPIC_EXCEPTION."""
 
-    error_code = 17
+    error_code = ErrorCode.invalid_topic_exception
 
 
 def validate_topic_name(name: str) -> None:

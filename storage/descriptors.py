@@ -86,11 +86,6 @@ class DescriptorBudget:
     def available(self) -> int:
         return self.capacity - self.in_use
 
-    def in_use_by(self, name: str) -> int:
-        """Descriptors held by the shares called `name`."""
-        with self._lock:
-            return sum(s.in_use for s in self._shares if s.name == name)
-
     def describe(self) -> str:
         """'960 descriptors: 12 in use (files 10/480, connections 2/480)', for messages and logs."""
         with self._lock:
@@ -115,7 +110,7 @@ class DescriptorBudget:
             # Full: ask another share to give one back (outside the lock: its callback takes its own
             # lock, and may release into this budget).
             for other in others:
-                if other.reclaim():
+                if other.reclaim is not None and other.reclaim():
                     break
                 tried.add(id(other))
             else:

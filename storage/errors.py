@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-KAFKA_STORAGE_ERROR = 56
+from protocol.errors import ApiError, ErrorCode
 
 
 class DamagedFileError(ValueError):
@@ -31,10 +31,10 @@ class DamagedFileError(ValueError):
         super().__init__(message)
 
 
-class StrayDataError(Exception):
-    """A directory holds records of a topic the registry does not know: KAFKA_STORAGE_ERROR (56)."""
+class StrayDataError(ApiError):
+    """A directory holds records of a topic the registry does not know: KAFKA_STORAGE_ERROR."""
 
-    error_code = KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.kafka_storage_error
 
     def __init__(self, directory: Path, topic: str) -> None:
         self.directory = directory

@@ -66,10 +66,6 @@ class _Index:
         """Whether the file lacks entries that are in memory (or must be rewritten)."""
         return self._on_disk is None or self._on_disk < len(self)
 
-    def mark_for_rewrite(self) -> None:
-        """The file no longer matches memory (a rebuild, a truncation): rewrite it at the next write."""
-        self._on_disk = None
-
     def write(self, *, fsync: bool = False) -> None:
         """Bring the file up to the entries in memory (appending, or rewriting it whole); `fsync`:
         make it durable too. Raises OSError; the file is then rewritten whole at the next write."""
@@ -82,7 +78,7 @@ class _Index:
         fd = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._on_disk = None  # until the write below is complete
         try:
-            view = memoryview(self._serialize(0 if rewrite else on_disk))
+            view = memoryview(self._serialize(0 if on_disk is None else on_disk))
             while view:  # os.write may write less than asked
                 view = view[os.write(fd, view):]
             if fsync:

@@ -3,8 +3,9 @@ replication and compaction).
 
 Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
 20 digits (`00000000000000000000.log`, `.index`, `.timeindex`; see `storage.segment` and
-`storage.index` for the formats), an optional `log-start-offset` file (decimal text, written
-atomically by DeleteRecords) and, while the files are consistent, a `clean-shutdown` marker.
+`storage.index` for the formats), an optional `log-start-offset` file (written by DeleteRecords)
+and, while the files are consistent, a `clean-shutdown` marker (`storage.log_dir`: those files, and
+the leftovers removed when the directory is listed).
 
 Descriptors (issue 21): a log holds none of its own. Its segments borrow their `.log` file's from a
 `storage.file_cache.FileCache` shared by every log of the broker (bounded by log.max.open.files,
@@ -28,13 +29,8 @@ Flush policy (Kafka's defaults):
 
 The clean-shutdown marker: written by a clean close (and by `create`: an empty log is consistent),
 removed before the first change to the log's files after it is loaded (`_begin_write`), not at the
-load: a log that was only read keeps it, so a crash leaves nothing to recover there. Loading after a
-clean shutdown trusts the indexes and checks only the active segment's tail (the batches after its
-last offset-index entry, and the CRC of its last batch), so loading is fast whatever the log's size.
-Without the marker the active segment is scanned batch by batch, checking framing, magic, offset
-continuity and CRC, and truncated at the first torn or corrupt batch, and its indexes are rebuilt.
-Older segments were fsynced when they were rolled, so they are not scanned; a missing or badly sized
-index file of any segment is rebuilt from its log, and a corrupt one when first used.
+load: a log that was only read keeps it, so a crash leaves nothing to recover there. What loading
+trusts with and without it: `storage.log_loader`.
 
 Not thread-safe: call from one thread. Reads are consistent with interleaved appends (they never go
 past the whole batches already written), but retention and deletion close files a concurrent reader in
@@ -43,67 +39,45 @@ another thread might be using.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import os
-import platform
-import sys
 import shutil
-import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from crc32c import crc32c
-
-from protocol.records import (
-    ATTR_TIMESTAMP_TYPE,
-    BATCH_HEADER,
-    CRC_START,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    BatchHeader,
-)
+from protocol.errors import ApiError, ErrorCode
+from protocol.records.batch import BatchHeader, assign_offsets, batch_spans
 from storage.config import LogConfig
 from storage.file_cache import FileCache
+from storage.files import fsync_directory
 from storage.index import NO_TIMESTAMP
-from storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    LogSegment,
-    record_with_timestamp,
-    segment_name,
+from storage.log_dir import (
+    create_marker,
+    has_marker,
+    list_segments,
+    read_log_start_offset,
+    remove_marker,
+    segment_files,
+    write_log_start_offset,
 )
+from storage.log_loader import load_segments
+from storage.retention import segments_past_retention
+from storage.segment import LOG_SUFFIX, LogSegment, segment_name
+from storage.timestamps import latest_timestamp, offset_for_timestamp
 
 logger = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = "clean-shutdown"
-LOG_START_OFFSET_FILE = "log-start-offset"
-BASE_OFFSET = struct.Struct(">q")
-# maxTimestamp and attributes positions inside the 61-byte header.
-MAX_TIMESTAMP_AT = 35
-ATTRIBUTES_AT = 21
-_MAX_TS = struct.Struct(">q")
-_ATTRIBUTES = struct.Struct(">h")
-_CRC = struct.Struct(">I")
-CRC_AT = 17
-_OWN_TEMP_FILES = (LOG_START_OFFSET_FILE + ".tmp", CLEAN_SHUTDOWN_FILE + ".tmp")
-_LEFTOVER_SUFFIXES = tuple(
-    s + extra
-    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-    for extra in (".deleted", ".cleaned", ".swap", ".tmp")
-)
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 PRIVATE_CACHE_CAPACITY = 16  # open segment files of a log opened without a shared cache
 
 
-class OffsetOutOfRangeError(Exception):
-    """The offset is outside [log_start_offset, log_end_offset]: OFFSET_OUT_OF_RANGE (1)."""
+class OffsetOutOfRangeError(ApiError):
+    """The offset is outside [log_start_offset, log_end_offset]: OFFSET_OUT_OF_RANGE."""
 
-    error_code = 1
+    error_code = ErrorCode.offset_out_of_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,14 +144,9 @@ class PartitionLog:
         directory.mkdir(parents=True)
         log = cls(directory, config, now_ms, files)
         try:
-            segment = LogSegment.create(
-                directory, start_offset,
-                index_interval_bytes=config.index_interval_bytes,
-                max_index_size=config.segment_index_bytes,
-                files=log._files,
-            )
+            segment = log._new_segment(start_offset)
             try:
-                _create_marker(directory)
+                create_marker(directory)
             except BaseException:
                 segment.close()
                 raise
@@ -185,12 +154,24 @@ class PartitionLog:
             shutil.rmtree(directory, ignore_errors=True)
             raise
         log._marker = True
-        log._loaded([segment], start_offset)
+        log._set_loaded([segment], start_offset)
         return log
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        config = self._config
+        return LogSegment.create(self.directory, base_offset, index_interval_bytes=config.index_interval_bytes,
+                                 max_index_size=config.segment_index_bytes, files=self._files)
 
     @property
     def loaded(self) -> bool:
         return self._segments is not None
+
+    def _loaded_segments(self) -> list[LogSegment]:
+        """The segments, the log loaded first if it was not."""
+        if self._segments is None:
+            self.load()
+            assert self._segments is not None
+        return self._segments
 
     @property
     def needs_recovery(self) -> bool:
@@ -198,43 +179,16 @@ class PartitionLog:
         clean-shutdown marker), or was changed since it was loaded."""
         if self._segments is not None:
             return False
-        return not os.path.exists(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE))  # 10,000 at start
+        return not has_marker(self.directory)
 
     def tail_bytes_on_disk(self) -> int:
         """The size of the last segment file (what a recovery scans). Lists the directory, and the
         `load` that follows uses that listing."""
         if self._listing is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._listing = self._list_directory()
+            self._listing = list_segments(self.directory)
         bases = self._listing
         return os.stat(self.directory / (segment_name(bases[-1]) + LOG_SUFFIX)).st_size if bases else 0
-
-    def _list_directory(self) -> list[int]:
-        """The base offsets of the segments, sorted; leftovers of unfinished work removed (our
-        temporary files, Kafka-style .deleted/.cleaned/.swap files, indexes whose log is gone)."""
-        directory = self.directory
-        bases: list[int] = []
-        index_names: list[tuple[str, int]] = []
-        for name in os.listdir(directory):
-            stem, dot, suffix = name.partition(".")
-            if name in _OWN_TEMP_FILES:
-                _unlink(directory / name)
-                continue
-            if not (dot and len(stem) == 20 and stem.isdigit()):
-                continue
-            if "." + suffix in _LEFTOVER_SUFFIXES:  # half-done segment work of Kafka-style tools
-                _unlink(directory / name)
-                continue
-            if "." + suffix == LOG_SUFFIX:
-                bases.append(int(stem))
-            elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                index_names.append((name, int(stem)))
-        bases.sort()
-        known = set(bases)
-        for name, base in index_names:
-            if base not in known:  # an index whose log is gone
-                _unlink(directory / name)
-        return bases
 
     def load(self) -> None:
         """Read the log's directory and its active segment's tail, or recover the active segment
@@ -247,40 +201,17 @@ class PartitionLog:
         directory = self.directory
         config = self._config
         directory.mkdir(parents=True, exist_ok=True)
-        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
+        clean = has_marker(directory)
         self._marker = clean
-        bases, self._listing = self._listing if self._listing is not None else self._list_directory(), None
+        bases, self._listing = self._listing if self._listing is not None else list_segments(directory), None
 
-        stored_start = _read_log_start_offset(directory)
-        segment_args = dict(
-            index_interval_bytes=config.index_interval_bytes,
-            max_index_size=config.segment_index_bytes,
-            files=self._files,
-        )
+        stored_start = read_log_start_offset(directory)
         segments: list[LogSegment] = []
         try:
-            if not bases:
-                self._begin_write()
-                segments = [LogSegment.create(directory, stored_start or 0, **segment_args)]
-            else:
-                segments = [LogSegment.open(directory, b, **segment_args) for b in bases]
-                for segment, following in zip(segments, segments[1:]):
-                    segment.next_offset = following.base_offset
-                    segment.load_inactive()
-                    segment.next_offset = following.base_offset
-                active = segments[-1]
-                if not (clean and active.load_clean()):
-                    self._begin_write()
-                    truncated = active.recover()
-                    if truncated:
-                        logger.warning(
-                            "%s: truncated %d bytes of torn or corrupt data at the end of %s",
-                            directory, truncated, active.log_path.name,
-                        )
-                        active.flush()  # the cut is durable before anything is appended after it
-                if active.size:
-                    active.first_append_ms = self._registered_ms  # Kafka resets a loaded segment's age too
-            self._loaded(segments, stored_start or 0)
+            segments = load_segments(directory, bases, config, self._files, clean=clean,
+                                     begin_write=self._begin_write, loaded_ms=self._registered_ms,
+                                     start_offset=stored_start or 0)
+            self._set_loaded(segments, stored_start or 0)
             if self._log_start_offset > self.log_end_offset:
                 # DeleteRecords moved the start past data an unclean shutdown then lost: start afresh
                 # at the recorded start offset, as Kafka's truncateFullyAndStartAt.
@@ -291,7 +222,7 @@ class PartitionLog:
             self._segments = None
             raise
 
-    def _loaded(self, segments: list[LogSegment], stored_start: int) -> None:
+    def _set_loaded(self, segments: list[LogSegment], stored_start: int) -> None:
         self._segments = segments
         self._base_offsets = [s.base_offset for s in segments]
         self._size = sum(s.size for s in segments)
@@ -310,7 +241,7 @@ class PartitionLog:
         recovers the segment. A roll fsyncs the directory, and with it the unlink. An fsync here
         cost every partition's first write a few milliseconds (seconds for 10,000 partitions)."""
         if self._marker:
-            _unlink(self.directory / CLEAN_SHUTDOWN_FILE)
+            remove_marker(self.directory)
             self._marker = False
 
     # -- properties -------------------------------------------------------------------------------
@@ -326,66 +257,48 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        if self._segments is None:
-            self.load()
+        self._loaded_segments()
         return self._log_start_offset
 
     @property
     def log_end_offset(self) -> int:
-        if self._segments is None:
-            self.load()
-        return self._segments[-1].next_offset
+        segments = self._loaded_segments()
+        return segments[-1].next_offset
 
     @property
     def size_bytes(self) -> int:
         """The bytes of the log's segments; for a log not loaded yet, from the sizes of its files."""
         if self._segments is None:
             if self._unloaded_size is None:
-                self._unloaded_size = sum(size for _, size in _segment_files(self.directory))
+                self._unloaded_size = sum(size for _, size in segment_files(self.directory))
             return self._unloaded_size
         return self._size
 
     @property
     def segments(self) -> list[LogSegment]:
-        if self._segments is None:
-            self.load()
-        return list(self._segments)
+        segments = self._loaded_segments()
+        return list(segments)
 
     @property
     def active_segment(self) -> LogSegment:
-        if self._segments is None:
-            self.load()
-        return self._segments[-1]
+        segments = self._loaded_segments()
+        return segments[-1]
 
     # -- appending --------------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Append one or more already-checked v2 batches, assigning consecutive offsets."""
-        if self._segments is None:
-            self.load()
+        segments = self._loaded_segments()
         view = memoryview(records)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
         total = len(view)
-        headers = []
-        position = 0
-        count = 0
-        while position < total:
-            if position + HEADER_SIZE > total:
-                raise ValueError("records end with a partial batch header")
-            fields = BATCH_HEADER.unpack_from(view, position)
-            size = fields[1] + LOG_OVERHEAD
-            if fields[1] < HEADER_SIZE - LOG_OVERHEAD or position + size > total:
-                raise ValueError("records end with a partial batch")
-            headers.append((position, size, fields))
-            count += fields[6] + 1  # lastOffsetDelta + 1
-            position += size
-        if not headers:
-            raise ValueError("no record batch to append")
+        spans = batch_spans(view)
+        count = sum(fields[6] + 1 for _, _, fields in spans)  # lastOffsetDelta + 1 each
 
         config = self._config
         self._begin_write()
-        active = self._segments[-1]
+        active = segments[-1]
         first_offset = active.next_offset
         if self._should_roll(active, total, first_offset + count - 1, now_ms):
             active = self._roll(now_ms)
@@ -394,31 +307,9 @@ class PartitionLog:
             active.first_append_ms = now_ms
 
         log_append_time = config.log_append_time
-        buffers: list[bytes | bytearray | memoryview] = []
-        batches: list[tuple[int, int, int]] = []
-        next_offset = first_offset
-        max_timestamp = NO_TIMESTAMP
-        for position, size, fields in headers:
-            last_offset = next_offset + fields[6]
-            if log_append_time:
-                header = bytearray(view[position : position + HEADER_SIZE])
-                BASE_OFFSET.pack_into(header, 0, next_offset)
-                _ATTRIBUTES.pack_into(header, ATTRIBUTES_AT, fields[5] | ATTR_TIMESTAMP_TYPE)
-                _MAX_TS.pack_into(header, MAX_TIMESTAMP_AT, now_ms)
-                body = view[position + HEADER_SIZE : position + size]
-                crc = crc32c(body, crc32c(memoryview(header)[CRC_START:]))
-                _CRC.pack_into(header, CRC_AT, crc)
-                buffers.append(header)
-                buffers.append(body)
-                batch_max_timestamp = now_ms
-            else:
-                buffers.append(BASE_OFFSET.pack(next_offset))
-                buffers.append(view[position + 8 : position + size])
-                batch_max_timestamp = fields[8]
-            if batch_max_timestamp > max_timestamp:
-                max_timestamp = batch_max_timestamp
-            batches.append((last_offset, batch_max_timestamp, size))
-            next_offset = last_offset + 1
+        buffers, batches = assign_offsets(view, spans, first_offset, now_ms if log_append_time else None)
+        next_offset = batches[-1][0] + 1
+        max_timestamp = max(NO_TIMESTAMP, *(batch_max for _, batch_max, _ in batches))
 
         active.append(buffers, batches, total)  # an OSError here leaves the segment as it was
         self._size += total
@@ -456,32 +347,26 @@ class PartitionLog:
 
     def roll(self, now_ms: int) -> int:
         """Start a new segment at the log end (if the active one holds anything); returns its base."""
-        if self._segments is None:
-            self.load()
-        if self._segments[-1].size:
+        segments = self._loaded_segments()
+        if segments[-1].size:
             self._roll(now_ms)
-        return self._segments[-1].base_offset
+        return segments[-1].base_offset
 
     def _roll(self, now_ms: int) -> LogSegment:
         """Start a new segment. An OSError (disk full, read-only, out of descriptors) leaves the old
         segment the active one, and the next append tries again."""
         self._begin_write()
-        old = self._segments[-1]
+        segments = self._loaded_segments()
+        old = segments[-1]
         old.on_become_inactive()  # fsyncs: older segments need no scan after a crash
-        new = LogSegment.create(
-            self.directory,
-            old.next_offset,
-            index_interval_bytes=self._config.index_interval_bytes,
-            max_index_size=self._config.segment_index_bytes,
-            files=self._files,
-        )
+        new = self._new_segment(old.next_offset)
         try:
             fsync_directory(self.directory)
         except BaseException:
             new.delete()
             raise
         old.active = False
-        self._segments.append(new)
+        segments.append(new)
         self._base_offsets.append(new.base_offset)
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
@@ -525,12 +410,10 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
         """Whole batches from the one holding `offset`, up to `max_bytes` (or the whole first batch
         when it alone is bigger and `min_one_batch`), continuing into later segments."""
-        if self._segments is None:
-            self.load()
+        segments = self._loaded_segments()
         self._check_offset(offset)
         if offset == self.log_end_offset:
             return b""
-        segments = self._segments
         i = bisect_right(self._base_offsets, offset) - 1
         position = segments[i].find_position(offset)
         chunks: list[bytes] = []
@@ -555,11 +438,10 @@ class PartitionLog:
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one holding `from_offset` to the log end (at the time
         each segment is reached). `position` is the batch's position in its segment file."""
-        if self._segments is None:
-            self.load()
+        segments = self._loaded_segments()
         if from_offset >= self.log_end_offset:
             return
-        segments = list(self._segments)
+        segments = list(segments)
         i = max(0, bisect_right([s.base_offset for s in segments], from_offset) - 1)
         position = segments[i].find_position(from_offset) if from_offset > segments[i].base_offset else 0
         for segment in segments[i:]:
@@ -572,91 +454,38 @@ class PartitionLog:
             position = 0
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """ListOffsets by timestamp, Kafka's answer: (offset, timestamp) of the first record at or
-        after the log start offset whose timestamp is >= `timestamp_ms`; None when no record is that
-        recent. The segment and batch are found from the indexes and batch headers; only the one
-        batch that straddles the target is read record by record (decompressed if it must be)."""
-        if self._segments is None:
-            self.load()
-        start = self._log_start_offset
-        for segment in self._segments:
-            if segment.max_timestamp >= timestamp_ms and segment.next_offset > start:
-                found = segment.find_offset_by_timestamp(timestamp_ms, start)
-                if found is not None:
-                    return found
-        return None
+        """ListOffsets by timestamp: (offset, timestamp) of the first record at or after the log
+        start offset whose timestamp is >= `timestamp_ms`, None when none is (storage.timestamps)."""
+        return offset_for_timestamp(self._loaded_segments(), self._log_start_offset, timestamp_ms)
 
     def latest_timestamp(self) -> tuple[int, int]:
         """ListOffsets MAX_TIMESTAMP (-3, KIP-734): (offset, timestamp) of the first record carrying
-        the largest timestamp in the log (Kafka: the first segment with that largest timestamp, its
-        first batch with it, that batch's first record with it), or (-1, -1) when the log is empty.
-        An offset below the log start offset (DeleteRecords) is raised to it."""
-        if self._segments is None:
-            self.load()
-        best: LogSegment | None = None
-        for segment in self._segments:
-            if segment.size and segment.next_offset > self._log_start_offset:
-                if best is None or segment.max_timestamp > best.max_timestamp:
-                    best = segment
-        if best is None:
-            return -1, -1
-        target = best.max_timestamp
-        position = best.find_position(best.offset_of_max_timestamp)
-        if position is not None:
-            for header in best.headers(position):
-                if header.max_timestamp == target:
-                    offset = record_with_timestamp(best.read_batch(header), header, target)
-                    return max(offset, self._log_start_offset), target
-        return max(best.offset_of_max_timestamp, self._log_start_offset), target
+        the largest timestamp in the log, (-1, -1) when it is empty (storage.timestamps)."""
+        return latest_timestamp(self._loaded_segments(), self._log_start_offset)
 
     # -- retention and truncation -----------------------------------------------------------------
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Delete whole old segments (never the active one): those entirely below the log start
-        offset, those whose largest timestamp is older than retention.ms, and the oldest while the
-        log exceeds retention.bytes. Returns the number of segments deleted. A log not loaded yet
+        """Delete the old segments retention.ms, retention.bytes and the log start offset leave
+        behind (storage.retention), never the active one; returns how many. A log not loaded yet
         is loaded only when it has more than one segment file (the active segment is never
         deleted; an unloaded log gains none), and its directory is listed once to find out."""
         if self._segments is None:
             if self._single_segment is None:
-                self._single_segment = len(_segment_files(self.directory)) <= 1
+                self._single_segment = len(segment_files(self.directory)) <= 1
             if self._single_segment:
                 return 0
-            self.load()
-        config = self._config
-        deleted = 0
-        segments = self._segments
-        while len(segments) > 1 and segments[1].base_offset <= self._log_start_offset:
+        segments = self._loaded_segments()
+        deleted = segments_past_retention(segments, self._log_start_offset, self._size, self._config, now_ms)
+        for _ in range(deleted):
             self._delete_oldest_segment()
-            deleted += 1
-        if config.retention_ms >= 0:
-            while len(segments) > 1 and now_ms - self._largest_timestamp(segments[0]) > config.retention_ms:
-                # The largest timestamp came from the time index: check it against the log before
-                # it deletes anything (a wrong index entry is rebuilt, and the test made again).
-                if not segments[0].verify_max_timestamp():
-                    continue
-                self._delete_oldest_segment()
-                deleted += 1
-        if config.retention_bytes >= 0:
-            excess = self._size - config.retention_bytes
-            while len(segments) > 1 and excess - segments[0].size >= 0:
-                excess -= segments[0].size
-                self._delete_oldest_segment()
-                deleted += 1
         if deleted:
             self._log_start_offset = max(self._log_start_offset, segments[0].base_offset)
         return deleted
 
-    @staticmethod
-    def _largest_timestamp(segment: LogSegment) -> int:
-        # Kafka falls back to the file's modification time when no batch carries a timestamp.
-        if segment.max_timestamp >= 0:
-            return segment.max_timestamp
-        return int(os.stat(segment.log_path).st_mtime * 1000)
-
     def _delete_oldest_segment(self) -> None:
         self._begin_write()
-        segment = self._segments.pop(0)
+        segment = self._loaded_segments().pop(0)
         self._base_offsets.pop(0)
         self._size -= segment.size
         segment.delete()
@@ -664,8 +493,7 @@ class PartitionLog:
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to `offset` (persisted), deleting segments that
         fall entirely below it. Returns the new log start offset (the low watermark)."""
-        if self._segments is None:
-            self.load()
+        segments = self._loaded_segments()
         if offset < 0 or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"cannot delete records before {offset}: the log ends at {self.log_end_offset}"
@@ -673,8 +501,7 @@ class PartitionLog:
         if offset > self._log_start_offset:
             self._begin_write()
             self._log_start_offset = offset
-            write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
-            segments = self._segments
+            write_log_start_offset(self.directory, offset)
             while len(segments) > 1 and segments[1].base_offset <= offset:
                 self._delete_oldest_segment()
         return self._log_start_offset
@@ -685,15 +512,16 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             return
         self._begin_write()
-        if offset <= self._segments[0].base_offset:
+        segments = self._loaded_segments()
+        if offset <= segments[0].base_offset:
             self._truncate_fully_and_start_at(offset)
             return
-        while self._segments[-1].base_offset >= offset:
-            segment = self._segments.pop()
+        while segments[-1].base_offset >= offset:
+            segment = segments.pop()
             self._base_offsets.pop()
             self._size -= segment.size
             segment.delete()
-        active = self._segments[-1]
+        active = segments[-1]
         active.active = True
         self._size -= active.truncate_to(offset)
         active.first_append_ms = active.first_append_ms if active.size else None
@@ -701,21 +529,13 @@ class PartitionLog:
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._begin_write()
-        for segment in self._segments:
+        for segment in self._loaded_segments():
             segment.delete()
-        self._segments = [
-            LogSegment.create(
-                self.directory,
-                offset,
-                index_interval_bytes=self._config.index_interval_bytes,
-                max_index_size=self._config.segment_index_bytes,
-                files=self._files,
-            )
-        ]
+        self._segments = [self._new_segment(offset)]
         self._base_offsets = [offset]
         self._size = 0
         self._log_start_offset = offset
-        write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+        write_log_start_offset(self.directory, offset)
 
     # -- closing ----------------------------------------------------------------------------------
 
@@ -763,7 +583,7 @@ class PartitionLog:
                     self.flush()
                     # After the flush: a marker that exists says the files were durable. It needs
                     # no fsync of its own (losing it to a power cut only costs a recovery).
-                    _create_marker(self.directory)
+                    create_marker(self.directory)
                     self._marker = True
         finally:
             for segment in self._segments:
@@ -773,94 +593,3 @@ class PartitionLog:
         """Close the log and remove its directory."""
         self.close(clean=False)
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-# -- small file helpers ---------------------------------------------------------------------------
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def sync_filesystem(directory: Path) -> bool:
-    """syncfs(2) the file system holding `directory`: everything written to it is durable. False
-    where that is not available, or does not report write-back errors (Linux before 5.8): the
-    caller then fsyncs file by file."""
-    if not sys.platform.startswith("linux") or _kernel_version() < (5, 8):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        syncfs = libc.syncfs
-    except (OSError, AttributeError):
-        return False
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        if syncfs(fd) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code), str(directory))
-    finally:
-        os.close(fd)
-    return True
-
-
-def _kernel_version() -> tuple[int, int]:
-    try:
-        major, minor = platform.release().split(".")[:2]
-        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-    except ValueError:
-        return 0, 0
-
-
-def _create_marker(directory: Path) -> None:
-    os.close(os.open(directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644))
-
-
-def _segment_files(directory: Path) -> list[tuple[str, int]]:
-    """(name, size) of the `.log` files in `directory`, from one listing (no descriptor kept)."""
-    try:
-        with os.scandir(directory) as entries:
-            return [(e.name, e.stat().st_size) for e in entries
-                    if e.name.endswith(LOG_SUFFIX) and len(e.name) == 20 + len(LOG_SUFFIX)]
-    except FileNotFoundError:
-        return []
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, *chunks: bytes | bytearray | memoryview) -> None:
-    """Write the chunks to `path` so that a crash leaves either the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        for chunk in chunks:
-            view = memoryview(chunk)
-            while view:  # os.write may write less than asked
-                view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
-
-
-def _read_log_start_offset(directory: Path) -> int | None:
-    try:
-        data = (directory / LOG_START_OFFSET_FILE).read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return int(data.decode("ascii").strip())
-    except ValueError:
-        # Recovered from what is on disk: the log starts at its first segment (records the file
-        # had hidden become readable again; nothing is deleted).
-        logger.error("%s: unreadable %s; the log starts at its first segment", directory, LOG_START_OFFSET_FILE)
-        return None

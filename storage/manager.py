@@ -2,12 +2,8 @@
 
 Layout of the data directory:
 
-* `topics/<name>.json`: one file per topic, the commit point of its creation and deletion:
-  {"version": 1, "name", "topic_id" (UUID string), "num_partitions", "configs" (the topic's config
-  overrides, strings)}. Written atomically (tmp file, fsync, os.replace, directory fsync). The topic
-  id is a uuid4 drawn at creation and kept for the topic's life, across restarts. (Kafka keeps the
-  id in each partition directory's `partition.metadata` and the configs in the metadata log; one file
-  per topic serves both here.)
+* `topics/<name>.json`: one file per topic, the commit point of its creation and deletion (its
+  format: `storage.topic_file`).
 * `<topic>-<partition>/`: one `PartitionLog` directory per partition (see `storage.log`).
 * `<topic>-<partition>.<topic id hex>-delete/`: a partition of a topic being deleted (Kafka renames
   deleted partitions the same way before removing them).
@@ -35,9 +31,7 @@ here every topic is stored alike.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -48,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from protocol.errors import ApiError, ErrorCode
 from storage.config import (
     ConfigError,
     InvalidTopicError,
@@ -55,10 +50,12 @@ from storage.config import (
     has_collision,
     validate_topic_name,
 )
-from storage.errors import DamagedFileError, StrayDataError
+from storage.errors import StrayDataError
 from storage.file_cache import FileCache
-from storage.log import PartitionLog, fsync_directory, sync_filesystem, write_atomically
+from storage.files import fsync_directory, sync_filesystem
+from storage.log import PartitionLog
 from storage.segment import LOG_SUFFIX
+from storage.topic_file import MAX_PARTITIONS, TopicInfo, new_topic_id, read_topic_file, write_topic_file
 
 __all__ = [
     "ConfigError",
@@ -75,7 +72,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 TOPICS_DIR = "topics"
-MAX_PARTITIONS = 10_000
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _DELETED_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<topic_id>[0-9a-f]{32})-delete$")
 DELETE_SUFFIX = "-delete"
@@ -83,49 +79,25 @@ DEFAULT_CACHE_CAPACITY = 256  # open segment files when the owner gives no cache
 PARALLEL_RECOVERY_BYTES = 1 << 20  # a last segment this big is recovered on a worker thread
 
 
-class TopicExistsError(Exception):
-    """TOPIC_ALREADY_EXISTS (36)."""
-
-    error_code = 36
+class TopicExistsError(ApiError):
+    error_code = ErrorCode.topic_already_exists
 
 
-class InvalidPartitionsError(ValueError):
-    """INVALID_PARTITIONS (37)."""
-
-    error_code = 37
+class InvalidPartitionsError(ApiError, ValueError):
+    error_code = ErrorCode.invalid_partitions
 
 
-class UnknownTopicError(KeyError):
-    """UNKNOWN_TOPIC_OR_PARTITION (3)."""
-
-    error_code = 3
+class UnknownTopicError(ApiError, KeyError):
+    error_code = ErrorCode.unknown_topic_or_partition
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown topic"
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID
-    num_partitions: int
-    overrides: Mapping[str, str]  # the topic-level config overrides, as given
-    config: LogConfig  # the effective config (broker defaults + overrides)
 
 
 @dataclass
 class _Topic:
     info: TopicInfo
     logs: list[PartitionLog] = field(default_factory=list)
-
-
-def new_topic_id() -> uuid.UUID:
-    """A random topic id; like Kafka's Uuid.randomUuid, never one whose base64 form starts with '-'
-    (it would read as a command-line option)."""
-    while True:
-        topic_id = uuid.uuid4()
-        if not base64.urlsafe_b64encode(topic_id.bytes).startswith(b"-"):
-            return topic_id
 
 
 @dataclass(frozen=True)
@@ -178,7 +150,7 @@ class LogManager:
             if not name.endswith(".json"):
                 logger.warning("ignoring stray file %s", path)
                 continue
-            infos.append(manager._read_topic_file(path))
+            infos.append(read_topic_file(path, manager.broker_config))
         infos = manager._finish_deletions(infos)
         present = set(os.listdir(data_dir))
         for info in infos:
@@ -195,8 +167,8 @@ class LogManager:
             manager._by_id[info.topic_id] = topic
         for name in sorted(present):
             match = _PARTITION_DIR.match(name)
-            topic = manager._topics.get(match["topic"]) if match else None
-            if topic is not None and int(match["partition"]) < topic.info.num_partitions:
+            owner = manager._topics.get(match["topic"]) if match else None
+            if match and owner is not None and int(match["partition"]) < owner.info.num_partitions:
                 continue
             if name == TOPICS_DIR or not (data_dir / name).is_dir():
                 continue
@@ -252,38 +224,6 @@ class LogManager:
                 shutil.rmtree(directory, ignore_errors=True)
         return kept
 
-    def _read_topic_file(self, path: Path) -> TopicInfo:
-        remedy = (
-            "the topic's partition directories are untouched; restore this file (from a backup, or "
-            "rewrite it: {\"version\": 1, \"name\", \"topic_id\", \"num_partitions\", \"configs\"}) "
-            "or move it and the topic's directories away to drop the topic"
-        )
-        try:
-            state = json.loads(path.read_bytes())
-            name = state["name"]
-            validate_topic_name(name)
-            if path.name != name + ".json":
-                raise ValueError(f"names topic {name!r}")
-            num_partitions = state["num_partitions"]
-            if type(num_partitions) is not int or not 1 <= num_partitions <= MAX_PARTITIONS:
-                raise ValueError(f"bad partition count {num_partitions!r}")
-            configs = state.get("configs", {})
-            if not isinstance(configs, dict):
-                raise ValueError(f"configs is not an object: {configs!r}")
-            overrides = {str(k): str(v) for k, v in configs.items()}
-            topic_id = uuid.UUID(state["topic_id"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise DamagedFileError(path, f"unreadable topic file ({exc})", remedy) from exc
-        try:
-            config = self.broker_config.with_topic_overrides(overrides)
-        except ConfigError as exc:
-            # Dropping the setting would be a guess (a lost retention.ms=-1 means deleted data).
-            raise DamagedFileError(
-                path, f"stored config {exc.key} is invalid ({exc})",
-                "correct or remove that entry of \"configs\" in the file",
-            ) from exc
-        return TopicInfo(name, topic_id, num_partitions, overrides, config)
-
     def _leftover_directories(self, name: str, partitions: Iterable[int]) -> list[Path]:
         """The directories already there for these partitions of `name` (a creation or addition cut
         short by a crash); StrayDataError when one holds records, which must not be created over."""
@@ -294,14 +234,7 @@ class LogManager:
         return existing
 
     def _write_topic_file(self, info: TopicInfo) -> None:
-        state = {
-            "version": 1,
-            "name": info.name,
-            "topic_id": str(info.topic_id),
-            "num_partitions": info.num_partitions,
-            "configs": dict(info.overrides),
-        }
-        write_atomically(self._topic_file(info.name), json.dumps(state, indent=1).encode() + b"\n")
+        write_topic_file(self._topic_file(info.name), info)
 
     def _topic_file(self, name: str) -> Path:
         return self.data_dir / TOPICS_DIR / (name + ".json")
@@ -486,7 +419,7 @@ class LogManager:
             try:
                 broker_config.with_topic_overrides(topic.info.overrides)
             except ConfigError as exc:
-                raise ConfigError(exc.key, f"{exc.reason} (for topic {name})") from None
+                raise ConfigError(exc.key, f"{exc.reason} (for topic {name})", topic=True) from None
 
     def set_broker_config(self, broker_config: LogConfig) -> None:
         """New broker-level log defaults (a dynamic broker config changed, after check_broker_config):
@@ -507,6 +440,13 @@ class LogManager:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         topic = self._by_id.get(topic_id)
         return topic.info if topic else None
+
+    def resolve(self, name: str | None, topic_id: uuid.UUID | None = None) -> TopicInfo | None:
+        """The topic a request names: by `name`, or by `topic_id` when it gives no name (the
+        versions that name topics by id); None when there is no such topic."""
+        if name is not None:
+            return self.topic(name)
+        return self.topic_by_id(topic_id) if topic_id is not None else None
 
     def topics(self) -> list[TopicInfo]:
         return [self._topics[name].info for name in sorted(self._topics)]

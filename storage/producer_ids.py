@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from storage.errors import DamagedFileError
-from storage.log import write_atomically
+from storage.files import write_atomically
 
 PRODUCER_IDS_FILE = "producer-ids"
 DEFAULT_BLOCK_SIZE = 1000

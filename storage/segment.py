@@ -31,19 +31,12 @@ from typing import Iterator, Sequence
 
 from crc32c import crc32c
 
-from protocol.records import (
-    BATCH_HEADER,
-    CRC_START,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    OFFSET_AND_LENGTH,
-    BatchHeader,
-    InvalidRecordError,
-    record_timestamps,
-)
-from protocol.compression import CODEC_NAMES, DecompressionLimitError
+from protocol.records.batch import CRC_START, LOG_OVERHEAD, OFFSET_AND_LENGTH, BatchHeader
+from storage.batch_scan import scan_headers, scan_verified, whole_batches_length, write_fully
 from storage.file_cache import FileCache
+from storage.files import unlink_if_exists
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from storage.timestamps import first_record_at_or_after
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +44,6 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 
-MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no record bytes
-HEADER_SCAN_CHUNK = 64 * 1024  # read-ahead when walking headers (most batches are small)
-RECOVERY_CHUNK = 4 * 1024 * 1024  # read-ahead when checking CRCs (every byte is read anyway)
-IOV_MAX = 1024
 
 
 def segment_name(base_offset: int) -> str:
@@ -187,7 +176,7 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = time_index.last_entry
         expected_next: int | None = self.base_offset if len(index) == 0 else None
         last: BatchHeader | None = None
-        for header in self._scan_headers(position, self.size):
+        for header in scan_headers(self._pread, position, self.size):
             if expected_next is None:
                 if header.last_offset != indexed_offset:
                     return False
@@ -252,8 +241,8 @@ class LogSegment:
         bytes_since = 0
         valid_end = 0
         next_offset = self.base_offset
-        scan = self._scan_verified if verify else self._scan_headers
-        for header in scan(0, self.size):
+        scan = scan_verified if verify else scan_headers
+        for header in scan(self._pread, 0, self.size):
             if header.base_offset != next_offset:
                 break
             if header.max_timestamp > self.max_timestamp:
@@ -344,7 +333,7 @@ class LogSegment:
             self._torn_tail = False
         fd = self._acquire()
         try:
-            _write_fully(fd, buffers, total_size)
+            write_fully(fd, buffers, total_size)
         except BaseException:
             # Never leave part of a batch behind: the next append would follow garbage. Reads
             # never see it meanwhile (they stop at `size`).
@@ -424,17 +413,14 @@ class LogSegment:
     def delete(self) -> None:
         self.close()
         for path in (self.log_path, self.index_path, self.time_index_path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            unlink_if_exists(path)
 
     # -- reading --------------------------------------------------------------------------------
 
     def headers(self, position: int = 0) -> Iterator[BatchHeader]:
         """Headers of the batches from `position` to the current end; `position` fields are file
         positions in this segment."""
-        return self._scan_headers(position, self.size)
+        return scan_headers(self._pread, position, self.size)
 
     def find_position(self, offset: int) -> int | None:
         """File position of the batch holding `offset`, or None when it is past this segment. The
@@ -443,7 +429,7 @@ class LogSegment:
         for attempt in range(2):
             indexed_offset, position = self.offset_index.lookup(offset)
             verified = position == 0
-            for header in self._scan_headers(position, self.size):
+            for header in scan_headers(self._pread, position, self.size):
                 if not verified:
                     if header.last_offset != indexed_offset:
                         break
@@ -473,7 +459,7 @@ class LogSegment:
         position = self.find_position(offset)
         if position is None:
             return False
-        header = next(self._scan_headers(position, self.size), None)
+        header = next(scan_headers(self._pread, position, self.size), None)
         return header is not None and header.last_offset == offset and header.max_timestamp == timestamp
 
     def read(self, position: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
@@ -484,7 +470,7 @@ class LogSegment:
         if available <= 0:
             return b""
         data = self._pread(min(max_bytes, available), position) if max_bytes > 0 else b""
-        whole = _whole_batches_length(data)
+        whole = whole_batches_length(data)
         if whole == len(data) and whole:
             return data
         if whole:
@@ -511,7 +497,7 @@ class LogSegment:
         position = self.find_position(max(indexed_offset, start_offset))
         if position is None:
             return None
-        for header in self._scan_headers(position, self.size):
+        for header in scan_headers(self._pread, position, self.size):
             if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
                 found = first_record_at_or_after(self.read_batch(header), header, timestamp, start_offset)
                 if found is not None:
@@ -538,141 +524,3 @@ class LogSegment:
             os.ftruncate(fd, length)
         finally:
             self.files.release(self.log_path)
-
-    # -- scanning -------------------------------------------------------------------------------
-
-    def _scan_headers(self, start: int, end: int) -> Iterator[BatchHeader]:
-        """Headers of the well-framed batches in [start, end), stopping at the first malformed or
-        torn one (no CRC check: this is data the broker wrote and already checked). The descriptor
-        is borrowed for each read, never across a `yield`."""
-        position = start
-        buf = b""
-        buf_start = start
-        while position + HEADER_SIZE <= end:
-            relative = position - buf_start
-            if relative < 0 or relative + HEADER_SIZE > len(buf):
-                buf = self._pread(min(HEADER_SCAN_CHUNK, end - position), position)
-                buf_start, relative = position, 0
-                if len(buf) < HEADER_SIZE:
-                    return
-            fields = BATCH_HEADER.unpack_from(buf, relative)
-            length = fields[1]
-            if length < MIN_BATCH_LENGTH or fields[3] != 2 or position + length + LOG_OVERHEAD > end:
-                return
-            yield BatchHeader(position, *fields)
-            position += length + LOG_OVERHEAD
-
-    def _scan_verified(self, start: int, end: int) -> Iterator[BatchHeader]:
-        """Like `_scan_headers`, but reads every batch and stops at the first CRC mismatch."""
-        position = start
-        buf = b""
-        buf_start = start
-        while position + HEADER_SIZE <= end:
-            relative = position - buf_start
-            if relative + HEADER_SIZE > len(buf):
-                buf = self._pread(min(RECOVERY_CHUNK, end - position), position)
-                buf_start, relative = position, 0
-                if len(buf) < HEADER_SIZE:
-                    return
-            fields = BATCH_HEADER.unpack_from(buf, relative)
-            length = fields[1]
-            size = length + LOG_OVERHEAD
-            if length < MIN_BATCH_LENGTH or fields[3] != 2 or position + size > end:
-                return
-            if relative + size > len(buf):
-                buf = self._pread(max(size, min(RECOVERY_CHUNK, end - position)), position)
-                buf_start, relative = position, 0
-                if len(buf) < size:
-                    return
-            if crc32c(memoryview(buf)[relative + CRC_START : relative + size]) != fields[4]:
-                return
-            yield BatchHeader(position, *fields)
-            position += size
-
-
-def _whole_batches_length(data: bytes) -> int:
-    """Length of the prefix of `data` made of whole batches."""
-    end = len(data)
-    position = 0
-    unpack = OFFSET_AND_LENGTH.unpack_from
-    while position + LOG_OVERHEAD <= end:
-        _, length = unpack(data, position)
-        if length < MIN_BATCH_LENGTH:
-            break
-        next_position = position + length + LOG_OVERHEAD
-        if next_position > end:
-            break
-        position = next_position
-    return position
-
-
-def _write_fully(fd: int, buffers: Sequence[bytes | bytearray | memoryview], total: int) -> None:
-    if len(buffers) <= IOV_MAX:
-        written = os.writev(fd, buffers)
-        if written == total:
-            return
-    else:
-        written = 0
-        for i in range(0, len(buffers), IOV_MAX):
-            group = buffers[i : i + IOV_MAX]
-            expected = sum(len(b) for b in group)
-            n = os.writev(fd, group)
-            written += n
-            if n != expected:
-                break
-        if written == total:
-            return
-    # A short write (rare: a signal, a full disk): finish the rest from a flat copy.
-    rest = memoryview(b"".join(bytes(b) for b in buffers))[written:]
-    while rest:
-        n = os.write(fd, rest)
-        if n <= 0:
-            raise OSError("short write to the log")
-        rest = rest[n:]
-
-
-# -- record-level helpers (only for ListOffsets by timestamp, never on the produce/fetch path) ----
-
-# A compressed batch is decompressed whole to find one record in it; one that would grow past this
-# is answered at batch granularity instead (with a warning), so no batch costs unbounded memory.
-MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
-
-
-def _records(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]] | None:
-    """(offset, timestamp) of each record of `batch`, or None when they cannot be read (logged)."""
-    try:
-        return iter(list(record_timestamps(batch, max_decompressed=MAX_DECOMPRESSED_BATCH_BYTES)))
-    except (InvalidRecordError, DecompressionLimitError) as exc:
-        logger.warning(
-            "batch at offsets %d-%d (%s): records not readable, answering at batch granularity: %s",
-            header.base_offset, header.last_offset, CODEC_NAMES.get(header.compression, "?"), exc,
-        )
-        return None
-
-
-def first_record_at_or_after(
-    batch: bytes, header: BatchHeader, timestamp: int, start_offset: int
-) -> tuple[int, int] | None:
-    """Kafka's FileRecords.searchForTimestamp within one batch: (offset, timestamp) of its first
-    record with timestamp >= `timestamp` and offset >= `start_offset`, None when it has none.
-    Compressed batches are decompressed (this one batch only); a LogAppendTime batch's records all
-    carry its max timestamp."""
-    records = _records(batch, header)
-    if records is None:
-        if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
-            return max(header.base_offset, start_offset), header.max_timestamp
-        return None
-    for record_offset, record_timestamp in records:
-        if record_timestamp >= timestamp and record_offset >= start_offset:
-            return record_offset, record_timestamp
-    return None
-
-
-def record_with_timestamp(batch: bytes, header: BatchHeader, timestamp: int) -> int:
-    """Kafka's RecordBatch.offsetOfMaxTimestamp: the offset of the first record of `batch` carrying
-    `timestamp` (the batch's max timestamp), for ListOffsets MAX_TIMESTAMP; the batch's base offset
-    when its records cannot be read."""
-    for record_offset, record_timestamp in _records(batch, header) or ():
-        if record_timestamp == timestamp:
-            return record_offset
-    return header.base_offset

@@ -14,8 +14,9 @@ from __future__ import annotations
 import errno
 import os
 
-STORAGE_MODULES = ("storage.segment", "storage.index", "storage.log", "storage.manager",
-                   "storage.producer_state.snapshot", "storage.file_cache")
+STORAGE_MODULES = ("storage.segment", "storage.batch_scan", "storage.index", "storage.log", "storage.log_dir",
+                   "storage.files", "storage.retention", "storage.manager", "storage.producer_state.snapshot",
+                   "storage.file_cache")
 
 
 class FaultyOs:

@@ -1,7 +1,6 @@
 """The command line as a user meets it: --help, scripts/serve with arguments passed through, a
 ready line, clean shutdown on SIGTERM/SIGINT, and config errors that name the key."""
 
-import os
 import signal
 import subprocess
 import sys

@@ -22,7 +22,6 @@ import uuid
 
 import pytest
 
-from minibroker.broker import wall_clock_ms
 from minibroker.testing import running_broker
 from protocol.messages import API_VERSIONS_KEY, decode_response, peek_api
 from tests.frame_corpus import CORPUS_DIR, captured, pinned_versions, read_corpus
@@ -81,7 +80,7 @@ def test_replay_gets_a_well_formed_answer_to_every_frame(client, tmp_path):
     with running_broker(tmp_path / "data") as broker:
         def create_topics():
             for topic in index["topics"]:
-                broker.broker.logs.create_topic(topic["name"], topic["partitions"], {}, wall_clock_ms(),
+                broker.broker.logs.create_topic(topic["name"], topic["partitions"], {}, broker.broker.clock.now_ms(),
                                                 topic_id=uuid.UUID(topic["topic_id"]))
 
         broker.in_broker(create_topics)

@@ -128,7 +128,7 @@ def test_follower_sync_waits_in_purgatory_for_the_leader():
             await trio.sleep(2)
             assert coordinator.purgatory.watched(GROUP) == 1
             await sync(coordinator, leader, {leader.member_id: b"L", other.member_id: b"F"})
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
             out["leader_at"] = trio.current_time()
             nursery.cancel_scope.cancel()
 
@@ -271,7 +271,7 @@ def test_offsets_retention_on_the_mock_clock_through_the_timer_task():
             wall_clock_ms=lambda: epoch_ms + int(trio.current_time() * 1000))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(coordinator.run)
-            await trio.sleep(0)  # the timer task starts its retention checks now (t0)
+            await trio.lowlevel.checkpoint()  # the timer task starts its retention checks now (t0)
             started = trio.current_time()
             errors = coordinator.commit_offsets(
                 started, group_id=GROUP, generation_id=-1, member_id="", group_instance_id=None,

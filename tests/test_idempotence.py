@@ -4,8 +4,8 @@ killed with SIGKILL mid-stream and restarted on its data dir. Real clients, real
 come from the broker's fault injection (minibroker.faults)."""
 
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -75,33 +75,29 @@ def test_retries_after_faults_keep_exactly_once(client, fault, mode, start_broke
     assert_exactly_once_in_order(records, messages)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _spawn(port: int, data_dir) -> subprocess.Popen:
+def _spawn(port: int, data_dir) -> tuple[subprocess.Popen, str]:
+    """`minibroker serve` on `port` (0: one it picks); the process and the address it reports."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "minibroker.cli", "serve", "--listen", f"127.0.0.1:{port}",
          "--data-dir", str(data_dir), "--log-level", "WARNING"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     line = proc.stdout.readline()
-    assert "ready" in line, line
-    return proc
+    match = re.search(r"bootstrap\.servers=(\S+)", line)
+    assert match, line
+    return proc, match.group(1)
 
 
 @pytest.mark.parametrize("client", ALL, ids=lambda c: c.name)
 def test_sigkill_mid_stream_and_restart(client, tmp_path, unique):
     """Kill -9 the broker while a producer streams; restart it on the same data dir and port. The
     producer's retries must be recognised as duplicates (producer state recovered from snapshot and
-    log), so every record is stored exactly once, in order."""
-    port = _free_port()
-    bootstrap = f"127.0.0.1:{port}"
+    log), so every record is stored exactly once, in order. The first broker binds a port of its
+    own choosing and reports it; the restart takes that port back (the producer knows no other)."""
     topic = unique("sigkill")
     messages = numbered()
-    proc = _spawn(port, tmp_path / "data")
+    proc, bootstrap = _spawn(0, tmp_path / "data")
+    port = int(bootstrap.rsplit(":", 1)[1])
     restarted = []
     try:
         client.create_topic(bootstrap, topic, PARTITIONS)
@@ -118,7 +114,7 @@ def test_sigkill_mid_stream_and_restart(client, tmp_path, unique):
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             time.sleep(0.3)
-            restarted.append(_spawn(port, data_dir))
+            restarted.append(_spawn(port, data_dir)[0])
 
         thread = threading.Thread(target=killer)
         thread.start()

@@ -11,8 +11,6 @@ import urllib.request
 
 import pytest
 
-from minibroker.broker import wall_clock_ms
-
 from protocol.entities import build
 from tests.batches import make_batch
 from tests.wire import WireClient, schema
@@ -87,7 +85,7 @@ def test_producer_id_quota_series(metered):
 
     def track():
         broker.pid_quota.update_quota("dave", 2.5)  # 2 new ids per window (ids are whole)
-        now = wall_clock_ms()  # the PID quota runs on the wall clock
+        now = broker.clock.now_ms()  # the PID quota runs on the wall clock
         for pid in (42, 43, 44):
             broker.pid_quota.track("dave", pid, now, lambda: False)
         broker.pid_quota.track("dave", 42, now, lambda: False)  # claimed by the filter, no state

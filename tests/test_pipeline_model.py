@@ -125,20 +125,6 @@ def test_generated_trace_has_the_advertised_population():
     assert (table.throttle_time_ms == 0).all() and table.pid_new.isna().all()
 
 
-def test_pipeline_imports_neither_the_broker_nor_trio():
-    """pipeline/ reads what the broker wrote; it depends on storage, protocol and quotas only."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, pipeline.cli, pipeline.read, pipeline.report, pipeline.whatif, pipeline.gen, "
-        "pipeline.standalone; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('minibroker', 'trio')))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.strip() == "[]"
-
-
 def test_aggregates_of_a_principal_without_producer_ids():
     """Non-idempotent producers (producer id -1): counted, never tracked, no producer state."""
     from pipeline.model import StateMemoryModel

@@ -7,9 +7,6 @@ shared. The model-based test lives in test_producer_state_model.py.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -612,18 +609,6 @@ def test_recovery_replays_the_log_after_the_snapshot(mode, tmp_path):
         fresh.update(header, now_ms=6_000)
     assert fresh.last_entry(1).last_seq == 9 and fresh.last_entry(1).last_data_offset == part.log_end - 1
     assert fresh.prepare_update(batch(pid=1, first_seq=10)).error_code == NONE
-
-
-def test_core_does_not_import_trio_or_the_broker():
-    # Hypothesis is left out as a broker's installation has it: kio (for the error codes) registers
-    # strategies with it when it is there, and importing hypothesis imports trio.
-    code = (
-        "import sys; sys.modules['hypothesis'] = None; import storage.producer_state; "
-        "bad = [m for m in sys.modules if m == 'trio' or m.startswith(('trio.', 'minibroker'))]; "
-        "assert not bad, bad"
-    )
-    root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
 
 def test_memory_bytes_grows_with_entries_and_kafka_mode_holds_five_batches():

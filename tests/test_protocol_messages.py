@@ -2,7 +2,6 @@
 built from plain values that kio's own readers decode back to the same values."""
 
 import datetime
-import io
 import uuid
 
 import pytest

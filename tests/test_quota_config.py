@@ -4,8 +4,11 @@ matching, JSON persistence, change notification."""
 import pytest
 from hypothesis import given, strategies as st
 
+from protocol.errors import ErrorCode
 from quotas.callback import DEFAULT, ClientQuotaEntity
-from quotas.config import INVALID_REQUEST, NONE, QUOTA_KEYS, UNSUPPORTED_VERSION, QuotaConfigStore
+from quotas.config import QUOTA_KEYS, QuotaConfigStore
+
+NONE, INVALID_REQUEST, UNSUPPORTED_VERSION = ErrorCode.none, ErrorCode.invalid_request, ErrorCode.unsupported_version
 
 ALICE = [("user", "alice")]
 

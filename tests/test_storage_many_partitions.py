@@ -14,7 +14,7 @@ import pytest
 import storage.manager
 from storage.config import LogConfig
 from storage.file_cache import FileCache
-from storage.log import CLEAN_SHUTDOWN_FILE
+from storage.log_dir import CLEAN_SHUTDOWN_FILE
 from storage.manager import LogManager
 from tests.batches import make_batch
 from tests.broker_process import open_files_under

@@ -11,10 +11,11 @@ before the time the timer task sleeps until, the timer task. Waiting is the only
 * `run` is the timer task: it sleeps until the shard's next deadline and ticks (session expiry,
   pending members, the join and sync timeouts, the offsets retention check).
 
-Two clocks are injected: `clock`, the monotonic seconds every deadline is on, which must be trio's
-(`trio.current_time`, the default: the purgatory and the timer task wait with trio deadlines), so
-that trio's `MockClock(autojump_threshold=0)` drives every timeout of a test; and `wall_clock_ms`,
-the wall-clock milliseconds stored with commits and group states.
+Two clocks are injected (the broker passes its minibroker.clock.BrokerClock's readings): `clock`, the
+monotonic seconds every deadline is on, which must be trio's (`trio.current_time`, the default: the
+purgatory and the timer task wait with trio deadlines), so that trio's
+`MockClock(autojump_threshold=0)` drives every timeout of a test; and `wall_clock_ms`, the
+wall-clock milliseconds stored with commits and group states.
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ class GroupCoordinator:
         self._on_change: Callable[[], None] | None = None
 
     @classmethod
-    def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int]) -> GroupCoordinator:
+    def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int],
+             clock: Callable[[], float] = trio.current_time) -> GroupCoordinator:
         store = OffsetsStore.open(logs, wall_clock_ms())
-        return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms,
+        return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms, clock=clock,
                    purgatory=Purgatory("Group"))
 
     @property

@@ -4,18 +4,26 @@ Behaviour (Kafka's ClientQuotaControlManager, via quotas.config.QuotaConfigStore
 entity; an entity's changes apply all or none; INVALID_REQUEST with Kafka's message for an invalid
 entity, key or value. Applied changes reach the quota managers at once (the next request of an
 affected client sees the new limit) and are written to `client-quotas.json` in the data dir before
-the response goes out. validate_only checks without applying. With `audit.enable`, the entities
+the response goes out. validate_only checks without applying. Its clients never throttle themselves
+(Kafka's default): a quota throttle holds the response back. With `audit.enable`, the entities
 altered are recorded in the audit stream with their new values (storage.audit_format).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from minibroker.audit import quota_settings
-from minibroker.broker import wall_clock_ms
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
 from quotas.callback import ClientQuotaEntity
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 @handler(49, 0, 1)
-async def alter_client_quotas(ctx, request):
+async def alter_client_quotas(ctx: RequestContext, request: Any) -> Reply:
     entries = [
         (
             [(e.entity_type, e.entity_name) for e in entry.entity],
@@ -27,12 +35,11 @@ async def alter_client_quotas(ctx, request):
     audit = ctx.broker.audit
     if audit is not None and not request.validate_only:
         store = ctx.broker.quotas.store
-        altered = [ClientQuotaEntity.from_pairs(entity) for entity, code, _ in results if code == 0]
+        altered = [ClientQuotaEntity.from_pairs(entity) for entity, code, _ in results if code == ErrorCode.none]
         if altered:
-            audit.record_quota_config(wall_clock_ms(), [(e, store.quotas_for(e)) for e in altered],
+            audit.record_quota_config(ctx.broker.clock.now_ms(), [(e, store.quotas_for(e)) for e in altered],
                                       quota_settings(ctx.broker.config), ctx)
-    return {
-        "throttle_time": 0,
+    return Reply({
         "entries": [
             {
                 "error_code": code,
@@ -41,4 +48,4 @@ async def alter_client_quotas(ctx, request):
             }
             for entity, code, message in results
         ],
-    }
+    })

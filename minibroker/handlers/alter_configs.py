@@ -3,10 +3,17 @@ the resource's whole set of topic overrides (or of one level of dynamic broker c
 left out is deleted. Kafka 4's Java Admin no longer sends it; kafka-python, librdkafka and the
 command-line tools still do. Rules and errors: minibroker.config_admin."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from minibroker.config_admin import alter_request
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(33, 0, 2)
-async def alter_configs(ctx, request):
-    return {"throttle_time": 0, "responses": alter_request(ctx.broker, request, incremental_ops=False)}
+@handler(33, 0, 2, client_throttles_from=1)
+async def alter_configs(ctx: RequestContext, request: Any) -> Reply:
+    return Reply({"responses": alter_request(ctx.broker, request, incremental_ops=False)})

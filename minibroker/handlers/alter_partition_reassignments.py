@@ -14,13 +14,15 @@ On one broker the only valid target is this broker, which already holds every pa
 valid request changes nothing; with several brokers the cluster view would start the move here.
 """
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    INVALID_REPLICA_ASSIGNMENT,
-    INVALID_REPLICATION_FACTOR,
-    NO_REASSIGNMENT_IN_PROGRESS,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_change: bool):
@@ -28,31 +30,31 @@ def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_c
     current = cluster.partition(topic, partition)
     if current is None:
         if not cluster.has_topic(topic):
-            return UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
-        return UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{partition}."
+            return ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {topic}."
+        return ErrorCode.unknown_topic_or_partition, f"Unable to find partition {topic}:{partition}."
     if replicas is None:
         if not current.reassignment_in_progress:
-            return NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."
-        return 0, None  # a revert: not reachable on one broker (nothing is ever in progress)
+            return ErrorCode.no_reassignment_in_progress, "No partition reassignment is in progress."
+        return ErrorCode.none, None  # a revert: not reachable on one broker (nothing is ever in progress)
     if not replicas:
-        return INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
+        return ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list."
     previous = None
     for broker_id in sorted(replicas):
         if not cluster.is_registered(broker_id):
-            return INVALID_REPLICA_ASSIGNMENT, (
+            return ErrorCode.invalid_replica_assignment, (
                 f"The manual partition assignment includes broker {broker_id}, but no such broker is registered.")
         if broker_id == previous:
-            return INVALID_REPLICA_ASSIGNMENT, (
+            return ErrorCode.invalid_replica_assignment, (
                 f"The manual partition assignment includes the broker {broker_id} more than once.")
         previous = broker_id
     if not allow_rf_change and len(replicas) != len(current.replicas):
-        return INVALID_REPLICATION_FACTOR, (
+        return ErrorCode.invalid_replication_factor, (
             f"The replication factor is changed from {len(current.replicas)} to {len(replicas)}")
-    return 0, None
+    return ErrorCode.none, None
 
 
-@handler(45, 0, 1)
-async def alter_partition_reassignments(ctx, request):
+@handler(45, 0, 1, client_throttles_from=0)
+async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Reply:
     cluster = ctx.broker.cluster
     allow_rf_change = getattr(request, "allow_replication_factor_change", True)
     responses = []
@@ -62,10 +64,9 @@ async def alter_partition_reassignments(ctx, request):
             code, message = check_reassignment(cluster, topic.name, p.partition_index, p.replicas, allow_rf_change)
             partitions.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
         responses.append({"name": topic.name, "partitions": partitions})
-    return {
-        "throttle_time": 0,
+    return Reply({
         "allow_replication_factor_change": allow_rf_change,
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "error_message": None,
         "responses": responses,
-    }
+    })

@@ -12,9 +12,16 @@ A partition named twice answers once, for the last directory given (Kafka reads 
 map). v0, which Kafka 4 removed, is not in kio.
 """
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import INVALID_TOPIC_EXCEPTION, LOG_DIR_NOT_FOUND, UNKNOWN_TOPIC_OR_PARTITION
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.describe_log_dirs import log_dir
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 MAX_DIR_NAME = 255
 FUTURE_SUFFIX_LENGTH = 1 + 32 + len("-future")  # ".<uuid hex>-future" after "<topic>-<partition>"
@@ -22,16 +29,16 @@ FUTURE_SUFFIX_LENGTH = 1 + 32 + len("-future")  # ".<uuid hex>-future" after "<t
 
 def move_replica(broker, topic: str, partition: int, destination: str) -> int:
     if len(f"{topic}-{partition}") + FUTURE_SUFFIX_LENGTH > MAX_DIR_NAME:
-        return INVALID_TOPIC_EXCEPTION
+        return ErrorCode.invalid_topic_exception
     if destination != log_dir(broker):
-        return LOG_DIR_NOT_FOUND
+        return ErrorCode.log_dir_not_found
     if broker.logs.log(topic, partition) is None:
-        return UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.unknown_topic_or_partition
     return 0
 
 
-@handler(34, 0, 2)
-async def alter_replica_log_dirs(ctx, request):
+@handler(34, 0, 2, client_throttles_from=1)
+async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     destinations: dict[tuple[str, int], str] = {}
     for d in request.dirs:
@@ -42,5 +49,4 @@ async def alter_replica_log_dirs(ctx, request):
     for (topic, partition), destination in destinations.items():
         by_topic.setdefault(topic, []).append(
             {"partition_index": partition, "error_code": move_replica(broker, topic, partition, destination)})
-    return {"throttle_time": 0,
-            "results": [{"topic_name": name, "partitions": parts} for name, parts in by_topic.items()]}
+    return Reply({"results": [{"topic_name": name, "partitions": parts} for name, parts in by_topic.items()]})

@@ -5,16 +5,23 @@ SCRAM authentication of that user uses them. Validation and Kafka's errors: mini
 A disk error answers UNKNOWN_SERVER_ERROR for every user the request would have changed, and nothing
 changes."""
 
+from __future__ import annotations
+
 import logging
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 log = logging.getLogger(__name__)
-UNKNOWN_SERVER_ERROR = -1
 
 
-@handler(51, 0, 0)
-async def alter_user_scram_credentials(ctx, request):
+@handler(51, 0, 0, client_throttles_from=0)
+async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Reply:
     deletions = [(d.name, d.mechanism) for d in request.deletions]
     upsertions = [(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
                   for u in request.upsertions]
@@ -23,5 +30,5 @@ async def alter_user_scram_credentials(ctx, request):
     except OSError as exc:
         log.error("could not store SCRAM credentials: %s", exc)
         users = dict.fromkeys(name for name, *_ in deletions + upsertions)
-        results = [{"user": name, "error_code": UNKNOWN_SERVER_ERROR, "error_message": None} for name in users]
-    return {"throttle_time": 0, "results": results}
+        results = [{"user": name, "error_code": ErrorCode.unknown_server_error, "error_message": None} for name in users]
+    return Reply({"results": results})

@@ -7,17 +7,24 @@ From v3 (flexible), in lean producer-state mode, the response also carries seed 
 window in tagged field 19778 (protocol.extensions; added by Broker._encode, as on InitProducerId).
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, SaslPhase, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(18, 0, 4)
-async def api_versions(ctx, request):
-    return {
-        "error_code": 0,
+@handler(18, 0, 4, client_throttles_from=2, sasl_phase=SaslPhase.HANDSHAKE)
+async def api_versions(ctx: RequestContext, request: Any) -> Reply:
+    return Reply({
+        "error_code": ErrorCode.none,
         "api_keys": ctx.broker.api_version_list(),
-        "throttle_time": 0,
         "supported_features": (),
         "finalized_features_epoch": -1,
         "finalized_features": (),
         "zk_migration_ready": False,
-    }
+    })

@@ -1,64 +1,59 @@
-"""Error codes and helpers shared by several handlers."""
+"""What several handlers share: how an error below the shell is answered, topics only the broker
+writes, topic creation with the broker's defaults, the authorized-operations bit sets.
+
+Errors are answered in one place (`error_answer`): an exception that carries its Kafka code
+(protocol.errors.ApiError: a topic that exists, a bad config value, records on disk in the way, ...)
+is answered with that code and its message; a file-system error (an OSError: disk full, read-only,
+out of descriptors) with KAFKA_STORAGE_ERROR and a one-line message naming the file. Storage faults
+are logged, at most once a minute per distinct message (a full disk fails every request until it has
+room again).
+"""
 
 from __future__ import annotations
 
 import logging
-import time
+from typing import TYPE_CHECKING
 
-from minibroker.broker import wall_clock_ms
+from protocol.errors import ApiError, ErrorCode
 from storage.audit_format import AUDIT_TOPIC
-from storage.config import ConfigError, is_internal
-from storage.errors import storage_error_message
-from storage.manager import InvalidPartitionsError, InvalidTopicError, StrayDataError, TopicExistsError
+from storage.config import is_internal
+from storage.errors import StrayDataError, storage_error_message
+from storage.manager import TopicExistsError, TopicInfo
+
+if TYPE_CHECKING:
+    from minibroker.broker import Broker
 
 log = logging.getLogger(__name__)
-
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-REPLICA_NOT_AVAILABLE = 9
-MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUIRED_ACKS = 21
-UNSUPPORTED_VERSION = 35
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-POLICY_VIOLATION = 44
-INVALID_TXN_STATE = 48
-KAFKA_STORAGE_ERROR = 56
-LOG_DIR_NOT_FOUND = 57
-PREFERRED_LEADER_NOT_AVAILABLE = 80
-ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
-ELECTION_NOT_NEEDED = 84
-NO_REASSIGNMENT_IN_PROGRESS = 85
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
-UNKNOWN_TOPIC_ID = 100
 
 # Authorized-operations bit sets (AclOperation codes). No ACLs here: everything is allowed.
 NO_AUTHORIZED_OPERATIONS = -2147483648
 TOPIC_ALL_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
-
+STORAGE_ERROR_LOG_INTERVAL_S = 60.0
 _storage_errors_logged: dict[str, float] = {}
 
 
-def log_storage_error(fmt: str, *args) -> None:
-    """Log a storage error, at most once a minute per distinct message (a full disk fails every
-    request until it has room again)."""
-    message = fmt % args
-    now = time.monotonic()
-    if now - _storage_errors_logged.get(message, -1e9) >= 60:
+def log_storage_error(broker: Broker, message: str) -> None:
+    """Log a storage fault, at most once a minute (of the broker's clock) per distinct message."""
+    now = broker.clock.monotonic()
+    if now - _storage_errors_logged.get(message, -1e9) >= STORAGE_ERROR_LOG_INTERVAL_S:
         if len(_storage_errors_logged) > 1000:
             _storage_errors_logged.clear()
         _storage_errors_logged[message] = now
         log.error("%s", message)
+
+
+def error_answer(broker: Broker, exc: ApiError | OSError, what: str) -> tuple[ErrorCode, str]:
+    """The error code and message that answer `exc`, raised while doing `what` (for the log, e.g.
+    "t-0" or "creating topic t"). See the module docstring."""
+    if isinstance(exc, ApiError):
+        if isinstance(exc, StrayDataError):
+            log_storage_error(broker, f"{what}: {exc}")
+        return exc.error_code, str(exc)
+    message = storage_error_message(exc)
+    log_storage_error(broker, f"{what}: {message}")
+    return ErrorCode.kafka_storage_error, message
 
 
 def broker_owned(name: str) -> bool:
@@ -68,28 +63,20 @@ def broker_owned(name: str) -> bool:
     return is_internal(name) or name == AUDIT_TOPIC
 
 
-def create_topic_or_error(broker, name: str, num_partitions: int | None = None, overrides=None):
-    """Create a topic with the broker defaults; returns (info, 0) or (None, error_code)."""
+def create_topic_or_error(broker: Broker, name: str, num_partitions: int | None = None,
+                          overrides: dict[str, str] | None = None) -> tuple[TopicInfo | None, ErrorCode]:
+    """Create a topic with the broker defaults; (info, NONE), or (None, the error code). A topic
+    created meanwhile by another request is answered as created."""
     try:
         info = broker.logs.create_topic(
             name,
             num_partitions if num_partitions is not None else broker.config["num.partitions"],
             overrides or {},
-            wall_clock_ms(),
+            broker.clock.now_ms(),
         )
-    except InvalidTopicError:
-        return None, INVALID_TOPIC_EXCEPTION
     except TopicExistsError:
-        return broker.logs.topic(name), NONE
-    except InvalidPartitionsError:
-        return None, INVALID_PARTITIONS
-    except ConfigError:
-        return None, INVALID_CONFIG
-    except StrayDataError as exc:
-        log.error("not auto-creating topic %s: %s", name, exc)
-        return None, KAFKA_STORAGE_ERROR
-    except OSError as exc:
-        log.error("could not create topic %s: %s", name, storage_error_message(exc))
-        return None, KAFKA_STORAGE_ERROR
+        return broker.logs.topic(name), ErrorCode.none
+    except (ApiError, OSError) as exc:
+        return None, error_answer(broker, exc, f"auto-creating topic {name}")[0]
     log.info("created topic %s with %d partition(s)", name, info.num_partitions)
-    return info, NONE
+    return info, ErrorCode.none

@@ -19,25 +19,24 @@ callback's cluster metadata hangs there); Metadata, DescribeTopicPartitions and 
 (DescribeQuorum's modelled metadata log) see the new count at once.
 """
 
+from __future__ import annotations
+
 import logging
 
-from minibroker.broker import wall_clock_ms
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    INVALID_PARTITIONS,
-    INVALID_REPLICA_ASSIGNMENT,
-    INVALID_REQUEST,
-    KAFKA_STORAGE_ERROR,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
-from storage.errors import storage_error_message
-from storage.manager import InvalidPartitionsError, StrayDataError, UnknownTopicError
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import error_answer
+from protocol.errors import ApiError, ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 log = logging.getLogger(__name__)
 
 
 class _Refused(Exception):
-    def __init__(self, code: int, message: str | None) -> None:
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
         self.code = code
         self.message = message
 
@@ -46,25 +45,25 @@ def _check_assignments(broker, name: str, current: int, count: int, assignments)
     """Kafka's checks of manual assignments (ReplicationControlManager.validateManualPartitionAssignment)."""
     additional = count - current
     if len(assignments) != additional:
-        raise _Refused(INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {additional} additional partition(s), "
+        raise _Refused(ErrorCode.invalid_replica_assignment, f"Attempted to add {additional} additional partition(s), "
                                                    f"but only {len(assignments)} assignment(s) were specified.")
     cluster = broker.cluster
     replication_factor = len(cluster.partition(name, 0).replicas)
     for assignment in assignments:
         replicas = sorted(assignment.broker_ids)
         if not replicas:
-            raise _Refused(INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.")
+            raise _Refused(ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list.")
         previous = None
         for broker_id in replicas:
             if not cluster.is_registered(broker_id):
-                raise _Refused(INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes broker "
+                raise _Refused(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes broker "
                                                            f"{broker_id}, but no such broker is registered.")
             if broker_id == previous:
-                raise _Refused(INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes the broker "
+                raise _Refused(ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes the broker "
                                                            f"{broker_id} more than once.")
             previous = broker_id
         if len(replicas) != replication_factor:
-            raise _Refused(INVALID_REPLICA_ASSIGNMENT,
+            raise _Refused(ErrorCode.invalid_replica_assignment,
                            f"The manual partition assignment includes a partition with {len(replicas)} replica(s), "
                            f"but this is not consistent with previous partitions, which have "
                            f"{replication_factor} replica(s).")
@@ -74,34 +73,28 @@ def _create(broker, topic, validate_only: bool) -> None:
     logs = broker.logs
     info = logs.topic(topic.name)
     if info is None:
-        raise _Refused(UNKNOWN_TOPIC_OR_PARTITION, None)
+        raise _Refused(ErrorCode.unknown_topic_or_partition, None)
     try:
         # The count checks come first: validate_only adds nothing.
-        logs.add_partitions(topic.name, topic.count, wall_clock_ms(), validate_only=True)
+        logs.add_partitions(topic.name, topic.count, broker.clock.now_ms(), validate_only=True)
         if topic.assignments is not None:
             _check_assignments(broker, topic.name, info.num_partitions, topic.count, topic.assignments)
         if not validate_only:
-            logs.add_partitions(topic.name, topic.count, wall_clock_ms())
-    except InvalidPartitionsError as exc:
-        raise _Refused(INVALID_PARTITIONS, str(exc)) from None
-    except UnknownTopicError:
-        raise _Refused(UNKNOWN_TOPIC_OR_PARTITION, None) from None
-    except StrayDataError as exc:
-        log.error("not adding partitions to topic %s: %s", topic.name, exc)
-        raise _Refused(KAFKA_STORAGE_ERROR, str(exc)) from None
-    except OSError as exc:
-        log.error("could not add partitions to topic %s: %s", topic.name, storage_error_message(exc))
-        raise _Refused(KAFKA_STORAGE_ERROR, storage_error_message(exc)) from None
+            logs.add_partitions(topic.name, topic.count, broker.clock.now_ms())
+    except (ApiError, OSError) as exc:
+        code, message = error_answer(broker, exc, f"adding partitions to topic {topic.name}")
+        # An unknown topic is answered without a message, as Kafka's controller does.
+        raise _Refused(code, None if code == ErrorCode.unknown_topic_or_partition else message) from None
     if not validate_only:
         log.info("topic %s: %d partition(s), was %d", topic.name, topic.count, info.num_partitions)
 
 
-@handler(37, 0, 3)
-async def create_partitions(ctx, request):
+@handler(37, 0, 3, client_throttles_from=1)
+async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
-    results = [{"name": name, "error_code": INVALID_REQUEST, "error_message": "Duplicate topic name."}
+    results = [{"name": name, "error_code": ErrorCode.invalid_request, "error_message": "Duplicate topic name."}
                for name, count in counts.items() if count > 1]
     for topic in request.topics:
         if counts[topic.name] > 1:
@@ -111,5 +104,5 @@ async def create_partitions(ctx, request):
         except _Refused as refused:
             results.append({"name": topic.name, "error_code": refused.code, "error_message": refused.message})
         else:
-            results.append({"name": topic.name, "error_code": 0, "error_message": None})
-    return {"throttle_time": 0, "results": results}
+            results.append({"name": topic.name, "error_code": ErrorCode.none, "error_message": None})
+    return Reply({"results": results})

@@ -15,25 +15,19 @@ a topic that would take the broker past max.broker.partitions is POLICY_VIOLATIO
 naming the limit, after its other checks (so a bad name is still INVALID_TOPIC_EXCEPTION).
 """
 
-from minibroker.broker import wall_clock_ms
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    INVALID_CONFIG,
-    INVALID_PARTITIONS,
-    INVALID_REPLICA_ASSIGNMENT,
-    INVALID_REPLICATION_FACTOR,
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
-    KAFKA_STORAGE_ERROR,
-    POLICY_VIOLATION,
-    TOPIC_ALREADY_EXISTS,
-    log,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import error_answer, log
 from minibroker.handlers.describe_configs import topic_config_entries
 from minibroker.limits import MAX_PARTITIONS_PER_REQUEST, over_cap_message, partitions_in_use
-from storage.config import ConfigError
-from storage.errors import storage_error_message
-from storage.manager import InvalidPartitionsError, InvalidTopicError, StrayDataError, TopicExistsError
+from protocol.errors import ApiError, ErrorCode
+from storage.manager import TopicExistsError
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 def _result(name, code, message=None, info=None, replication_factor=-1, configs=None) -> dict:
@@ -42,7 +36,7 @@ def _result(name, code, message=None, info=None, replication_factor=-1, configs=
         "topic_id": info.topic_id if info is not None else None,
         "error_code": code,
         "error_message": message,
-        "topic_config_error_code": 0,
+        "topic_config_error_code": ErrorCode.none,
         "num_partitions": info.num_partitions if info is not None else -1,
         "replication_factor": replication_factor,
         "configs": configs,
@@ -56,46 +50,36 @@ def _create_one(broker, topic, validate_only: bool, in_use: list[int]) -> dict:
     replication = topic.replication_factor
     if topic.assignments:
         if partitions != -1 or replication != -1:
-            return _result(name, INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.")
+            return _result(name, ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.")
         for assignment in topic.assignments:
             if list(assignment.broker_ids) != [broker.node_id]:
-                return _result(name, INVALID_REPLICA_ASSIGNMENT, f"partition {assignment.partition_index} is assigned to brokers {list(assignment.broker_ids)}; the only broker is {broker.node_id}")
+                return _result(name, ErrorCode.invalid_replica_assignment, f"partition {assignment.partition_index} is assigned to brokers {list(assignment.broker_ids)}; the only broker is {broker.node_id}")
         indexes = sorted(a.partition_index for a in topic.assignments)
         if indexes != list(range(len(indexes))):
-            return _result(name, INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1 in replica assignments")
+            return _result(name, ErrorCode.invalid_replica_assignment, "partitions must be numbered 0..n-1 in replica assignments")
         partitions = len(indexes)
     if partitions == -1:
         partitions = broker.config["num.partitions"]
     if replication not in (-1, 1):
-        return _result(name, INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {replication} time(s): The target replication factor of {replication} cannot be reached because only 1 broker(s) are registered.")
+        return _result(name, ErrorCode.invalid_replication_factor, f"Unable to replicate the partition {replication} time(s): The target replication factor of {replication} cannot be reached because only 1 broker(s) are registered.")
     overrides = {}
     for entry in topic.configs:
         if entry.value is None:
-            return _result(name, INVALID_REQUEST, f"Null value not supported for topic configs: {entry.name}")
+            return _result(name, ErrorCode.invalid_request, f"Null value not supported for topic configs: {entry.name}")
         overrides[entry.name] = entry.value
     # Over max.broker.partitions: validate only (so that other faults are answered first), then refuse.
     over_cap = isinstance(partitions, int) and in_use[0] + partitions > broker.max_partitions
     try:
-        info = broker.logs.create_topic(name, partitions, overrides, wall_clock_ms(),
+        info = broker.logs.create_topic(name, partitions, overrides, broker.clock.now_ms(),
                                         validate_only=validate_only or over_cap)
-    except InvalidTopicError as exc:
-        return _result(name, INVALID_TOPIC_EXCEPTION, str(exc))
     except TopicExistsError:
-        return _result(name, TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-    except InvalidPartitionsError as exc:
-        return _result(name, INVALID_PARTITIONS, str(exc))
-    except ConfigError as exc:
-        return _result(name, INVALID_CONFIG, str(exc))
-    except StrayDataError as exc:
-        log.error("not creating topic %s: %s", name, exc)
-        return _result(name, KAFKA_STORAGE_ERROR, str(exc))
-    except OSError as exc:
-        log.error("could not create topic %s: %s", name, storage_error_message(exc))
-        return _result(name, KAFKA_STORAGE_ERROR, storage_error_message(exc))
+        return _result(name, ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    except (ApiError, OSError) as exc:
+        return _result(name, *error_answer(broker, exc, f"creating topic {name}"))
     if over_cap:
         message = over_cap_message(name, partitions, in_use[0], broker.max_partitions)
         log.warning("refused CreateTopics: %s", message)
-        return _result(name, POLICY_VIOLATION, message)
+        return _result(name, ErrorCode.policy_violation, message)
     if not validate_only:
         in_use[0] += info.num_partitions
         log.info("created topic %s (%d partitions, id %s)", name, info.num_partitions, info.topic_id)
@@ -103,7 +87,7 @@ def _create_one(broker, topic, validate_only: bool, in_use: list[int]) -> dict:
         {"name": e["name"], "value": e["value"], "read_only": False, "config_source": e["config_source"], "is_sensitive": False}
         for e in topic_config_entries(broker, info)
     ]
-    return _result(name, 0, None, info, 1, configs)
+    return _result(name, ErrorCode.none, None, info, 1, configs)
 
 
 def _requested_partitions(topics, default: int) -> int:
@@ -119,12 +103,12 @@ def _requested_partitions(topics, default: int) -> int:
     return total
 
 
-@handler(19, 2, 7)
-async def create_topics(ctx, request):
+@handler(19, 2, 7, client_throttles_from=3)
+async def create_topics(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     if _requested_partitions(request.topics, broker.config["num.partitions"]) > MAX_PARTITIONS_PER_REQUEST:
         message = "Excessively large number of partitions per request."
-        return {"throttle_time": 0, "topics": [_result(t.name, POLICY_VIOLATION, message) for t in request.topics]}
+        return Reply({"topics": [_result(t.name, ErrorCode.policy_violation, message) for t in request.topics]})
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
@@ -132,10 +116,10 @@ async def create_topics(ctx, request):
     results = []
     for topic in request.topics:
         if counts[topic.name] > 1:
-            results.append(_result(topic.name, INVALID_REQUEST, "Create topics request from client contains a duplicate topic"))
+            results.append(_result(topic.name, ErrorCode.invalid_request, "Create topics request from client contains a duplicate topic"))
         else:
             results.append(_create_one(broker, topic, request.validate_only, in_use))
-    return {"throttle_time": 0, "topics": results}
+    return Reply({"topics": results})
 
 
-__all__ = ["create_topics", "INVALID_PARTITIONS"]
+__all__ = ["create_topics"]

@@ -6,15 +6,17 @@ has members, INVALID_GROUP_ID for an empty id. Deletion writes tombstones to `__
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(42, 0, 2)
-async def delete_groups(ctx, request):
-    results = ctx.broker.groups.delete_groups(trio.current_time(), request.groups_names)
-    return {
-        "throttle_time": 0,
+@handler(42, 0, 2, client_throttles_from=1)
+async def delete_groups(ctx: RequestContext, request: Any) -> Reply:
+    results = ctx.broker.groups.delete_groups(ctx.broker.clock.monotonic(), request.groups_names)
+    return Reply({
         "results": [{"group_id": g, "error_code": results[g]} for g in request.groups_names],
-    }
+    })

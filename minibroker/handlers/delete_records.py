@@ -13,21 +13,18 @@ one it falls in once the segment is no longer active. From then on a fetch below
 OFFSET_OUT_OF_RANGE and ListOffsets EARLIEST answers it; a fetch parked on the partition is woken.
 """
 
-import logging
+from __future__ import annotations
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    INVALID_TOPIC_EXCEPTION,
-    KAFKA_STORAGE_ERROR,
-    OFFSET_OUT_OF_RANGE,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import error_answer
+from protocol.errors import ApiError, ErrorCode
 from storage.config import is_internal
-from storage.log import OffsetOutOfRangeError
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
-POLICY_VIOLATION = 44
 HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 
 
@@ -35,27 +32,24 @@ def _delete(broker, topic: str, partition: int, offset: int) -> tuple[int, int]:
     """(error code, low watermark) for one partition."""
     plog = broker.logs.log(topic, partition)
     if plog is None:
-        return UNKNOWN_TOPIC_OR_PARTITION, -1
+        return ErrorCode.unknown_topic_or_partition, -1
     if is_internal(topic):
-        return INVALID_TOPIC_EXCEPTION, -1
+        return ErrorCode.invalid_topic_exception, -1
     if "delete" not in plog.config.cleanup_policy.split(","):
-        return POLICY_VIOLATION, -1
+        return ErrorCode.policy_violation, -1
     target = plog.log_end_offset if offset == HIGH_WATERMARK else offset
     if target < 0:
-        return OFFSET_OUT_OF_RANGE, -1
+        return ErrorCode.offset_out_of_range, -1
     try:
         low_watermark = plog.delete_records_before(target)
-    except OffsetOutOfRangeError:
-        return OFFSET_OUT_OF_RANGE, -1
-    except OSError as exc:
-        log.error("DeleteRecords on %s-%d failed: %s", topic, partition, exc)
-        return KAFKA_STORAGE_ERROR, -1
+    except (ApiError, OSError) as exc:  # OffsetOutOfRangeError, or a storage fault
+        return error_answer(broker, exc, f"DeleteRecords on {topic}-{partition}")[0], -1
     broker.fetch_purgatory.check_and_complete((topic, partition))
-    return 0, low_watermark
+    return ErrorCode.none, low_watermark
 
 
-@handler(21, 0, 2)
-async def delete_records(ctx, request):
+@handler(21, 0, 2, client_throttles_from=1)
+async def delete_records(ctx: RequestContext, request: Any) -> Reply:
     topics = []
     for topic in request.topics:
         partitions = []
@@ -64,4 +58,4 @@ async def delete_records(ctx, request):
             partitions.append({"partition_index": p.partition_index, "low_watermark": low_watermark,
                                "error_code": code})
         topics.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return Reply({"topics": topics})

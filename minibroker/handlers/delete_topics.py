@@ -8,21 +8,20 @@ topic would drop every group's committed offsets. (kafka-topics.sh refuses inter
 way, client-side; a KRaft controller would delete them.)
 """
 
-from minibroker.broker import wall_clock_ms
-from storage.errors import storage_error_message
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    INVALID_TOPIC_EXCEPTION,
-    KAFKA_STORAGE_ERROR,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    broker_owned,
-    log,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import broker_owned, error_answer, log
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(20, 1, 6)
-async def delete_topics(ctx, request):
+@handler(20, 1, 6, client_throttles_from=2)
+async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     wanted = []
     if hasattr(request, "topic_names"):
@@ -31,27 +30,26 @@ async def delete_topics(ctx, request):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     results = []
     for name, topic_id in wanted:
-        info = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        info = broker.logs.resolve(name, topic_id)
         if info is None:
-            code = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
+            code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
             results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": None})
             continue
         if broker_owned(info.name):
-            results.append({"name": info.name, "topic_id": info.topic_id, "error_code": INVALID_TOPIC_EXCEPTION,
+            results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.invalid_topic_exception,
                             "error_message": f"Cannot delete internal topic {info.name}"})
             continue
         try:
             broker.logs.delete_topic(info.name)
         except OSError as exc:  # nothing was deleted (the renames are undone)
-            message = storage_error_message(exc)
-            log.error("could not delete topic %s: %s", info.name, message)
-            results.append({"name": info.name, "topic_id": info.topic_id, "error_code": KAFKA_STORAGE_ERROR,
+            code, message = error_answer(broker, exc, f"deleting topic {info.name}")
+            results.append({"name": info.name, "topic_id": info.topic_id, "error_code": code,
                             "error_message": message})
             continue
         broker.producer_states.forget(info.name)
-        broker.groups.forget_topic(info.name, wall_clock_ms())
+        broker.groups.forget_topic(info.name, broker.clock.now_ms())
         for partition in range(info.num_partitions):
             broker.fetch_purgatory.check_and_complete((info.name, partition))
         log.info("deleted topic %s", info.name)
-        results.append({"name": info.name, "topic_id": info.topic_id, "error_code": 0, "error_message": None})
-    return {"throttle_time": 0, "responses": results}
+        results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.none, "error_message": None})
+    return Reply({"responses": results})

@@ -3,19 +3,28 @@
 Behaviour (Kafka's ClientQuotasImage.describe, via quotas.config.QuotaConfigStore): components
 {entity_type, match_type 0 exact / 1 default / 2 any, match}; `strict` leaves out entities with
 types the filter does not name. Errors are top-level (INVALID_REQUEST, or UNSUPPORTED_VERSION for an
-unknown entity type) with a null entry list. Entity names are null for a default entity.
+unknown entity type) with a null entry list. Entity names are null for a default entity. Its clients
+never throttle themselves (Kafka's default): a quota throttle holds the response back.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 @handler(48, 0, 1)
-async def describe_client_quotas(ctx, request):
+async def describe_client_quotas(ctx: RequestContext, request: Any) -> Reply:
     code, message, found = ctx.broker.quotas.store.describe(
         [(c.entity_type, int(c.match_type), c.match) for c in request.components], bool(request.strict)
     )
     entries = None
-    if code == 0:
+    if code == ErrorCode.none:
         entries = [
             {
                 "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.entries],
@@ -23,4 +32,4 @@ async def describe_client_quotas(ctx, request):
             }
             for entity, values in found
         ]
-    return {"throttle_time": 0, "error_code": code, "error_message": message, "entries": entries}
+    return Reply({"error_code": code, "error_message": message, "entries": entries})

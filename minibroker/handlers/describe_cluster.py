@@ -1,18 +1,27 @@
 """DescribeCluster (key 60), v0-v2: one broker, which is also the controller.
 
 endpoint_type 2 (controllers, v1+) answers the same single node; fenced brokers do not exist here.
+Its clients never throttle themselves (Kafka's AbstractResponse default): a quota throttle holds the
+response back.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import CLUSTER_ALL_OPERATIONS, NO_AUTHORIZED_OPERATIONS
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 @handler(60, 0, 2)
-async def describe_cluster(ctx, request):
+async def describe_cluster(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
+    return Reply({
+        "error_code": ErrorCode.none,
         "error_message": None,
         "endpoint_type": getattr(request, "endpoint_type", 1),
         "cluster_id": broker.cluster_id,
@@ -21,4 +30,4 @@ async def describe_cluster(ctx, request):
         "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
         if request.include_cluster_authorized_operations
         else NO_AUTHORIZED_OPERATIONS,
-    }
+    })

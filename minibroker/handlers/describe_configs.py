@@ -14,10 +14,14 @@ the resource named "" lists the cluster-wide dynamic defaults only, as Kafka. An
 INVALID_REQUEST. configuration_keys filters (null or empty: everything).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from minibroker.config import BROKER_CONFIGS
 from minibroker.dynamic_config import DYNAMIC_KEYS, STATIC_DEFAULTS
-from minibroker.handlers import handler
-from minibroker.handlers.common import INVALID_REQUEST, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
 from storage.config import (
     BROKER_LOG_KEYS,
     CONFIG_TYPE_IDS,
@@ -29,6 +33,9 @@ from storage.config import (
     describe,
     validate_topic_name,
 )
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 CONFIG_TYPE_UNKNOWN = 0
@@ -60,7 +67,7 @@ def _broker_config_type(name: str) -> int:
     key = BROKER_CONFIGS.get(name)
     if key is not None:
         parse = key.parse.__name__
-        return CONFIG_TYPE_IDS.get({"_int": "INT", "_bool": "BOOLEAN", "_float": "DOUBLE"}.get(parse, "STRING"))
+        return CONFIG_TYPE_IDS[{"_int": "INT", "_bool": "BOOLEAN", "_float": "DOUBLE"}.get(parse, "STRING")]
     if name in _INT_BROKER_KEYS:
         return CONFIG_TYPE_IDS["INT"]
     for definition in TOPIC_CONFIGS.values():
@@ -116,36 +123,36 @@ def _broker_resource_error(broker, name: str) -> str | None:
     return None
 
 
-@handler(32, 1, 4)
-async def describe_configs(ctx, request):
+@handler(32, 1, 4, client_throttles_from=2)
+async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     results = []
     for resource in request.resources:
         keys = resource.configuration_keys
         name = resource.resource_name
-        result = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
+        result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": resource.resource_type,
                   "resource_name": name, "configs": ()}
         if resource.resource_type == TOPIC:
             info = broker.logs.topic(name)
             try:
                 validate_topic_name(name)
             except InvalidTopicError as exc:
-                result.update(error_code=INVALID_TOPIC_EXCEPTION, error_message=str(exc))
+                result.update(error_code=ErrorCode.invalid_topic_exception, error_message=str(exc))
             else:
                 if info is None:
-                    result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {name} does not exist")
+                    result.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=f"Topic {name} does not exist")
                 else:
                     result["configs"] = topic_config_entries(broker, info, include_synonyms)
         elif resource.resource_type == BROKER:
             error = _broker_resource_error(broker, name)
             if error is not None:
-                result.update(error_code=INVALID_REQUEST, error_message=error)
+                result.update(error_code=ErrorCode.invalid_request, error_message=error)
             else:
                 result["configs"] = broker_config_entries(broker, name != "", include_synonyms)
         else:
-            result.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type: {resource.resource_type}")
+            result.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type: {resource.resource_type}")
         if keys and result["configs"]:
             result["configs"] = [c for c in result["configs"] if c["name"] in keys]
         results.append(result)
-    return {"throttle_time": 0, "results": results}
+    return Reply({"results": results})

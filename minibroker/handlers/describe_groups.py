@@ -8,21 +8,26 @@ every group operation (READ, DELETE, DESCRIBE).
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
 
 
-def _dead(group_id: str, error: int = 0, message: str | None = None) -> dict:
+def _dead(group_id: str, error: ErrorCode = ErrorCode.none, message: str | None = None) -> dict:
     return {"error_code": error, "error_message": message, "group_id": group_id, "group_state": "Dead",
             "protocol_type": "", "protocol_data": "", "members": [],
             "authorized_operations": NO_AUTHORIZED_OPERATIONS}
 
 
-@handler(15, 0, 6)
-async def describe_groups(ctx, request):
+@handler(15, 0, 6, client_throttles_from=2)
+async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.broker.groups
     operations = (GROUP_ALL_OPERATIONS if getattr(request, "include_authorized_operations", False)
                   else NO_AUTHORIZED_OPERATIONS)
@@ -39,7 +44,7 @@ async def describe_groups(ctx, request):
                 described.append(_dead(group_id))
             continue
         described.append({
-            "error_code": 0,
+            "error_code": ErrorCode.none,
             "error_message": None,
             "group_id": group_id,
             "group_state": description.state,
@@ -53,4 +58,4 @@ async def describe_groups(ctx, request):
             ],
             "authorized_operations": operations,
         })
-    return {"throttle_time": 0, "groups": described}
+    return Reply({"groups": described})

@@ -12,11 +12,18 @@ kafka-python infers the Kafka release a broker emulates from the versions it ser
 v5 is its mark of Kafka 4.3.
 """
 
+from __future__ import annotations
+
 import os
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import KAFKA_STORAGE_ERROR, log_storage_error
-from storage.errors import storage_error_message
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import error_answer
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 def log_dir(broker) -> str:
@@ -32,15 +39,15 @@ def _volume_bytes(path: str) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
-@handler(35, 0, 5)
-async def describe_log_dirs(ctx, request):
+@handler(35, 0, 5, client_throttles_from=1)
+async def describe_log_dirs(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     if request.topics is None:
         wanted = None
     else:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
     by_topic: dict[str, list[dict]] = {}
-    error_code = 0
+    error_code = ErrorCode.none
     try:
         for topic, partition, log in broker.logs.logs():
             if wanted is None or (topic, partition) in wanted:
@@ -51,8 +58,7 @@ async def describe_log_dirs(ctx, request):
                     "is_future_key": False,
                 })
     except OSError as exc:  # the directory cannot be listed: Kafka's answer for an offline log dir
-        log_storage_error("DescribeLogDirs: %s", storage_error_message(exc))
-        by_topic, error_code = {}, KAFKA_STORAGE_ERROR
+        by_topic, (error_code, _) = {}, error_answer(broker, exc, "DescribeLogDirs")
     path = log_dir(broker)
     total, usable = _volume_bytes(path)
     result = {
@@ -63,4 +69,4 @@ async def describe_log_dirs(ctx, request):
         "usable_bytes": usable,
         "is_cordoned": False,
     }
-    return {"throttle_time": 0, "error_code": 0, "results": [result]}
+    return Reply({"error_code": ErrorCode.none, "results": [result]})

@@ -11,10 +11,16 @@ v2 adds each voter's directory id (the zero id, as for a statically configured v
 voters' endpoints (this broker's listeners: a combined node's controller answers there).
 """
 
-from minibroker.broker import wall_clock_ms
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from minibroker.cluster import METADATA_PARTITION, METADATA_TOPIC
-from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-partition."
 
@@ -26,17 +32,17 @@ def _asks_for_the_metadata_partition(request) -> bool:
 
 
 @handler(55, 0, 2)
-async def describe_quorum(ctx, request):
+async def describe_quorum(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     if not _asks_for_the_metadata_partition(request):
         topics = [{"topic_name": t.topic_name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+            {"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
              "error_message": UNKNOWN_TOPIC_OR_PARTITION_MESSAGE, "leader_id": -1, "leader_epoch": -1,
              "high_watermark": -1, "current_voters": (), "observers": ()}
             for p in t.partitions]} for t in request.topics]
-        return {"error_code": 0, "error_message": None, "topics": topics, "nodes": ()}
+        return Reply({"error_code": ErrorCode.none, "error_message": None, "topics": topics, "nodes": ()})
     quorum = broker.cluster.quorum()
-    now = wall_clock_ms()
+    now = broker.clock.now_ms()
 
     def replica(state) -> dict:
         timestamp = now if state.replica_id == quorum.leader_id else -1
@@ -45,7 +51,7 @@ async def describe_quorum(ctx, request):
 
     partition = {
         "partition_index": METADATA_PARTITION,
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "error_message": None,
         "leader_id": quorum.leader_id,
         "leader_epoch": quorum.leader_epoch,
@@ -56,5 +62,5 @@ async def describe_quorum(ctx, request):
     nodes = [{"node_id": v.replica_id, "listeners": [
         {"name": name, "host": host, "port": port} for name, (host, port) in broker.listeners.items()]}
         for v in quorum.voters if v.replica_id == broker.node_id]
-    return {"error_code": 0, "error_message": None,
-            "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}], "nodes": nodes}
+    return Reply({"error_code": ErrorCode.none, "error_message": None,
+            "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}], "nodes": nodes})

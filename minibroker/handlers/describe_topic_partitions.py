@@ -18,40 +18,42 @@ from the cluster view); the eligible-leader-replica lists (KIP-966) are empty, n
 sends empty ones, and Java's Admin fails on a null one.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.metadata import topic_metadata
-from minibroker.handlers.common import (
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
-    TOPIC_ALL_OPERATIONS,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
+from minibroker.handlers.common import TOPIC_ALL_OPERATIONS
+from protocol.errors import ErrorCode
 from storage.config import InvalidTopicError, is_internal, validate_topic_name
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 ZERO_UUID = None  # kio encodes None as the all-zero uuid
 
 
-def _error_response(request, code: int) -> dict:
-    return {
-        "throttle_time": 0,
+def _error_response(request: Any, code: ErrorCode) -> Reply:
+    return Reply({
         "topics": [{"error_code": code, "name": t.name, "topic_id": ZERO_UUID, "is_internal": False,
                     "partitions": ()} for t in request.topics],
         "next_cursor": None,
-    }
+    })
 
 
-def _missing(name: str) -> dict:
+def _missing(name: str) -> dict[str, Any]:
     try:
         validate_topic_name(name)
-        code = UNKNOWN_TOPIC_OR_PARTITION
+        code = ErrorCode.unknown_topic_or_partition
     except InvalidTopicError:
-        code = INVALID_TOPIC_EXCEPTION
+        code = ErrorCode.invalid_topic_exception
     return {"error_code": code, "name": name, "topic_id": ZERO_UUID, "is_internal": is_internal(name),
             "partitions": (), "topic_authorized_operations": TOPIC_ALL_OPERATIONS}
 
 
-@handler(75, 0, 0)
-async def describe_topic_partitions(ctx, request):
+@handler(75, 0, 0, client_throttles_from=0)
+async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
@@ -61,9 +63,9 @@ async def describe_topic_partitions(ctx, request):
     else:
         names = {t.name for t in request.topics if t.name >= cursor_topic}
         if cursor is not None and cursor.topic_name not in names:
-            return _error_response(request, INVALID_REQUEST)
+            return _error_response(request, ErrorCode.invalid_request)
     if cursor is not None and cursor.partition_index < 0:
-        return _error_response(request, INVALID_REQUEST)
+        return _error_response(request, ErrorCode.invalid_request)
     remaining = max(min(broker.config["max.request.partition.size.limit"], request.response_partition_limit), 1)
     topics = []
     next_cursor = None
@@ -88,4 +90,4 @@ async def describe_topic_partitions(ctx, request):
             next_cursor = {"topic_name": name, "partition_index": upper}
             break
         remaining -= max(upper - start, 0)
-    return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
+    return Reply({"topics": topics, "next_cursor": next_cursor})

@@ -3,11 +3,19 @@ their iteration counts (never a key). A null or empty user list means every user
 RESOURCE_NOT_FOUND when it has no SCRAM credential and DUPLICATE_RESOURCE when named twice, as
 Kafka's ScramImage.describe (see minibroker.scram_credentials)."""
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(50, 0, 0)
-async def describe_user_scram_credentials(ctx, request):
+@handler(50, 0, 0, client_throttles_from=0)
+async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Reply:
     names = [user.name for user in request.users] if request.users else None
     results = ctx.broker.scram_credentials.describe(names)
-    return {"throttle_time": 0, "error_code": 0, "error_message": None, "results": results}
+    return Reply({"error_code": ErrorCode.none, "error_message": None, "results": results})

@@ -12,45 +12,53 @@ The cluster view says who leads: on one broker every partition is led by its onl
 replica, so no election is ever needed.
 """
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import ELECTION_NOT_NEEDED, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
+    from minibroker.cluster import ClusterView
 
 PREFERRED, UNCLEAN = 0, 1
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
 
-def elect(cluster, topic: str, partition: int, election_type: int) -> tuple[int, str | None]:
+def elect(cluster: ClusterView, topic: str, partition: int, election_type: int) -> tuple[ErrorCode, str | None]:
     assignment = cluster.partition(topic, partition)
     if assignment is None:
         if not cluster.has_topic(topic):
-            return UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}"
-        return UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{partition}"
+            return ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}"
+        return ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
     if (election_type == PREFERRED and assignment.has_preferred_leader) or (
             election_type == UNCLEAN and assignment.leader >= 0):
-        return ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE
-    return 0, None  # an election would run here once several brokers can lead
+        return ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
+    return ErrorCode.none, None  # an election would run here once several brokers can lead
 
 
 def _result(topic: str, partitions: list[dict]) -> dict:
     return {"topic": topic, "partition_result": partitions}
 
 
-@handler(43, 0, 2)
-async def elect_leaders(ctx, request):
+@handler(43, 0, 2, client_throttles_from=0)
+async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     election_type = getattr(request, "election_type", PREFERRED)  # v0 elects the preferred replica
     if election_type not in (PREFERRED, UNCLEAN):
-        message = f"Unknown election type {election_type}"
-        results = [_result(t.topic, [{"partition_id": p, "error_code": INVALID_REQUEST, "error_message": message}
+        unknown = f"Unknown election type {election_type}"
+        results = [_result(t.topic, [{"partition_id": p, "error_code": ErrorCode.invalid_request, "error_message": unknown}
                                      for p in t.partitions]) for t in request.topic_partitions or ()]
-        return {"throttle_time": 0, "error_code": INVALID_REQUEST, "replica_election_results": results}
+        return Reply({"error_code": ErrorCode.invalid_request, "replica_election_results": results})
     results = []
     if request.topic_partitions is None:
         for info in broker.logs.topics():
             partitions = []
             for p in range(info.num_partitions):
                 code, message = elect(broker.cluster, info.name, p, election_type)
-                if code != ELECTION_NOT_NEEDED:
+                if code != ErrorCode.election_not_needed:
                     partitions.append({"partition_id": p, "error_code": code, "error_message": message})
             results.append(_result(info.name, partitions))
     else:
@@ -60,4 +68,4 @@ async def elect_leaders(ctx, request):
                 code, message = elect(broker.cluster, t.topic, p, election_type)
                 partitions.append({"partition_id": p, "error_code": code, "error_message": message})
             results.append(_result(t.topic, partitions))
-    return {"throttle_time": 0, "error_code": 0, "replica_election_results": results}
+    return Reply({"error_code": ErrorCode.none, "replica_election_results": results})

@@ -13,21 +13,19 @@ partition answers KAFKA_STORAGE_ERROR for that partition.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 
-from minibroker.broker import wall_clock_ms
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    KAFKA_STORAGE_ERROR,
-    OFFSET_OUT_OF_RANGE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    log_storage_error,
-)
+from minibroker.handlers import ByteRate, Reply, handler
+from minibroker.handlers.common import error_answer
 from minibroker.purgatory import DelayedOperation
 from protocol.entities import to_ms
+from protocol.errors import ErrorCode
 from protocol.records import iter_headers
-from storage.errors import storage_error_message
 from storage.log import OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from minibroker.audit import AuditLog
+    from minibroker.broker import RequestContext
 
 
 class _FetchPlan:
@@ -39,7 +37,7 @@ class _FetchPlan:
         for topic in request.topics:
             name = getattr(topic, "topic", None)
             topic_id = getattr(topic, "topic_id", None)
-            info = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+            info = broker.logs.resolve(name, topic_id)
             for p in topic.partitions:
                 log = broker.logs.log(info.name, p.partition) if info is not None else None
                 self.entries.append(
@@ -76,19 +74,19 @@ class _FetchPlan:
                 by_topic[key] = {"topic": name, "topic_id": topic_id, "partitions": []}
                 topics.append(by_topic[key])
             if log is None:
-                code = UNKNOWN_TOPIC_OR_PARTITION if name is not None or info is not None else UNKNOWN_TOPIC_ID
+                code = ErrorCode.unknown_topic_or_partition if name is not None or info is not None else ErrorCode.unknown_topic_id
                 by_topic[key]["partitions"].append(_partition(part, code))
                 continue
             try:
                 data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes)
             except OffsetOutOfRangeError:
                 by_topic[key]["partitions"].append(
-                    _partition(part, OFFSET_OUT_OF_RANGE, log.log_end_offset, log.log_start_offset)
+                    _partition(part, ErrorCode.offset_out_of_range, log.log_end_offset, log.log_start_offset)
                 )
                 continue
             except OSError as exc:
-                log_storage_error("%s-%d: %s", info.name, part, storage_error_message(exc))
-                by_topic[key]["partitions"].append(_partition(part, KAFKA_STORAGE_ERROR))
+                code, _ = error_answer(self.broker, exc, f"{info.name}-{part}")
+                by_topic[key]["partitions"].append(_partition(part, code))
                 continue
             remaining -= len(data)
             by_topic[key]["partitions"].append(
@@ -97,7 +95,8 @@ class _FetchPlan:
         return topics
 
 
-def _partition(index: int, code: int, high_watermark: int = -1, log_start: int = -1, records: bytes = b"") -> dict:
+def _partition(index: int, code: int, high_watermark: int = -1, log_start: int = -1,
+               records: bytes = b"") -> dict[str, Any]:
     return {
         "partition_index": index,
         "error_code": code,
@@ -108,6 +107,12 @@ def _partition(index: int, code: int, high_watermark: int = -1, log_start: int =
         "preferred_read_replica": -1,
         "records": records,
     }
+
+
+def empty_response(body: dict[str, Any]) -> dict[str, Any]:
+    """A Fetch a client quota throttles is answered with no records (Kafka's KafkaApis): what is not
+    returned does not count against the quota."""
+    return {**body, "error_code": ErrorCode.none, "responses": ()}
 
 
 class DelayedFetch(DelayedOperation):
@@ -122,8 +127,8 @@ class DelayedFetch(DelayedOperation):
         return False
 
 
-@handler(1, 4, 18)
-async def fetch(ctx, request):
+@handler(1, 4, 18, client_throttles_from=8, byte_rate=ByteRate.FETCH, throttled_body=empty_response, audited=True)
+async def fetch(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     plan = _FetchPlan(broker, request)
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
@@ -136,15 +141,14 @@ async def fetch(ctx, request):
         await broker.fetch_purgatory.wait(op, plan.keys())
     responses = plan.read(max_bytes)
     if broker.audit is not None:
-        _audit(ctx, plan, responses)
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+        _audit(ctx, broker.audit, plan, responses)
+    return Reply({"error_code": ErrorCode.none, "session_id": 0, "responses": responses})
 
 
-def _audit(ctx, plan: _FetchPlan, responses: list[dict]) -> None:
+def _audit(ctx: RequestContext, audit: AuditLog, plan: _FetchPlan, responses: list[dict[str, Any]]) -> None:
     """One audit event per fetched partition (batch headers only: the records are not decoded).
     Fetches of the audit topic itself are left out, so its readers do not feed it."""
-    now_ms = wall_clock_ms()
-    audit = ctx.broker.audit
+    now_ms = ctx.broker.clock.now_ms()
     infos = {(name, topic_id): info for name, topic_id, info, *_ in plan.entries}
     for topic in responses:
         info = infos[(topic["topic"], topic["topic_id"])]

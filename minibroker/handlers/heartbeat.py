@@ -7,18 +7,21 @@ FENCED_INSTANCE_ID (v3+ carries group.instance.id).
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(12, 0, 4)
-async def heartbeat(ctx, request):
+@handler(12, 0, 4, client_throttles_from=2)
+async def heartbeat(ctx: RequestContext, request: Any) -> Reply:
     error = ctx.broker.groups.heartbeat(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
     )
-    return {"throttle_time": 0, "error_code": error}
+    return Reply({"error_code": error})

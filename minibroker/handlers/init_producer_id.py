@@ -6,35 +6,39 @@ epoch is fenced (see minibroker.producers.ProducerIds). Transactions are not sup
 transactional id is answered INVALID_REQUEST.
 """
 
-from minibroker.broker import wall_clock_ms
-from minibroker.handlers import handler
-from minibroker.handlers.common import INVALID_REQUEST, KAFKA_STORAGE_ERROR, log_storage_error
-from storage.errors import storage_error_message
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import error_answer
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(22, 0, 6)
-async def init_producer_id(ctx, request):
+@handler(22, 0, 6, client_throttles_from=1, audited=True)
+async def init_producer_id(ctx: RequestContext, request: Any) -> Reply:
     if request.transactional_id is not None:
-        return _result(INVALID_REQUEST, -1, -1)
-    now_ms = wall_clock_ms()
+        return _result(ErrorCode.invalid_request, -1, -1)
+    now_ms = ctx.broker.clock.now_ms()
     try:
         code, pid, epoch = ctx.broker.producer_ids.init(
             getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), now_ms, ctx.version,
         )
     except OSError as exc:  # the next block of ids could not be recorded: none is handed out
-        log_storage_error("InitProducerId: %s", storage_error_message(exc))
-        code, pid, epoch = KAFKA_STORAGE_ERROR, -1, -1
+        (code, _), pid, epoch = error_answer(ctx.broker, exc, "InitProducerId"), -1, -1
     if ctx.broker.audit is not None:
         ctx.broker.audit.record_init_producer_id(ctx, pid, epoch, code, 0, "", now_ms)
     return _result(code, pid, epoch)
 
 
-def _result(code: int, pid: int, epoch: int) -> dict:
-    return {
-        "throttle_time": 0,
+def _result(code: ErrorCode, pid: int, epoch: int) -> Reply:
+    return Reply({
         "error_code": code,
         "producer_id": pid,
         "producer_epoch": epoch,
         "ongoing_txn_producer_id": -1,
         "ongoing_txn_producer_epoch": -1,
-    }
+    })

@@ -9,11 +9,14 @@ rejoining static leader to skip the assignment.
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
 from minibroker.groups.coordinator import DelayedJoin
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
 from protocol.entities import to_ms
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
 def client_host(ctx) -> str:
@@ -21,15 +24,15 @@ def client_host(ctx) -> str:
     return "/" + ctx.connection.peer.rsplit(":", 1)[0]
 
 
-@handler(11, 0, 9)
-async def join_group(ctx, request):
+@handler(11, 0, 9, client_throttles_from=3)
+async def join_group(ctx: RequestContext, request: Any) -> Reply:
     version = ctx.version
     groups = ctx.broker.groups
     session_timeout_ms = to_ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     rebalance_timeout_ms = session_timeout_ms if rebalance_timeout is None else to_ms(rebalance_timeout)
     pending = groups.join_group(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -45,8 +48,7 @@ async def join_group(ctx, request):
     )
     result = await groups.wait_for(pending, request.group_id, DelayedJoin)
     protocol_name = result.protocol_name if version >= 7 else (result.protocol_name or "")
-    return {
-        "throttle_time": 0,
+    return Reply({
         "error_code": result.error,
         "generation_id": result.generation_id,
         "protocol_type": result.protocol_type,
@@ -58,4 +60,4 @@ async def join_group(ctx, request):
             {"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
             for member_id, instance_id, metadata in result.members
         ],
-    }
+    })

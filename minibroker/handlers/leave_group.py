@@ -6,22 +6,26 @@ member id with a group.instance.id removes that static member (the admin path). 
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(13, 0, 5)
-async def leave_group(ctx, request):
+@handler(13, 0, 5, client_throttles_from=2)
+async def leave_group(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.broker.groups
     batched = getattr(request, "members", None)
     if batched is None:
-        error, errors = groups.leave_group(trio.current_time(), request.group_id, [(request.member_id, None)])
-        return {"throttle_time": 0, "error_code": error or (errors[0] if errors else 0), "members": []}
+        error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, [(request.member_id, None)])
+        return Reply({"error_code": error or (errors[0] if errors else ErrorCode.none), "members": []})
     leaving = [(m.member_id, m.group_instance_id) for m in batched]
-    error, errors = groups.leave_group(trio.current_time(), request.group_id, leaving)
+    error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, leaving)
     members = [] if error else [
         {"member_id": member_id, "group_instance_id": instance_id, "error_code": code}
         for (member_id, instance_id), code in zip(leaving, errors)
     ]
-    return {"throttle_time": 0, "error_code": error, "members": members}
+    return Reply({"error_code": error, "members": members})

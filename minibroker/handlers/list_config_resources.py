@@ -6,11 +6,19 @@ type Kafka supports there: GROUP (32), CLIENT_METRICS (16), BROKER_LOGGER (8), B
 (2), listed in that order; a type outside those fails the whole request with UNSUPPORTED_VERSION
 and no resources. This broker has no client-metrics subscriptions and no group configs (a group
 is listed here only for configs of its own, which groups cannot have here), so it lists itself as
-a broker and as a broker logger, by node id, and every topic.
+a broker and as a broker logger, by node id, and every topic. Its clients never throttle
+themselves (Kafka's default): a quota throttle holds the response back.
 """
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import UNSUPPORTED_VERSION
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SUPPORTED = (GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC)  # also the order of the answer
@@ -25,16 +33,16 @@ def _resources(broker, resource_type: int) -> list[str]:
 
 
 @handler(74, 0, 1)
-async def list_config_resources(ctx, request):
+async def list_config_resources(ctx: RequestContext, request: Any) -> Reply:
     if ctx.version == 0:
         wanted = {CLIENT_METRICS}
     else:
         wanted = set(request.resource_types) or set(SUPPORTED)
         if not wanted <= set(SUPPORTED):
-            return {"throttle_time": 0, "error_code": UNSUPPORTED_VERSION, "config_resources": ()}
+            return Reply({"error_code": ErrorCode.unsupported_version, "config_resources": ()})
     resources = [
         {"resource_name": name, "resource_type": resource_type}
         for resource_type in SUPPORTED if resource_type in wanted
         for name in _resources(ctx.broker, resource_type)
     ]
-    return {"throttle_time": 0, "error_code": 0, "config_resources": resources}
+    return Reply({"error_code": ErrorCode.none, "config_resources": resources})

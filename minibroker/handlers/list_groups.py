@@ -5,20 +5,25 @@ v4+ filters by state (case-insensitive, as Kafka); v5+ by type: all groups here 
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(16, 0, 5)
-async def list_groups(ctx, request):
+@handler(16, 0, 5, client_throttles_from=2)
+async def list_groups(ctx: RequestContext, request: Any) -> Reply:
     overviews = ctx.broker.groups.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
+    return Reply({
+        "error_code": ErrorCode.none,
         "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
              "group_type": g.group_type}
             for g in overviews
         ],
-    }
+    })

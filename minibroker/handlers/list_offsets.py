@@ -15,14 +15,16 @@ timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partiti
 ReplicaManager.isListOffsetsTimestampUnsupported).
 """
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    KAFKA_STORAGE_ERROR,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    UNSUPPORTED_VERSION,
-    log_storage_error,
-)
-from storage.errors import storage_error_message
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import error_answer
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 # The first ListOffsets version that may carry each special timestamp.
@@ -46,8 +48,8 @@ def _lookup(log, timestamp: int) -> tuple[int, int, int]:
     return (*found, LEADER_EPOCH) if found is not None else (-1, -1, -1)
 
 
-@handler(2, 1, 11)
-async def list_offsets(ctx, request):
+@handler(2, 1, 11, client_throttles_from=3)
+async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     topics = []
     for topic in request.topics:
@@ -55,9 +57,9 @@ async def list_offsets(ctx, request):
         for p in topic.partitions:
             log = broker.logs.log(topic.name, p.partition_index)
             if p.timestamp < 0 and ctx.version < MIN_VERSION.get(p.timestamp, 1 << 15):
-                error = UNSUPPORTED_VERSION
+                error = ErrorCode.unsupported_version
             else:
-                error = UNKNOWN_TOPIC_OR_PARTITION if log is None else 0
+                error = ErrorCode.unknown_topic_or_partition if log is None else ErrorCode.none
             if error:
                 partitions.append({"partition_index": p.partition_index, "error_code": error,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
@@ -65,11 +67,11 @@ async def list_offsets(ctx, request):
             try:
                 offset, ts, epoch = _lookup(log, p.timestamp)
             except OSError as exc:
-                log_storage_error("%s-%d: %s", topic.name, p.partition_index, storage_error_message(exc))
-                partitions.append({"partition_index": p.partition_index, "error_code": KAFKA_STORAGE_ERROR,
+                code, _ = error_answer(broker, exc, f"{topic.name}-{p.partition_index}")
+                partitions.append({"partition_index": p.partition_index, "error_code": code,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
-            partitions.append({"partition_index": p.partition_index, "error_code": 0,
+            partitions.append({"partition_index": p.partition_index, "error_code": ErrorCode.none,
                                "timestamp": ts, "offset": offset, "leader_epoch": epoch})
         topics.append({"name": topic.name, "partitions": partitions})
-    return {"throttle_time": 0, "topics": topics}
+    return Reply({"topics": topics})

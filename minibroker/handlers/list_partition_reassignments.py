@@ -7,11 +7,19 @@ a topic with none left is not listed. The cluster view knows which are reassigni
 none ever is, so the answer is an empty list with no error.
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(46, 0, 0)
-async def list_partition_reassignments(ctx, request):
+@handler(46, 0, 0, client_throttles_from=0)
+async def list_partition_reassignments(ctx: RequestContext, request: Any) -> Reply:
     cluster = ctx.broker.cluster
     ongoing = cluster.reassigning_partitions()
     if request.topics is None:
@@ -28,9 +36,8 @@ async def list_partition_reassignments(ctx, request):
                 "adding_replicas": assignment.adding_replicas,
                 "removing_replicas": assignment.removing_replicas,
             })
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
+    return Reply({
+        "error_code": ErrorCode.none,
         "error_message": None,
         "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
-    }
+    })

@@ -21,23 +21,27 @@ are marked is_internal; the audit topic `__minibroker_audit` is an ordinary topi
 (consumable by name or pattern, as any topic), though only the broker may write it.
 """
 
+from __future__ import annotations
+
 import logging
+
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import (
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
     NO_AUTHORIZED_OPERATIONS,
     TOPIC_ALL_OPERATIONS,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
     CLUSTER_ALL_OPERATIONS,
     create_topic_or_error,
 )
 from minibroker.limits import partitions_in_use
+from protocol.errors import ErrorCode
 from storage.config import InvalidTopicError, is_internal, validate_topic_name
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 log = logging.getLogger(__name__)
 YIELD_EVERY = 16  # auto-created topics between checkpoints
@@ -48,7 +52,7 @@ def topic_metadata(broker, info, include_ops: bool) -> dict:
     for index in range(info.num_partitions):
         assignment = broker.cluster.partition(info.name, index)
         partitions.append({
-            "error_code": 0,
+            "error_code": ErrorCode.none,
             "partition_index": index,
             "leader_id": assignment.leader,
             "leader_epoch": assignment.leader_epoch,
@@ -57,7 +61,7 @@ def topic_metadata(broker, info, include_ops: bool) -> dict:
             "offline_replicas": (),
         })
     return {
-        "error_code": 0,
+        "error_code": ErrorCode.none,
         "name": info.name,
         "topic_id": info.topic_id,
         "is_internal": is_internal(info.name),
@@ -66,8 +70,8 @@ def topic_metadata(broker, info, include_ops: bool) -> dict:
     }
 
 
-@handler(3, 0, 13)
-async def metadata(ctx, request):
+@handler(3, 0, 13, client_throttles_from=6)
+async def metadata(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     include_ops = getattr(request, "include_topic_authorized_operations", False)
     allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config[
@@ -78,7 +82,7 @@ async def metadata(ctx, request):
     else:
         topic_ids = [t.topic_id for t in request.topics if getattr(t, "topic_id", None) is not None]
         if topic_ids and ctx.version < 12:
-            topics = [_error_topic(t.name or "", t.topic_id, INVALID_REQUEST) for t in request.topics]
+            topics = [_error_topic(t.name or "", t.topic_id, ErrorCode.invalid_request) for t in request.topics]
         elif topic_ids:
             topics = [_by_id(broker, topic_id, include_ops) for topic_id in dict.fromkeys(topic_ids)]
         else:
@@ -88,8 +92,7 @@ async def metadata(ctx, request):
                 topics.append(_by_name(broker, t.name, creation, include_ops, ctx.version))
                 await creation.maybe_yield()
             creation.log_refused(ctx.connection.peer)
-    return {
-        "throttle_time": 0,
+    return Reply({
         "brokers": [broker.broker_endpoint(ctx.connection.listener)],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.cluster.controller_id,
@@ -97,8 +100,8 @@ async def metadata(ctx, request):
         "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
         if getattr(request, "include_cluster_authorized_operations", False)
         else NO_AUTHORIZED_OPERATIONS,
-        "error_code": 0,
-    }
+        "error_code": ErrorCode.none,
+    })
 
 
 class _AutoCreation:
@@ -143,24 +146,24 @@ def _refused_code(name: str) -> int:
     try:
         validate_topic_name(name)
     except InvalidTopicError:
-        return INVALID_TOPIC_EXCEPTION
-    return UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.invalid_topic_exception
+    return ErrorCode.unknown_topic_or_partition
 
 
 def _by_id(broker, topic_id, include_ops: bool) -> dict:
     info = broker.logs.topic_by_id(topic_id)
     if info is None:
-        return _error_topic(None, topic_id, UNKNOWN_TOPIC_ID)
+        return _error_topic(None, topic_id, ErrorCode.unknown_topic_id)
     return topic_metadata(broker, info, include_ops)
 
 
 def _by_name(broker, name: str | None, creation: _AutoCreation, include_ops: bool, version: int) -> dict:
     if name is None:  # v10+: neither a name nor an id
-        return _error_topic(None, None, UNKNOWN_TOPIC_OR_PARTITION, version)
+        return _error_topic(None, None, ErrorCode.unknown_topic_or_partition, version)
     info = broker.logs.topic(name)
     if info is None:
         if not creation.allowed:
-            return _error_topic(name, None, UNKNOWN_TOPIC_OR_PARTITION)
+            return _error_topic(name, None, ErrorCode.unknown_topic_or_partition)
         info, code = creation.create(name)
         if info is None:
             return _error_topic(name, None, code)
@@ -178,4 +181,4 @@ def _error_topic(name, topic_id, code, version: int = 12) -> dict:
     }
 
 
-__all__ = ["metadata", "topic_metadata", "INVALID_TOPIC_EXCEPTION"]
+__all__ = ["metadata", "topic_metadata"]

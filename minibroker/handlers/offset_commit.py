@@ -11,24 +11,27 @@ epoch; v7+ group.instance.id. Errors are per partition, as in Kafka.
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from minibroker.handlers import Reply, handler
 from protocol.entities import to_ms
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(8, 2, 10)
-async def offset_commit(ctx, request):
+@handler(8, 2, 10, client_throttles_from=4)
+async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.broker.logs
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     answers = []  # (topic entry, [(partition, name or None, error or None)])
     for topic in request.topics:
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
-        info = logs.topic(name) if name is not None else logs.topic_by_id(topic_id)
-        missing = UNKNOWN_TOPIC_ID if name is None else UNKNOWN_TOPIC_OR_PARTITION
-        rows = []
+        info = logs.resolve(name, topic_id)
+        missing = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+        rows: list[tuple[int, ErrorCode | tuple[str, int]]] = []  # an error, or the offset's key
         for p in topic.partitions:
             if info is None or not 0 <= p.partition_index < info.num_partitions:
                 rows.append((p.partition_index, missing))
@@ -42,7 +45,7 @@ async def offset_commit(ctx, request):
         answers.append((name, topic_id, rows))
     retention = getattr(request, "retention_time", None)
     errors = ctx.broker.groups.commit_offsets(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id,
@@ -51,8 +54,7 @@ async def offset_commit(ctx, request):
         retention_ms=-1 if retention is None else to_ms(retention),
         version=ctx.version,
     )
-    return {
-        "throttle_time": 0,
+    return Reply({
         "topics": [
             {
                 "name": name,
@@ -64,4 +66,4 @@ async def offset_commit(ctx, request):
             }
             for name, topic_id, rows in answers
         ],
-    }
+    })

@@ -9,12 +9,19 @@ those partitions answer GROUP_SUBSCRIBED_TO_TOPIC. Every other partition answers
 had an offset (now removed, by a tombstone in __consumer_offsets) or not.
 """
 
-from minibroker.handlers import handler
-from minibroker.handlers.common import UNKNOWN_TOPIC_OR_PARTITION
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(47, 0, 0)
-async def offset_delete(ctx, request):
+@handler(47, 0, 0, client_throttles_from=0)
+async def offset_delete(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.broker.logs
     errors: dict[tuple[str, int], int] = {}
     wanted: dict[str, list[int]] = {}
@@ -22,20 +29,19 @@ async def offset_delete(ctx, request):
         info = logs.topic(topic.name)
         for p in topic.partitions:
             if info is None or not 0 <= p.partition_index < info.num_partitions:
-                errors[(topic.name, p.partition_index)] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.setdefault(topic.name, []).append(p.partition_index)
     group_error, deleted = ctx.broker.groups.delete_offsets(request.group_id, wanted)
     if group_error:
-        return {"error_code": group_error, "throttle_time": 0, "topics": ()}
+        return Reply({"error_code": group_error, "topics": ()})
     errors.update(deleted)
     topics: dict[str, list[dict]] = {}
     for topic in request.topics:
         partitions = topics.setdefault(topic.name, [])
         for p in topic.partitions:
             partitions.append({"partition_index": p.partition_index, "error_code": errors[(topic.name, p.partition_index)]})
-    return {
-        "error_code": 0,
-        "throttle_time": 0,
+    return Reply({
+        "error_code": ErrorCode.none,
         "topics": [{"name": name, "partitions": partitions} for name, partitions in topics.items()],
-    }
+    })

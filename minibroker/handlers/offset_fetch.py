@@ -9,13 +9,18 @@ needs no waiting: there are no transactional offset commits here.
 
 from __future__ import annotations
 
-from minibroker.handlers import handler
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 NO_OFFSET = -1
 
 
-def _partition(index: int, om, error: int = 0) -> dict:
+def _partition(index: int, om, error: ErrorCode = ErrorCode.none) -> dict:
     return {
         "partition_index": index,
         "committed_offset": om.offset if om is not None else NO_OFFSET,
@@ -46,7 +51,7 @@ def fetch_group(broker, group_id: str, topics, by_id: bool) -> tuple[int, list[d
         name = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
         if name is None:
-            info = logs.topic_by_id(topic_id)
+            info = logs.resolve(None, topic_id)
             name = info.name if info is not None else None
         wanted = [(name, p) for p in topic.partition_indexes]
         found = groups.fetch_offsets(group_id, wanted) if name is not None and not error else [
@@ -59,15 +64,15 @@ def fetch_group(broker, group_id: str, topics, by_id: bool) -> tuple[int, list[d
     return error, entries
 
 
-@handler(9, 1, 10)
-async def offset_fetch(ctx, request):
+@handler(9, 1, 10, client_throttles_from=4)
+async def offset_fetch(ctx: RequestContext, request: Any) -> Reply:
     batched = getattr(request, "groups", None)
     if batched is None:
         error, topics = fetch_group(ctx.broker, request.group_id, request.topics, by_id=False)
-        return {"throttle_time": 0, "error_code": error, "topics": topics}
+        return Reply({"error_code": error, "topics": topics})
     by_id = ctx.version >= 10
     answer = []
     for group in batched:
         error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id)
         answer.append({"group_id": group.group_id, "error_code": error, "topics": topics})
-    return {"throttle_time": 0, "groups": answer}
+    return Reply({"groups": answer})

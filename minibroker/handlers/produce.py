@@ -32,31 +32,23 @@ silently lost. At most HELD_PER_CONNECTION entries per connection (the oldest go
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from minibroker.broker import wall_clock_ms
-from minibroker.handlers import handler
-from minibroker.handlers.common import (
-    INVALID_RECORD,
-    INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION,
-    INVALID_TXN_STATE,
-    KAFKA_STORAGE_ERROR,
-    MESSAGE_TOO_LARGE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    broker_owned,
-    log_storage_error as log_error,
-)
+from minibroker.handlers import ByteRate, Reply, handler
+from minibroker.handlers.common import broker_owned, error_answer
+from protocol.errors import ErrorCode
 from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
-from storage.errors import storage_error_message
 from storage.producer_state import SEQUENCE_SPACE
+
+if TYPE_CHECKING:
+    from minibroker.broker import Broker, Connection, RequestContext
+    from storage.manager import TopicInfo
 
 HELD_PER_CONNECTION = 256
 
 
 def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
-                      log_append_time: int = -1, log_start_offset: int = -1) -> dict:
+                      log_append_time: int = -1, log_start_offset: int = -1) -> dict[str, Any]:
     return {
         "index": index,
         "error_code": code,
@@ -69,7 +61,7 @@ def _partition_result(index: int, code: int, message: str | None = None, base_of
 
 
 class PartitionOutcome(NamedTuple):
-    response: dict
+    response: dict[str, Any]
     throttle_ms: int = 0  # producer-id quota throttle for this partition's batch
     header: BatchHeader | None = None
     pid_new: bool | None = None  # what the producer-id quota made of the batch's PID (None: not asked)
@@ -99,18 +91,18 @@ def _hold(conn, key: tuple, header: BatchHeader) -> None:
     held[key] = (header.producer_epoch, header.base_sequence)
 
 
-def append_partition(broker, topic, partition_index: int, records, now_ms: int, conn,
-                     version: int = 13) -> PartitionOutcome:
+def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: int, records: bytes | None,
+                     now_ms: int, conn: Connection, version: int = 13) -> PartitionOutcome:
     """Check and append one partition's records (`conn`: the Connection they came on)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
-    if log is None:
-        return PartitionOutcome(_partition_result(partition_index, UNKNOWN_TOPIC_OR_PARTITION))
+    if topic is None or log is None:
+        return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))
     if not records:
-        return PartitionOutcome(_partition_result(partition_index, INVALID_RECORD, "no records"))
+        return PartitionOutcome(_partition_result(partition_index, ErrorCode.invalid_record, "no records"))
     if len(records) > log.config.max_message_bytes:
         return PartitionOutcome(_partition_result(
             partition_index,
-            MESSAGE_TOO_LARGE,
+            ErrorCode.message_too_large,
             f"batch of {len(records)} bytes exceeds max.message.bytes {log.config.max_message_bytes}",
         ))
     config = log.config
@@ -125,7 +117,7 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
     if header.is_transactional:
         return PartitionOutcome(_partition_result(
-            partition_index, INVALID_TXN_STATE, "transactions are not supported by minibroker"
+            partition_index, ErrorCode.invalid_txn_state, "transactions are not supported by minibroker"
         ), header=header)
     pid_new = None
     if header.has_producer_id:
@@ -154,42 +146,40 @@ def append_partition(broker, topic, partition_index: int, records, now_ms: int, 
     except OSError as exc:
         # Disk full, read-only, out of descriptors: nothing was appended (the log rolls a failed
         # write back), so the client may retry; the next append tries the disk again.
-        message = storage_error_message(exc)
-        log_error("%s-%d: %s", topic.name, partition_index, message)
-        return PartitionOutcome(_partition_result(partition_index, KAFKA_STORAGE_ERROR, message), 0, header, pid_new)
-    if isinstance(result, dict):
-        return PartitionOutcome({"index": partition_index, **result}, 0, header, pid_new)
+        code, message = error_answer(broker, exc, f"{topic.name}-{partition_index}")
+        return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, pid_new)
     return PartitionOutcome(_partition_result(
         partition_index,
-        0,
+        result.error_code,
+        result.error_message,
         base_offset=result.base_offset,
         log_append_time=result.log_append_time_ms,
         log_start_offset=result.log_start_offset,
     ), 0, header, pid_new)
 
 
-@handler(0, 3, 13)
-async def produce(ctx, request):
+@handler(0, 3, 13, client_throttles_from=6, byte_rate=ByteRate.PRODUCE, audited=True)
+async def produce(ctx: RequestContext, request: Any) -> Reply | None:
     broker = ctx.broker
-    now_ms = wall_clock_ms()
+    now_ms = broker.clock.now_ms()
     acks = request.acks
-    injected = broker.faults.before_request("Produce", ctx.client_id) if broker.faults.rules else None
+    injected = broker.faults.before_request(ctx.handler.api_name, ctx.client_id) if broker.faults.rules else None
     throttle_ms = 0
     responses = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
-        topic = broker.logs.topic(name) if name is not None else broker.logs.topic_by_id(topic_id)
+        topic = broker.logs.resolve(name, topic_id)
         if injected is not None:
             partitions = [_partition_result(p.index, injected.error_code, "injected fault") for p in topic_data.partition_data]
         elif acks not in (0, 1, -1):
-            partitions = [_partition_result(p.index, INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
+            partitions = [_partition_result(p.index, ErrorCode.invalid_required_acks) for p in topic_data.partition_data]
         elif topic is None and name is None:
-            partitions = [_partition_result(p.index, UNKNOWN_TOPIC_ID) for p in topic_data.partition_data]
+            partitions = [_partition_result(p.index, ErrorCode.unknown_topic_id) for p in topic_data.partition_data]
         elif topic is not None and broker_owned(topic.name):
             # Kafka's ReplicaManager: "Cannot append to internal topic" (InvalidTopicException).
             message = f"Cannot append to internal topic {topic.name}"
-            partitions = [_partition_result(p.index, INVALID_TOPIC_EXCEPTION, message) for p in topic_data.partition_data]
+            partitions = [_partition_result(p.index, ErrorCode.invalid_topic_exception, message) for p in topic_data.partition_data]
         else:
             partitions = []
             for p in topic_data.partition_data:
@@ -201,4 +191,4 @@ async def produce(ctx, request):
         responses.append({"name": name, "topic_id": topic_id, "partition_responses": partitions})
     if acks == 0:
         return None
-    return {"responses": responses, "throttle_time": throttle_ms}
+    return Reply({"responses": responses}, throttle_ms)

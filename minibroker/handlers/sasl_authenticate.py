@@ -9,28 +9,33 @@ one before any handshake never reaches here (Broker.handle_frame closes the conn
 session_lifetime is 0: no re-authentication (KIP-368 off, Kafka's default).
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, SaslPhase, handler
 from minibroker.sasl import SaslAuthenticationFailed
+from protocol.errors import ErrorCode
 
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(36, 0, 2)
-async def sasl_authenticate(ctx, request):
+@handler(36, 0, 2, sasl_phase=SaslPhase.AUTHENTICATE)
+async def sasl_authenticate(ctx: RequestContext, request: Any) -> Reply:
     conn = ctx.connection
     if conn.authenticated or conn.sasl is None:
-        return _answer(ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication")
+        return _answer(ErrorCode.illegal_sasl_state, "SaslAuthenticate request received after successful authentication")
     try:
         token = conn.sasl.evaluate(bytes(request.auth_bytes))
     except SaslAuthenticationFailed as exc:
         ctx.close_connection = True
-        return _answer(SASL_AUTHENTICATION_FAILED, str(exc))
+        return _answer(ErrorCode.sasl_authentication_failed, str(exc))
     if conn.sasl.complete:
         conn.principal = f"User:{conn.sasl.user}"
         conn.authenticated = True
-    return _answer(0, None, token)
+    return _answer(ErrorCode.none, None, token)
 
 
-def _answer(code: int, message: str | None, token: bytes = b"") -> dict:
-    return {"error_code": code, "error_message": message, "auth_bytes": token, "session_lifetime": 0}
+def _answer(code: ErrorCode, message: str | None, token: bytes = b"") -> Reply:
+    return Reply({"error_code": code, "error_message": message, "auth_bytes": token, "session_lifetime": 0})

@@ -8,24 +8,29 @@ the same answer and the connection is closed. v0 (SASL tokens without Kafka fram
 clients) is not served: no client in the suite sends it (see minibroker.sasl).
 """
 
-from minibroker.handlers import handler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, SaslPhase, handler
 from minibroker.sasl import SaslSession
+from protocol.errors import ErrorCode
 
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(17, 1, 1)
-async def sasl_handshake(ctx, request):
+@handler(17, 1, 1, sasl_phase=SaslPhase.HANDSHAKE)
+async def sasl_handshake(ctx: RequestContext, request: Any) -> Reply:
     conn = ctx.connection
     enabled = ctx.broker.sasl_users.mechanisms
     if conn.authenticated:
-        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": ()}
+        return Reply({"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()})
     if conn.sasl is not None:
         ctx.close_connection = True
-        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": enabled}
+        return Reply({"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled})
     if request.mechanism not in enabled:
         ctx.close_connection = True
-        return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}
+        return Reply({"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled})
     conn.sasl = SaslSession(request.mechanism, ctx.broker.sasl_users.new_server(request.mechanism))
-    return {"error_code": 0, "mechanisms": enabled}
+    return Reply({"error_code": ErrorCode.none, "mechanisms": enabled})

@@ -7,17 +7,20 @@ name, checked against the group's (INCONSISTENT_GROUP_PROTOCOL), and responses e
 
 from __future__ import annotations
 
-import trio
+from typing import TYPE_CHECKING, Any
 
 from minibroker.groups.coordinator import DelayedSync
-from minibroker.handlers import handler
+from minibroker.handlers import Reply, handler
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
 
 
-@handler(14, 0, 5)
-async def sync_group(ctx, request):
+@handler(14, 0, 5, client_throttles_from=2)
+async def sync_group(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.broker.groups
     pending = groups.sync_group(
-        trio.current_time(),
+        ctx.broker.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id,
         member_id=request.member_id,
@@ -27,10 +30,9 @@ async def sync_group(ctx, request):
         assignments={a.member_id: a.assignment for a in request.assignments},
     )
     result = await groups.wait_for(pending, request.group_id, DelayedSync)
-    return {
-        "throttle_time": 0,
+    return Reply({
         "error_code": result.error,
         "protocol_type": result.protocol_type,
         "protocol_name": result.protocol_name,
         "assignment": result.assignment,
-    }
+    })

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, NamedTuple
 
 from protocol.errors import ErrorCode
+from storage.files import unlink_if_exists
 from storage.producer_state.snapshot import (
     SEQUENCE_SPACE,
     SNAPSHOTS_TO_KEEP,
@@ -47,7 +48,6 @@ from storage.producer_state.snapshot import (
     list_snapshots,
     read_snapshot,
     remove_stale_temporaries,
-    unlink,
     write_snapshot,
 )
 
@@ -284,13 +284,13 @@ class ProducerStateManager(ABC):
                     path,
                     log_end_offset,
                 )
-                unlink(path)
+                unlink_if_exists(path)
         for offset, path in reversed([s for s in snapshots if s[0] <= log_end_offset]):
             try:
                 rows = read_snapshot(path)
             except CorruptSnapshot as error:
                 logger.warning("deleting corrupt producer-state snapshot %s: %s", path, error)
-                unlink(path)
+                unlink_if_exists(path)
                 continue
             except FileNotFoundError:
                 continue
@@ -306,6 +306,6 @@ class ProducerStateManager(ABC):
         deleted = 0
         for snapshot_offset, path in snapshots:
             if snapshot_offset < offset and path not in protected:
-                unlink(path)
+                unlink_if_exists(path)
                 deleted += 1
         return deleted

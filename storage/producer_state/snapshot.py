@@ -18,7 +18,7 @@ from typing import Iterable
 from construct import Const, Int16sb, Int32sb, Int32ub, Int64sb, PrefixedArray, Struct, Terminated
 from crc32c import crc32c
 
-from storage.log import write_atomically
+from storage.files import TMP_SUFFIX, unlink_if_exists, write_atomically
 
 SEQUENCE_SPACE = 1 << 31  # sequences are int32 >= 0; 2147483647 is followed by 0
 MAX_SEQUENCE = SEQUENCE_SPACE - 1
@@ -70,7 +70,6 @@ assert _SNAPSHOT_ENTRY.size == PRODUCER_SNAPSHOT_ENTRY.sizeof() == 46
 SnapshotRow = tuple[int, int, int, int, int, int, int, int]
 
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
-_TMP_SUFFIX = ".tmp"  # what storage.log.write_atomically leaves behind if a write is interrupted
 
 
 class CorruptSnapshot(Exception):
@@ -165,12 +164,5 @@ def remove_stale_temporaries(directory: Path) -> None:
     except FileNotFoundError:
         return
     for name in names:
-        if name.endswith(".snapshot" + _TMP_SUFFIX):
-            unlink(directory / name)
-
-
-def unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+        if name.endswith(".snapshot" + TMP_SUFFIX):  # what write_atomically leaves when interrupted
+            unlink_if_exists(directory / name)

@@ -1,0 +1,224 @@
+"""The v2 record batch layout (Kafka's DefaultRecordBatch): the one place its byte offsets are written.
+
+The 61-byte header:
+
+    offset  size  field
+         0     8  baseOffset            \\ LOG_OVERHEAD (12): not counted in batchLength
+         8     4  batchLength           /
+        12     4  partitionLeaderEpoch
+        16     1  magic (2)
+        17     4  crc (CRC32C, unsigned)
+        21     2  attributes            <- the CRC covers from here to the end of the batch
+        23     4  lastOffsetDelta
+        27     8  baseTimestamp
+        35     8  maxTimestamp
+        43     8  producerId
+        51     2  producerEpoch
+        53     4  baseSequence
+        57     4  recordsCount
+
+Attributes: bits 0-2 the codec, bit 3 the timestamp type (LogAppendTime), bit 4 transactional, bit 5
+control. baseOffset lies outside the CRC, so a broker assigns offsets without recomputing it; a
+LogAppendTime topic rewrites maxTimestamp and the timestamp-type bit, and so the CRC
+(`stamp_log_append_time`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from crc32c import crc32c
+
+__all__ = [
+    "ATTRIBUTES_AT",
+    "ATTR_COMPRESSION_MASK",
+    "ATTR_CONTROL",
+    "ATTR_TIMESTAMP_TYPE",
+    "ATTR_TRANSACTIONAL",
+    "BATCH_HEADER",
+    "CRC_AT",
+    "CRC_START",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC_OFFSET",
+    "MAX_TIMESTAMP_AT",
+    "MIN_BATCH_LENGTH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "OFFSET_AND_LENGTH",
+    "BatchHeader",
+    "assign_offsets",
+    "batch_spans",
+    "iter_headers",
+    "read_header",
+    "set_base_offset",
+    "stamp_log_append_time",
+]
+
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert BATCH_HEADER.size == 61
+HEADER_SIZE = BATCH_HEADER.size
+# baseOffset + batchLength: the part of the header that is not counted in batchLength.
+LOG_OVERHEAD = 12
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no record bytes
+OFFSET_AND_LENGTH = struct.Struct(">qi")
+
+# Byte offsets of the fields the broker reads or rewrites in place.
+MAGIC_OFFSET = 16
+CRC_AT = 17
+ATTRIBUTES_AT = 21
+CRC_START = ATTRIBUTES_AT  # the CRC covers the attributes to the end of the batch
+MAX_TIMESTAMP_AT = 35
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+_INT64 = struct.Struct(">q")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fields of one batch header the broker acts on."""
+
+    position: int  # where the batch starts in the buffer it was read from
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        # Sequences wrap from Int.MaxValue to 0 (Kafka DefaultRecordBatch.incrementSequence).
+        return (self.base_sequence + self.last_offset_delta) % 0x80000000
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+
+def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Read one batch header at `position`. The caller has checked that 61 bytes are there."""
+    return BatchHeader(position, *BATCH_HEADER.unpack_from(buf, position))
+
+
+def iter_headers(buf: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
+    """Yield the header of each whole batch in `buf`; a torn tail is not yielded.
+
+    No CRC check: this is for data the broker itself wrote (reads, recovery scans), where the
+    stored batches were checked on the way in. A partial batch at the end (a fetch cut at max_bytes,
+    or a torn write) simply ends the iteration.
+    """
+    end = len(buf)
+    position = 0
+    while position + HEADER_SIZE <= end:
+        header = read_header(buf, position)
+        if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
+            return
+        yield header
+        position += header.size
+
+
+def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
+    """Assign the batch's offsets in place. baseOffset lies outside the CRC, so it stays valid."""
+    _INT64.pack_into(buf, position, base_offset)
+
+
+def stamp_log_append_time(header: bytearray, attributes: int, body: bytes | bytearray | memoryview,
+                          timestamp_ms: int) -> None:
+    """Make the batch whose 61-byte `header` (a copy, offsets already assigned) precedes `body` a
+    LogAppendTime batch stamped `timestamp_ms`: the timestamp-type bit, maxTimestamp, and the CRC
+    they change (Kafka's LogValidator for message.timestamp.type=LogAppendTime)."""
+    _INT16.pack_into(header, ATTRIBUTES_AT, attributes | ATTR_TIMESTAMP_TYPE)
+    _INT64.pack_into(header, MAX_TIMESTAMP_AT, timestamp_ms)
+    _UINT32.pack_into(header, CRC_AT, crc32c(body, crc32c(memoryview(header)[CRC_START:])))
+
+
+Span = tuple[int, int, tuple]  # (position, size, the header's fields as BATCH_HEADER unpacks them)
+
+
+def batch_spans(view: memoryview) -> list[Span]:
+    """The batches `view` (checked batches, one after another) holds: where each starts, its size,
+    its header fields. ValueError when it ends with a partial batch or holds none."""
+    total = len(view)
+    spans = []
+    position = 0
+    while position < total:
+        if position + HEADER_SIZE > total:
+            raise ValueError("records end with a partial batch header")
+        fields = BATCH_HEADER.unpack_from(view, position)
+        size = fields[1] + LOG_OVERHEAD
+        if fields[1] < MIN_BATCH_LENGTH or position + size > total:
+            raise ValueError("records end with a partial batch")
+        spans.append((position, size, fields))
+        position += size
+    if not spans:
+        raise ValueError("no record batch to append")
+    return spans
+
+
+def assign_offsets(view: memoryview, spans: Sequence[Span], first_offset: int, log_append_time_ms: int | None,
+                   ) -> tuple[list[bytes | bytearray | memoryview], list[tuple[int, int, int]]]:
+    """The batches of `view` with consecutive offsets from `first_offset`, as buffers for one
+    `os.writev` that copy no payload: a fresh 8-byte baseOffset and a view of the rest of each batch,
+    or, for a LogAppendTime topic (`log_append_time_ms` given), a rewritten header and a view of the
+    records. Also (last offset, max timestamp, size) of each batch."""
+    buffers: list[bytes | bytearray | memoryview] = []
+    batches: list[tuple[int, int, int]] = []
+    next_offset = first_offset
+    for position, size, fields in spans:
+        last_offset = next_offset + fields[6]
+        if log_append_time_ms is not None:
+            header = bytearray(view[position : position + HEADER_SIZE])
+            _INT64.pack_into(header, 0, next_offset)
+            body = view[position + HEADER_SIZE : position + size]
+            stamp_log_append_time(header, fields[5], body, log_append_time_ms)
+            buffers.append(header)
+            buffers.append(body)
+            max_timestamp = log_append_time_ms
+        else:
+            buffers.append(_INT64.pack(next_offset))
+            buffers.append(view[position + 8 : position + size])
+            max_timestamp = fields[8]
+        batches.append((last_offset, max_timestamp, size))
+        next_offset = last_offset + 1
+    return buffers, batches
