@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         print(f"no data dir {args.data_dir!r}", file=sys.stderr)
         return 2
-    bootstrap = args.bootstrap_server or (None if chosen else DEFAULT_BOOTSTRAP)
+    bootstrap: str = args.bootstrap_server or DEFAULT_BOOTSTRAP  # read only when neither file source is given
     source = args.trace or args.data_dir or f"{args.topic} on {bootstrap}"
     model = measure_entry_bytes() if args.measure_state_memory else StateMemoryModel()
 

@@ -46,13 +46,13 @@ producer-state model counts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 import pandas as pd
 
 from pipeline.timeline import QuotaStep, QuotaTimeline, WindowSettings
-from quotas.bloom import ABSENT
+from quotas.bloom import ABSENT, LayeredBloomFilter
 from quotas.callback import DEFAULT, ClientQuotaEntity
 from quotas.client_quota import ClientQuotaManager, QuotaType
 from quotas.config import QuotaConfigStore
@@ -117,21 +117,23 @@ class QuotaSettings:
         at the end, for an audit that did not record its quota configuration. Quotas on client ids
         are not replayed."""
         store = QuotaConfigStore.from_json(text)
-        rates: dict[str, dict[str | None, float]] = {"producer_ids_rate": {}, "producer_byte_rate": {}}
+        defaults: dict[str, float] = {}
+        per_user: dict[str, dict[str, float]] = {"producer_ids_rate": {}, "producer_byte_rate": {}}
         for entity, quotas in store.entities():
             if entity.user is None or entity.client_id is not None or entity.ip is not None:
                 continue
-            user = None if entity.user is DEFAULT else entity.user
-            for key, per_user in rates.items():
+            for key, users in per_user.items():
                 if key in quotas:
-                    per_user[user] = quotas[key]
-        pids, byte_rates = rates["producer_ids_rate"], rates["producer_byte_rate"]
+                    if entity.user is DEFAULT:
+                        defaults[key] = quotas[key]
+                    else:
+                        users[entity.user] = quotas[key]
         return cls(
             name,
-            producer_ids_rate=pids.pop(None, None),
-            user_producer_ids_rates=tuple(sorted(pids.items())),
-            producer_byte_rate=byte_rates.pop(None, None),
-            user_producer_byte_rates=tuple(sorted(byte_rates.items())),
+            producer_ids_rate=defaults.get("producer_ids_rate"),
+            user_producer_ids_rates=tuple(sorted(per_user["producer_ids_rate"].items())),
+            producer_byte_rate=defaults.get("producer_byte_rate"),
+            user_producer_byte_rates=tuple(sorted(per_user["producer_byte_rate"].items())),
             **windows,
         )
 
@@ -197,7 +199,7 @@ class ReplayPidQuota(ProducerIdQuotaManager):
 
     def _new_entry(self, rate: float):
         entry = super()._new_entry(rate)
-        entry.filter = _NoFilter()
+        entry.filter = cast(LayeredBloomFilter, _NoFilter())  # the methods the manager calls, remembering nothing
         return entry
 
 
@@ -252,10 +254,9 @@ class UserEvents:
         )
 
     def slice(self, start: int, stop: int) -> UserEvents:
-        out = {}
-        for name, value in self.__dict__.items():
-            out[name] = value[start:stop] if isinstance(value, np.ndarray) else value
-        return UserEvents(**out)
+        arrays: dict[str, Any] = {name: value[start:stop] for name, value in self.__dict__.items()
+                                  if isinstance(value, np.ndarray)}
+        return replace(self, **arrays)
 
 
 def _codes(values: np.ndarray, nullable: bool = False) -> tuple[list[str], np.ndarray]:

@@ -564,14 +564,12 @@ def _plot_state(clock: _Clock, state: pd.DataFrame, settings, model: StateMemory
         times = clock.times(pd.concat([data["window_start_ms"].iloc[:1], data["window_start_ms"] + window_ms]))
         color = colors[i % len(colors)]
         label = setting.name
-
-        def at(column):
-            return [0.0, *data[column].astype(float)]
-
-        axes[0].plot(times, [v / 1e6 for v in at("lean_bytes")], color=color, lw=1.6, label=f"{label}, lean")
-        axes[0].plot(times, [v / 1e6 for v in at("kafka_bytes")], color=color, lw=1.2, ls="--",
-                     label=f"{label}, kafka")
-        axes[1].plot(times, at("entries"), color=color, lw=1.6, label=label)
+        # Each series starts from nothing at the first window's start.
+        lean_mb, kafka_mb, entries = ([0.0, *data[column].astype(float)] for column in
+                                      ("lean_bytes", "kafka_bytes", "entries"))
+        axes[0].plot(times, [v / 1e6 for v in lean_mb], color=color, lw=1.6, label=f"{label}, lean")
+        axes[0].plot(times, [v / 1e6 for v in kafka_mb], color=color, lw=1.2, ls="--", label=f"{label}, kafka")
+        axes[1].plot(times, entries, color=color, lw=1.6, label=label)
     axes[0].set_title("producer-state memory", fontsize=10)
     axes[0].set_ylabel("memory (MB)")
     axes[1].set_title("producer-state entries (live producer ID x partition)", fontsize=10)

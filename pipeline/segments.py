@@ -55,7 +55,7 @@ def segment_files(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> list[Segmen
         (int(entry.name[len(prefix):]), entry) for entry in data_dir.iterdir()
         if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit() and entry.is_dir()
     )
-    out = []
+    out: list[SegmentFile] = []
     for partition, directory in partitions:
         start = log_dir.read_log_start_offset(directory) or 0
         out.extend(SegmentFile(str(directory / name), partition, start)

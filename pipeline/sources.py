@@ -281,6 +281,8 @@ class _KafkaReader(DataSourceReader):
                             break
                         raise KafkaException(error)
                     offset = message.offset()
+                    if offset is None:  # only events lack one, and they came with an error above
+                        continue
                     if offset >= r.end:
                         done = True
                         break

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Any, Iterable
 
 from quotas.producer_id_quota import DEFAULT_FALSE_POSITIVE_RATE, DEFAULT_LAYER_COUNT, DEFAULT_WINDOW_SIZE_SECONDS
 from storage.audit_format import API_QUOTA_CONFIG
@@ -53,11 +53,11 @@ class WindowSettings:
     @classmethod
     def from_recorded(cls, recorded: dict[str, float] | None) -> WindowSettings:
         """From an event's `quota_settings` (missing or invalid keys keep the defaults)."""
-        values = {}
+        values: dict[str, Any] = {}
         for key, (name, kind) in cls.KEYS.items():
             value = (recorded or {}).get(key)
             if value is not None and math.isfinite(value) and value > 0:
-                values[name] = kind(value) if kind is int else float(value)
+                values[name] = kind(value)
         return cls(**values)
 
     def differences(self, other: WindowSettings) -> list[str]:
@@ -115,7 +115,7 @@ class QuotaTimeline:
         steps = []
         for record in sorted(records, key=lambda r: (r["ts"], r["seq"])):
             start = record["api"] == API_QUOTA_CONFIG[0]
-            quotas = []
+            quotas: list[tuple[str | None, str, float | None]] = []
             for entry in record.get("quotas") or []:
                 ok, user = user_level(entry.get("entity") or {})
                 if not ok:

@@ -437,12 +437,16 @@ def _groups(table, keys: tuple[str, ...]) -> Iterator[tuple[tuple, object]]:
     import pyarrow.compute as pc
 
     n = table.num_rows
-    change = None
+    if n == 0:
+        return
+    change = np.zeros(n - 1, dtype=bool)  # change[i]: row i + 1 starts a group
     for key in keys:
         column = table[key].combine_chunks()
-        differs = pc.not_equal(column.slice(1), column.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-        change = differs if change is None else change | differs
-    starts = [0, *(np.flatnonzero(change) + 1).tolist()] if n > 1 else [0]
+        after, before = column.slice(1), column.slice(0, n - 1)
+        # Values that differ, or a null beside a value (not_equal alone leaves those null).
+        differs = pc.coalesce(pc.not_equal(after, before), pc.not_equal(pc.is_null(after), pc.is_null(before)))
+        change |= differs.to_numpy(zero_copy_only=False)
+    starts = [0, *(np.flatnonzero(change) + 1).tolist()]
     for start, stop in zip(starts, [*starts[1:], n]):
         yield tuple(table[key][start].as_py() for key in keys), table.slice(start, stop - start)
 
