@@ -308,18 +308,29 @@ class _KafkaReader(DataSourceReader):
             yield columns.batch()
 
 
-class KafkaRecordsSource(DataSource):
-    """`spark.read.format("minibroker_kafka").option("kafka.bootstrap.servers", ...).load()`."""
+class _RawRecordsSource(DataSource):
+    """A data source of RAW_SCHEMA rows (Spark's Kafka source's columns), named `FORMAT`, read by
+    `READER(options)`."""
+
+    FORMAT: str
+    READER: type[DataSourceReader]
 
     @classmethod
     def name(cls) -> str:
-        return KAFKA_FORMAT
+        return cls.FORMAT
 
     def schema(self) -> StructType:
         return RAW_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _KafkaReader(self.options)
+        return self.READER(self.options)
+
+
+class KafkaRecordsSource(_RawRecordsSource):
+    """`spark.read.format("minibroker_kafka").option("kafka.bootstrap.servers", ...).load()`."""
+
+    FORMAT = KAFKA_FORMAT
+    READER = _KafkaReader
 
 
 # -- segment files ----------------------------------------------------------------------------------
@@ -399,15 +410,8 @@ class _SegmentReader(DataSourceReader):
             yield columns.batch()
 
 
-class SegmentRecordsSource(DataSource):
+class SegmentRecordsSource(_RawRecordsSource):
     """`spark.read.format("minibroker_segments").option("path", data_dir).load()`."""
 
-    @classmethod
-    def name(cls) -> str:
-        return SEGMENTS_FORMAT
-
-    def schema(self) -> StructType:
-        return RAW_SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return _SegmentReader(self.options)
+    FORMAT = SEGMENTS_FORMAT
+    READER = _SegmentReader

@@ -5,6 +5,7 @@ and InitProducerId decisions appear with their producer ids."""
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
 from pipeline.segments import iter_audit_events
+from protocol.errors import ErrorCode
 from protocol.records import encode_batch
 
 
@@ -59,7 +60,7 @@ def test_audit_records_the_quota_configuration_at_start_and_at_each_change(tmp_p
             alter([{"entity": alice, "ops": [{"key": "producer_ids_rate", "value": 99.0, "remove": False}]}],
                   validate_only=True)
             refused = alter([{"entity": alice, "ops": [{"key": "producer_ids_rate", "value": -1.0, "remove": False}]}])
-            assert [e.error_code for e in refused.entries] == [42]
+            assert [e.error_code for e in refused.entries] == [ErrorCode.invalid_request]
             c.call(22, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
             alter([{"entity": alice, "ops": [{"key": "producer_ids_rate", "value": 0.0, "remove": True}]}])
     with running_broker(data_dir, audit_enable="true", producer_id_quota_window_size_seconds="120"):
