@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.model import needed_rate
+from protocol.errors import ErrorCode
 from quotas.config import QuotaConfigStore
 
 __all__ = [
@@ -50,7 +51,7 @@ def accepted(rate: float) -> bool:
     """Whether the broker's AlterClientQuotas accepts this producer_ids_rate for the user default."""
     ((_, code, _),) = QuotaConfigStore().alter([([("user", None)], [("producer_ids_rate", float(rate), False)])],
                                                validate_only=True)
-    return code == 0
+    return code == ErrorCode.none
 
 
 def round_up(value: float, digits: int = 2) -> float:
