@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import trio
 
@@ -30,16 +30,19 @@ from minibroker.dynamic_config import DynamicBrokerConfigs
 from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
+from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.purgatory import Purgatory
+from minibroker.txn_markers import AllowAllTransactions, MarkerResult, TransactionVerifier, TxnMarker, write_txn_markers
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
 from protocol.records import BatchHeader
 from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
+from protocol.fetch_response import FrameParts, encode_fetch_response
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
     API_VERSIONS_KEY,
@@ -63,6 +66,8 @@ from storage.manager import LogManager
 from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
+
+FETCH_KEY = 1  # its responses are encoded by protocol.fetch_response
 
 
 
@@ -127,7 +132,7 @@ class BrokerMetrics:
 class Response:
     """What one request produced, for the connection loop (server.py)."""
 
-    data: bytes | None  # the response frame; None when there is none (acks=0)
+    data: bytes | FrameParts | None  # the response frame; None when there is none (acks=0)
     throttle_ms: int = 0  # quota throttle: read nothing more from the connection for this long
     client_throttles: bool = True  # KIP-219 client: send at once; else hold the response back
     close: bool = False  # close the connection once the response is sent
@@ -258,6 +263,10 @@ class Broker:
         )
         self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
+        # Issue 17: a large log an unclean stop left is replayed now, not on the event loop at its
+        # first produce while every connection waits.
+        self.producer_states.rebuild_recovered(recovery.recovered_partitions, self.clock.now_ms(),
+                                               config["num.recovery.threads.per.data.dir"])
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
         # versions) in a tagged field, in lean mode only (protocol.extensions).
@@ -265,9 +274,13 @@ class Broker:
         if self.producer_states.mode == "lean":
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
+        # KIP-890 part 1: Produce asks it whether a transactional batch's partition is in the
+        # producer's transaction; the transaction coordinator replaces the default (allow all).
+        self.transactions: TransactionVerifier = AllowAllTransactions()
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
+        self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
@@ -475,14 +488,18 @@ class Broker:
             data = self._encode(ctx, reply.body, throttle_ms)
         return self._response(ctx, data, throttle_ms)
 
-    def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes:
-        """The response frame: `body` with the throttle time, in the request's version."""
+    def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes | FrameParts:
+        """The response frame: `body` with the throttle time, in the request's version. A Fetch
+        response keeps its large records as buffers of their own (protocol.fetch_response)."""
         schema = ctx.schema
+        if schema.api_key == FETCH_KEY:
+            return encode_fetch_response(schema, ctx.header.correlation_id, {**body, "throttle_time": throttle_ms},
+                                         self.response_tags.get(schema.api_key))
         return encode_response(schema, ctx.header.correlation_id,
                                build(schema.response, {**body, "throttle_time": throttle_ms}),
                                self.response_tags.get(schema.api_key))
 
-    def _response(self, ctx: RequestContext, data: bytes, throttle_ms: int = 0) -> Response:
+    def _response(self, ctx: RequestContext, data: bytes | FrameParts, throttle_ms: int = 0) -> Response:
         self.metrics.bytes_out += len(data)
         schema = ctx.schema
         if ctx.close_connection:  # a failed SASL exchange: answer late, then close (Kafka)
@@ -528,6 +545,15 @@ class Broker:
             self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
         return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
+
+    def write_txn_markers(self, markers: Iterable[TxnMarker | tuple]) -> list[MarkerResult]:
+        """WriteTxnMarkers in process: COMMIT/ABORT markers to partitions (minibroker.txn_markers)."""
+        return write_txn_markers(self, markers)
+
+    def last_stable_offset(self, topic: str, partition: int, log: PartitionLog, now_ms: int | None = None) -> int:
+        """The partition's last stable offset (ProducerStates.last_stable_offset)."""
+        return self.producer_states.last_stable_offset(
+            topic, partition, log, self.clock.now_ms() if now_ms is None else now_ms)
 
     def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
         """This broker as clients of `listener` must reach it (the first listener by default)."""

@@ -51,8 +51,14 @@ from quotas.callback import (
     QuotaType,
     load_callback,
 )
-from quotas.client_quota import ClientQuotaManager, ClientRequestQuotaManager
+from quotas.client_quota import (
+    ClientQuotaManager,
+    ClientRequestQuotaManager,
+    ControllerMutationQuota,
+    ControllerMutationQuotaManager,
+)
 from quotas.config import QuotaConfigStore
+from quotas.connection_quota import ConnectionRateQuotas
 from quotas.producer_id_quota import ProducerIdQuotaManager
 from quotas.rate import MetricConfig
 from storage.errors import storage_error_message
@@ -149,7 +155,21 @@ class BrokerQuotas:
         self.produce = ClientQuotaManager(QuotaType.PRODUCE, self.callback, metric_config, algorithm=algorithm)
         self.fetch = ClientQuotaManager(QuotaType.FETCH, self.callback, metric_config, algorithm=algorithm)
         self.request = ClientRequestQuotaManager(self.callback, metric_config, algorithm=algorithm)
-        self.managers = (self.produce, self.fetch, self.request)
+        # KIP-599: always a token bucket; charged by the CreateTopics/CreatePartitions/DeleteTopics
+        # handlers themselves (`mutation_quota`), not by handle_frame.
+        self.controller_mutation = ControllerMutationQuotaManager(self.callback, metric_config)
+        self.managers = (self.produce, self.fetch, self.request, self.controller_mutation)
+        # KIP-612, applied by the accept loops (minibroker.server); per-IP rates come from the store.
+        self.connection_rates = ConnectionRateQuotas(
+            metric_config,
+            broker_rate=config["max.connection.creation.rate"],
+            listener_rates={entry.name: config.listener_value(entry.name, "max.connection.creation.rate")
+                            for entry in config["listeners"]},
+        )
+        listener_names = {entry.name.lower() for entry in config["listeners"]}
+        for listener, key in config.listener_overrides():
+            if listener not in listener_names:
+                log.warning("listener.name.%s.%s has no effect: there is no listener %s", listener, key, listener)
         self.pid = _producer_id_quota(config)
         self.pid_cleanup_interval_s = config["producer.id.quota.cache.cleanup.scheduler.interval.ms"] / 1000
         self.task_clock = TaskClock()
@@ -175,8 +195,11 @@ class BrokerQuotas:
             user = entity.user
             self.pid.update_quota(None if user is DEFAULT else user, value)
             return
-        if entity.ip is not None:
-            return  # connection_creation_rate: stored and described, not enforced here
+        ip = entity.ip
+        if ip is not None:  # connection_creation_rate, the only key an ip entity takes (KIP-612)
+            self.connection_rates.set_ip_rate(None if ip is DEFAULT else ip,
+                                              None if value is None else int(value))
+            return
         for manager in self.managers:
             if manager.apply_config_change(entity, key, value):
                 return
@@ -208,6 +231,7 @@ class BrokerQuotas:
         metric_config = MetricConfig(window_num, window_size_seconds * 1000)
         for manager in self.managers:
             manager.reconfigure(metric_config)
+        self.connection_rates.reconfigure(metric_config)
 
     def _persist(self, text: str) -> None:
         write_atomically(self.path, text.encode())
@@ -294,6 +318,23 @@ class BrokerQuotas:
                 manager.refresh_quota_bounds()
         return changed
 
+    def mutation_quota(self, ctx: Any, strict_since: int) -> ControllerMutationQuota:
+        """The controller-mutation quota (KIP-599) one CreateTopics / CreatePartitions / DeleteTopics
+        request charges: strict from `strict_since` (THROTTLING_QUOTA_EXCEEDED per topic over the
+        quota), permissive below it (accepted, then throttled). Kafka's newQuotaFor."""
+        return self.controller_mutation.new_quota_for(ctx.connection.quota_user, ctx.client_id,
+                                                      ctx.version >= strict_since, self.clock.monotonic_ms())
+
+    def mutation_throttle_ms(self, ctx: Any, quota: ControllerMutationQuota) -> int:
+        """The throttle a request's mutations earned (the response's throttle_time_ms; the connection
+        is muted for it as for the other quotas); fed to the ControllerMutation throttle-time metric."""
+        now_ms = self.clock.monotonic_ms()
+        throttle_ms = quota.throttle_time_ms(now_ms)
+        if throttle_ms:
+            self.controller_mutation.record_throttle_time(ctx.connection.quota_user, ctx.client_id,
+                                                          throttle_ms, now_ms)
+        return throttle_ms
+
     def fetch_max_bytes(self, user: str, client_id: str) -> float:
         """The most one Fetch may return: quota * (samples - 1) * window (inf when unlimited)."""
         return self.fetch.max_value_in_quota_window(user, client_id)
@@ -303,6 +344,7 @@ class BrokerQuotas:
     def expire(self, now_ms: int, wall_ms: int) -> None:
         for manager in self.managers:
             manager.expire_sensors(now_ms)
+        self.connection_rates.expire_sensors(now_ms)
         # The producer-id quota runs on the wall clock, like the audit stream that replays it.
         self.pid.cleanup(wall_ms)
 

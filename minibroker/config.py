@@ -66,6 +66,10 @@ def _fault_rules(value: str):
 # Settings of a custom quota callback (client.quota.callback.class) live under this prefix.
 CALLBACK_CONFIG_PREFIX = "client.quota.callback."
 
+# Per-listener settings: listener.name.<listener, lower case>.<key> (Kafka's ListenerName.configPrefix).
+LISTENER_CONFIG_PREFIX = "listener.name."
+LISTENER_KEYS = ("max.connection.creation.rate",)
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -93,6 +97,31 @@ def _listeners(value: str) -> tuple[Listener, ...]:
             raise ValueError(f"listener {name} is given twice")
         out.append(Listener(name, *_host_port(address if sep else item)))
     return tuple(out)
+
+
+def _group_protocols(value: str) -> tuple[str, ...]:
+    names = tuple(p.strip().lower() for p in value.split(",") if p.strip())
+    unknown = [p for p in names if p not in ("classic", "consumer")]
+    if unknown:
+        raise ValueError(f"unsupported group protocol(s) {', '.join(unknown)}; supported: classic, consumer")
+    if "classic" not in names:
+        raise ValueError("must include classic")
+    return names
+
+
+def _assignors(value: str) -> tuple[str, ...]:
+    """`uniform,range`; Kafka's class names are accepted for them."""
+    from minibroker.groups.assignors import ASSIGNORS, CLASS_NAMES
+
+    names = tuple(CLASS_NAMES.get(a.strip(), a.strip()) for a in value.split(",") if a.strip())
+    unknown = [a for a in names if a not in ASSIGNORS]
+    if unknown:
+        raise ValueError(f"unknown assignor(s) {', '.join(unknown)}; available: {', '.join(ASSIGNORS)}")
+    if not names:
+        raise ValueError("must name at least one assignor")
+    if len(set(names)) != len(names):
+        raise ValueError("names an assignor twice")
+    return names
 
 
 def _non_empty(v: Any) -> str | None:
@@ -181,14 +210,22 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),
         Key("max.connections.per.ip", _int, "2147483647", "Most connections from one address; one more is closed as soon as it is accepted.", _at_least(0)),
         Key("max.connections.per.ip.overrides", _ip_overrides, "", "Per-address limits, HOST:COUNT,... (host names are resolved at start)."),
+        Key("max.connection.creation.rate", _int, "2147483647", "Most new connections per second, all listeners together (KIP-612), and each listener's unless listener.name.<listener>.max.connection.creation.rate sets its own: over it the broker stops accepting for the time that brings the rate back (at most quota.window.size.seconds). The rate is measured over the client quotas' window.", _at_least(0)),
         Key("connections.max.idle.ms", _int, "600000", "Close a connection that has not completed a request for this long: time since its last response (or since it connected), so a client that dribbles a frame byte by byte is closed too. -1: never."),
         Key("queued.max.request.bytes", _int, "-1", "Most bytes of requests read and not yet handled, all connections together; a connection whose next request does not fit waits, reading nothing. -1: unbounded. Must be at least socket.request.max.bytes when set."),
         Key("sasl.server.max.receive.size", _int, "524288", "Largest request frame on a SASL listener before authentication completes.", _at_least(1)),
         Key("message.max.bytes", _int, "1048588", "Largest record batch accepted (topic: max.message.bytes).", _at_least(0)),
         Key("log.retention.check.interval.ms", _int, "300000", "How often retention is enforced.", _at_least(1)),
         Key("log.flush.scheduler.interval.ms", _int, "1000", "How often the flush.ms policy is checked.", _at_least(1)),
+        Key("log.cleaner.enable", _bool, "true", "Run the log cleaner: compaction of topics whose cleanup.policy includes compact (Kafka's default). Off: compacted topics keep every record."),
+        Key("log.cleaner.threads", _int, "1", "Accepted for Kafka's sake: one cleaner task cleans one log at a time, on a worker thread.", _at_least(0)),
+        Key("log.cleaner.backoff.ms", _int, "15000", "How long the cleaner sleeps when no log needs cleaning.", _at_least(0)),
+        Key("log.cleaner.dedupe.buffer.size", _int, "134217728", "Memory for the cleaner's key map: at most size / 24 x log.cleaner.io.buffer.load.factor keys per round (Kafka's 16-byte key hash and 8-byte offset per slot); a log with more keys is cleaned over several rounds.", _at_least(1)),
+        Key("log.cleaner.io.buffer.load.factor", _float, "0.9", "How full the cleaner's key map may get.", lambda v: None if 0.0 < v <= 1.0 else "must be in (0, 1]"),
+        Key("log.cleaner.io.buffer.size", _int, "524288", "Accepted for Kafka's sake (the cleaner reads segments 1 MiB at a time).", _at_least(0)),
+        Key("log.cleaner.io.max.bytes.per.second", _float, "1.7976931348623157E308", "Accepted for Kafka's sake: the cleaner is not throttled.", _at_least(0)),
         Key("log.max.open.files", _int, "-1", "Segment files kept open at once (least recently used closed first, reopened on demand); -1: half of what the process's descriptor limit leaves after a reserve of 64, the other half being for connections.", lambda v: None if v == -1 or v >= 1 else "must be -1 or at least 1"),
-        Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover, at start, the partitions not closed cleanly whose last segment holds 1 MiB or more (smaller ones are recovered on the main thread, where threads would only contend for Python's GIL), and that fsync the logs at a clean shutdown where the kernel has no syncfs (Kafka's default).", _at_least(1)),
+        Key("num.recovery.threads.per.data.dir", _int, "2", "Threads that recover, at start, the partitions not closed cleanly whose last segment holds 1 MiB or more (smaller ones are recovered on the main thread, where threads would only contend for Python's GIL), then rebuild the producer state of those whose log runs 1 MiB or more past their newest snapshot, and that fsync the logs at a clean shutdown where the kernel has no syncfs (Kafka's default).", _at_least(1)),
         Key("fetch.max.bytes", _int, "57671680", "Cap on a Fetch response's size.", _at_least(1024)),
         Key("max.request.partition.size.limit", _int, "2000", "Most partitions one DescribeTopicPartitions response holds (the client pages for more).", _at_least(1)),
         Key("producer.state.mode", _str, "lean", "lean (seed 003: the latest batch per producer id) or kafka (Kafka's 5 batches).", _one_of("lean", "kafka")),
@@ -203,6 +240,11 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
+        Key("group.coordinator.rebalance.protocols", _group_protocols, "classic,consumer", "The group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848's ConsumerGroupHeartbeat); without consumer, ConsumerGroupHeartbeat and ConsumerGroupDescribe answer UNSUPPORTED_VERSION (Kafka 4's default; share and streams groups are not served here)."),
+        Key("group.consumer.session.timeout.ms", _int, "10000", "A KIP-848 consumer group member that sends no heartbeat for this long is fenced and its partitions go to the others. Kafka's default is 45000; 10000 makes a test's crashed consumer fail over quickly.", _at_least(1)),
+        Key("group.consumer.heartbeat.interval.ms", _int, "1000", "How often KIP-848 consumers heartbeat (the coordinator tells them); a member learns of a new assignment at its next heartbeat. Kafka's default is 5000; 1000 lets a test's group rebalance in about a second.", _at_least(1)),
+        Key("group.consumer.max.size", _int, "2147483647", "Most members of one KIP-848 consumer group; one more gets GROUP_MAX_SIZE_REACHED (Kafka's default).", _at_least(1)),
+        Key("group.consumer.assignors", _assignors, "uniform,range", "The server-side assignors KIP-848 members may choose (group.remote.assignor); the first is the default (Kafka's default; its class names are accepted too)."),
         Key("offsets.retention.minutes", _int, "10080", "Committed offsets of a group Empty this long (or of a simple group, this long after the commit) expire (KIP-211).", _at_least(1)),
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
         Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
@@ -220,6 +262,29 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("metrics.listen", _optional_host_port, "", "HOST:PORT of an HTTP server answering GET /metrics in Prometheus text format; off when empty."),
     ]
 }
+
+
+def _parse_value(name: str, key: Key, raw: str) -> Any:
+    """`raw` parsed and checked as `key`; a ConfigError naming `name` when it is not valid."""
+    try:
+        value = key.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc)) from None
+    if key.check is not None and (reason := key.check(value)) is not None:
+        raise ConfigError(name, f"{raw!r} {reason}")
+    return value
+
+
+def _listener_key(key: str) -> tuple[str, str] | None:
+    """`listener.name.plaintext.max.connection.creation.rate` -> ("plaintext", "max.connection.creation.rate")."""
+    if not key.startswith(LISTENER_CONFIG_PREFIX):
+        return None
+    rest = key[len(LISTENER_CONFIG_PREFIX):]
+    for name in LISTENER_KEYS:
+        listener, dot, suffix = rest.partition(".")
+        if dot and suffix == name and listener:
+            return listener.lower(), name
+    return None
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
@@ -249,14 +314,12 @@ class BrokerConfig:
         self.props: dict[str, str] = dict(props or {})
         self._values: dict[str, Any] = {}
         for name, key in BROKER_CONFIGS.items():
-            raw = self.props.get(name, key.default)
-            try:
-                value = key.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
-            if key.check is not None and (reason := key.check(value)) is not None:
-                raise ConfigError(name, f"{raw!r} {reason}")
-            self._values[name] = value
+            self._values[name] = _parse_value(name, key, self.props.get(name, key.default))
+        self._listener_values: dict[tuple[str, str], Any] = {}
+        for raw_key, raw in self.props.items():
+            parsed = _listener_key(raw_key)
+            if parsed is not None:
+                self._listener_values[parsed] = _parse_value(raw_key, BROKER_CONFIGS[parsed[1]], raw)
         self._check_together()
         # The log.* keys belong to storage, which validates them (a ConfigError naming the key).
         self.log_config = LogConfig.from_broker(self.props)
@@ -270,6 +333,10 @@ class BrokerConfig:
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"]:
             raise ConfigError("max.connections.per.ip",
                               "0 is allowed only with max.connections.per.ip.overrides")
+        interval, session = self["group.consumer.heartbeat.interval.ms"], self["group.consumer.session.timeout.ms"]
+        if interval >= session:
+            raise ConfigError("group.consumer.heartbeat.interval.ms",
+                              f"{interval} must be less than group.consumer.session.timeout.ms ({session})")
         idle, delay = self["connections.max.idle.ms"], self["connection.failed.authentication.delay.ms"]
         if idle >= 0 and delay >= idle:
             raise ConfigError("connection.failed.authentication.delay.ms",
@@ -291,7 +358,16 @@ class BrokerConfig:
     def unknown_keys(self) -> list[str]:
         """Supplied keys nothing reads; keys under `client.quota.callback.` belong to the callback."""
         return sorted(k for k in self.props if k not in BROKER_CONFIGS and k not in BROKER_LOG_KEYS
-                      and not k.startswith(CALLBACK_CONFIG_PREFIX))
+                      and not k.startswith(CALLBACK_CONFIG_PREFIX) and _listener_key(k) is None)
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """A per-listener setting: `listener.name.<listener>.<name>` when given, else `name` (Kafka
+        configures each listener with valuesWithPrefixOverride)."""
+        return self._listener_values.get((listener.lower(), name), self[name])
+
+    def listener_overrides(self) -> dict[tuple[str, str], Any]:
+        """(listener in lower case, key) -> value of every `listener.name.<listener>.<key>` given."""
+        return dict(self._listener_values)
 
     def effective_props(self) -> dict[str, str]:
         """Every known key at its configured or default value, plus every other supplied key: what a

@@ -11,6 +11,14 @@ Series:
   `kafka_server_{produce,fetch,request}_throttle_time` (average ms; NaN when nothing was throttled in
   the last 60 s, as Kafka reports it). Sensors exist only once a quota of their type is configured.
   With `quota.algorithm=token_bucket`, also `kafka_server_{produce,fetch,request}_tokens`.
+- Controller mutations (KIP-599), per live quota sensor once a controller_mutation_rate is set:
+  `kafka_server_controllermutation_mutation_rate` (partitions created or deleted per second),
+  `_tokens` (the bucket's balance; below 0 the client is throttled) and `_throttle_time`.
+- Connection creation (KIP-612), Kafka's socket-server-metrics: `kafka_network_socket_server_metrics_`
+  `broker_connection_accept_rate`, `connection_accept_rate{listener}` and `{ip}` (IPs with a
+  connection_creation_rate), `connection_accept_throttle_time{listener}` and
+  `ip_connection_accept_throttle_time{listener}`; counters `minibroker_connection_accept_delays_total`
+  and `minibroker_connections_refused_for_ip_rate_total` per listener.
 - Producer-id quota (KIP-936), per tracked user: `kafka_server_producer_ids_rate` (new producer ids
   admitted in the last `producer.id.quota.window.size.seconds`: the unit of `producer_ids_rate`),
   `_tokens` (new ids the user may still introduce now; 0 while throttled), `_throttle_time`,
@@ -61,7 +69,16 @@ _HELP = {
     "byte_rate": "bytes per second over the quota window",
     "request_time": "request handling time as a percentage of one thread",
     "throttle_time": "average throttle time in ms over the last 60 s (NaN: none)",
-    "tokens": "tokens left in the quota's bucket (quota.algorithm=token_bucket; below 0: throttled)",
+    "tokens": "tokens left in the quota's bucket (below 0: throttled)",
+    "mutation_rate": "partitions created or deleted per second over the quota window (KIP-599)",
+}
+
+_CONNECTION_HELP = {
+    "broker-connection-accept-rate": "connections accepted per second, all listeners (max.connection.creation.rate)",
+    "connection-accept-rate": "connections accepted per second, per listener or per IP with a connection_creation_rate",
+    "connection-accept-throttle-time": "average ms the acceptor waited for a connection-creation rate (NaN: none in 60 s)",
+    "ip-connection-accept-throttle-time": "average ms a connection over its IP's connection_creation_rate was held "
+                                          "before being closed (NaN: none in 60 s)",
 }
 
 
@@ -126,6 +143,15 @@ def render(broker: Broker) -> str:
             metric = _metric_name("kafka_server", group, name)
             labels = {_TAG_LABELS.get(k, _metric_name(k)): v for k, v in sorted(tags.items(), key=_tag_order)}
             out.add(metric, "gauge", f"{group} {_HELP.get(_metric_name(name), name)}", labels, value)
+    rates = quotas.connection_rates
+    for name, tags, value in rates.metrics_snapshot(broker.clock.monotonic_ms()):
+        out.add(_metric_name("kafka_network_socket_server_metrics", name), "gauge",
+                f"KIP-612 {_CONNECTION_HELP[name]}", tags, value)
+    for listener, (delays, refused) in rates.totals().items():
+        out.add("minibroker_connection_accept_delays_total", "counter",
+                "times the acceptor waited for max.connection.creation.rate", {"listener": listener}, delays)
+        out.add("minibroker_connections_refused_for_ip_rate_total", "counter",
+                "connections closed for their IP's connection_creation_rate", {"listener": listener}, refused)
     for user, name, value in quotas.pid.metrics(broker.clock.now_ms()):  # wall clock, see BrokerQuotas
         out.add(_metric_name("kafka_server_producer_ids", name), "gauge",
                 f"ProducerIds {_PID_HELP.get(name, name)} (KIP-936)", {"user": user}, value)
@@ -165,6 +191,28 @@ def render(broker: Broker) -> str:
             "bytes of requests read and not yet handled (bounded by queued.max.request.bytes)", {}, memory.used)
     out.add("minibroker_request_memory_waits_total", "counter",
             "times a connection waited for queued.max.request.bytes to read its next request", {}, memory.waits)
+    cleaner = broker.cleaner.metrics
+    out.add("minibroker_log_cleaner_runs_total", "counter", "log cleaner rounds completed", {}, cleaner.runs)
+    out.add("minibroker_log_cleaner_bytes_read_total", "counter", "bytes of segments the log cleaner read", {},
+            cleaner.bytes_read)
+    out.add("minibroker_log_cleaner_bytes_written_total", "counter", "bytes of cleaned segments the log cleaner wrote",
+            {}, cleaner.bytes_written)
+    out.add("minibroker_log_cleaner_records_removed_total", "counter",
+            "records the log cleaner removed (superseded values, expired tombstones)", {}, cleaner.records_removed)
+    out.add("minibroker_log_cleaner_failures_total", "counter", "log cleaner rounds that failed", {}, cleaner.failures)
+    out.add("minibroker_log_cleaner_in_progress", "gauge", "1 while the log cleaner is cleaning a log", {},
+            int(cleaner.in_progress))
+    out.add("kafka_log_log_cleaner_manager_max_dirty_percent", "gauge",
+            "LogCleanerManager max-dirty-percent: the dirty ratio of the dirtiest compacted log, in percent", {},
+            cleaner.max_dirty_percent)
+    out.add("kafka_log_log_cleaner_max_clean_time_secs", "gauge", "LogCleaner max-clean-time-secs: the longest round",
+            {}, cleaner.max_clean_seconds)
+    out.add("kafka_log_log_cleaner_max_buffer_utilization_percent", "gauge",
+            "LogCleaner max-buffer-utilization-percent: how full the last round's key map got", {},
+            100 * cleaner.max_buffer_utilization)
+    out.add("kafka_log_log_cleaner_manager_uncleanable_partitions_count", "gauge",
+            "LogCleanerManager uncleanable-partitions-count: partitions skipped after damaged data", {},
+            len(broker.cleaner.uncleanable))
     files = broker.files
     out.add("minibroker_open_segment_files", "gauge", "segment files open now", {}, len(files))
     out.add("minibroker_open_segment_files_max", "gauge", "segment files kept open at most (log.max.open.files)",

@@ -10,8 +10,10 @@ closes the connection; for request versions whose clients do not throttle themse
 itself is held back that long. There is one
 listener per entry of `listeners` (PLAINTEXT, SASL_PLAINTEXT), and optionally the /metrics server.
 
-Limits (minibroker.limits, Kafka's names): the accept loop stops accepting at max.connections and
-closes a connection over max.connections.per.ip at once; the connection loop closes a connection
+Limits (minibroker.limits, Kafka's names): the accept loop stops accepting at max.connections,
+waits out max.connection.creation.rate (broker-wide and per listener, KIP-612), holds a connection
+over its IP's connection_creation_rate for the throttle time and then closes it
+(quotas.connection_quota), and closes a connection over max.connections.per.ip at once; the connection loop closes a connection
 that has completed no request for connections.max.idle.ms (counted from its last response, so a
 frame dribbled byte by byte does not keep it open), caps a frame at sasl.server.max.receive.size
 until SASL authentication completes, and takes each request's bytes from queued.max.request.bytes
@@ -32,6 +34,7 @@ import trio
 
 from minibroker.broker import Broker, Connection, StartupError
 from minibroker.config import BrokerConfig
+from protocol.fetch_response import FrameParts
 from protocol.framing import FrameDecoder, FrameError
 from protocol.messages import ProtocolError
 
@@ -116,7 +119,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                     # A client of this version would not wait by itself: hold its response back.
                     await trio.sleep(delay_s)
                     delay_s = 0
-                await stream.send_all(response.data)
+                await send_frame(stream, response.data)
             quotas.end_request_cycle(conn)  # the sending counts too (KIP-124 network-thread time)
             if response.close:
                 return
@@ -131,6 +134,33 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
         log.error("storage error while serving %s, closing its connection: %s", conn.peer, exc)
     except Exception:
         log.exception("bug while serving %s; closing its connection", conn.peer)
+
+
+# At most this many buffers in one sendmsg (Linux's IOV_MAX is 1024).
+MAX_IOV = 512
+
+
+async def send_frame(stream: trio.abc.Stream, data: bytes | FrameParts) -> None:
+    """Send one response frame. A FrameParts (a Fetch response keeping its records uncopied,
+    protocol.fetch_response) goes out with vectored sends (sendmsg) on a socket, the kernel
+    gathering the buffers; elsewhere buffer by buffer."""
+    if not isinstance(data, FrameParts):
+        await stream.send_all(data)
+        return
+    sock = getattr(stream, "socket", None)
+    if sock is None or not hasattr(sock, "sendmsg"):
+        for part in data:
+            await stream.send_all(part)
+        return
+    buffers = [memoryview(part) for part in data if len(part)]
+    while buffers:
+        sent = await sock.sendmsg(buffers[:MAX_IOV])
+        while sent:  # drop what went out; a buffer sent in part stays, cut to its rest
+            if sent >= len(buffers[0]):
+                sent -= len(buffers.pop(0))
+            else:
+                buffers[0] = buffers[0][sent:]
+                sent = 0
 
 
 async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float) -> bool:
@@ -202,8 +232,12 @@ async def _connection_task(broker: Broker, stream: trio.SocketStream, listener: 
 
 
 async def _accept_loop(broker: Broker, listener: trio.SocketListener, name: str, nursery: trio.Nursery) -> None:
-    """Accept clients of one listener within max.connections and max.connections.per.ip."""
+    """Accept clients of one listener within max.connections, the connection-creation rates
+    (KIP-612) and max.connections.per.ip, in Kafka's acceptor's order: the broker-wide and listener
+    rates delay the acceptor, the IP rate refuses, then the per-IP count refuses."""
     quotas = broker.connection_quotas
+    rates = broker.quotas.connection_rates
+    clock = broker.clock
     async with listener:
         while True:
             await quotas.wait_for_slot()
@@ -216,12 +250,39 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener, name: str,
                 await trio.sleep(0.1)
                 continue
             ip, peer = _peer(stream)
+            delay_ms = rates.record_accept(name, clock.monotonic_ms())
+            if delay_ms:
+                # Kafka's acceptor blocks holding the accepted connection; the ones behind it wait
+                # in the listen backlog.
+                log.debug("listener %s over max.connection.creation.rate: accepting again in %d ms", name, delay_ms)
+                await trio.sleep(delay_ms / 1000)
+            refused = rates.record_ip(name, ip, clock.monotonic_ms())
+            if refused is not None:
+                log.debug("connection from %s over connection_creation_rate=%d for %s: closing it in %d ms",
+                          peer, refused.rate, ip, refused.throttle_ms)
+                nursery.start_soon(_close_after, stream, refused.throttle_ms / 1000, quotas.share)
+                continue
             if not quotas.admit(ip):
                 log.info("rejected connection from %s: the address already has max.connections.per.ip=%d",
                          peer, quotas.ip_limit(ip))
                 await trio.aclose_forcefully(stream)
                 continue
             nursery.start_soon(_connection_task, broker, stream, name, ip, peer)
+
+
+async def _close_after(stream: trio.SocketStream, delay_s: float, share) -> None:
+    """A connection over its IP's connection_creation_rate: Kafka keeps it open, unread, for the
+    throttle time, then closes it (so a reconnecting client is slowed to the rate). It holds a
+    descriptor meanwhile: when the connections' share of the descriptor budget has none left it is
+    closed at once instead."""
+    held = share is None or share.try_acquire()
+    try:
+        if held:
+            await trio.sleep(delay_s)
+    finally:
+        await trio.aclose_forcefully(stream)
+        if held and share is not None:
+            share.release()
 
 
 async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -240,6 +301,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.run_background)
             nursery.start_soon(broker.groups.run)
+            nursery.start_soon(broker.cleaner.run)
             for name, sockets in bound:
                 for listener in sockets:
                     nursery.start_soon(_accept_loop, broker, listener, name, nursery)

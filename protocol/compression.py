@@ -135,3 +135,67 @@ def _grow_into(decompress_into, data, limit: int, name: str) -> bytes:
             raise _too_large(name, limit)
         del out  # before the next, larger one: peak memory stays near the bound
         size = min(limit, size * _GROWTH)
+
+
+# -- compressing: the log cleaner rewrites a batch with the codec it was written with ---------------
+
+_XERIAL_BLOCK = 32 * 1024  # Java's SnappyOutputStream default block size
+_LZ4_BLOCK = 64 * 1024  # KafkaLZ4BlockOutputStream's default (BD = 64 KB)
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_FLG = 0x60  # version 01, independent blocks, no checksums, no content size (Kafka's frames)
+_LZ4_BD = 0x40  # 64 KB maximum block size
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """`data` compressed with `codec` in the framing Kafka's own broker writes when it recompresses:
+    a gzip member, xerial-framed snappy (Java's SnappyOutputStream), an LZ4 frame of independent
+    64 KB blocks (KafkaLZ4BlockOutputStream), a zstd frame. Every client reads these."""
+    view = memoryview(data)
+    if codec == GZIP:
+        compressor = zlib.compressobj(wbits=31)
+        return compressor.compress(view) + compressor.flush()
+    if codec == SNAPPY:
+        out = bytearray(_XERIAL_MAGIC + _INT32.pack(1) + _INT32.pack(1))
+        for start in range(0, len(view), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK]))
+            out += _INT32.pack(len(block)) + block
+        return bytes(out)
+    if codec == LZ4:
+        descriptor = bytes((_LZ4_FLG, _LZ4_BD))
+        out = bytearray(_LZ4_MAGIC + descriptor + bytes(((_xxh32(descriptor) >> 8) & 0xFF,)))
+        for start in range(0, len(view), _LZ4_BLOCK):
+            chunk = view[start : start + _LZ4_BLOCK]
+            block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
+            if len(block) >= len(chunk):  # incompressible: stored as is, high bit set
+                out += struct.pack("<I", len(chunk) | 0x80000000) + chunk
+            else:
+                out += struct.pack("<I", len(block)) + block
+        return bytes(out + b"\0\0\0\0")
+    if codec == ZSTD:
+        return bytes(cramjam.zstd.compress(view))
+    raise ValueError(f"codec {codec} has no compressor")
+
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+
+
+def _xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 of a short input (< 16 bytes: the LZ4 frame descriptor's header checksum)."""
+    assert len(data) < 16
+    mask = 0xFFFFFFFF
+    h = (seed + _P5 + len(data)) & mask
+    i = 0
+    while i + 4 <= len(data):
+        (word,) = struct.unpack_from("<I", data, i)
+        h = (h + word * _P3) & mask
+        h = (((h << 17) | (h >> 15)) & mask) * _P4 & mask
+        i += 4
+    for byte in data[i:]:
+        h = (h + byte * _P5) & mask
+        h = (((h << 11) | (h >> 21)) & mask) * _P1 & mask
+    h ^= h >> 15
+    h = (h * _P2) & mask
+    h ^= h >> 13
+    h = (h * _P3) & mask
+    h ^= h >> 16
+    return h

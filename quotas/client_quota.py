@@ -61,10 +61,12 @@ __all__ = [
     "ClientQuotaManager",
     "ClientRequestQuotaManager",
     "ClientSensors",
+    "ControllerMutationQuota",
     "ControllerMutationQuotaManager",
     "INACTIVE_SENSOR_EXPIRATION_MS",
     "QuotaType",
     "THROTTLE_TIME_METRIC_CONFIG",
+    "UNBOUNDED_CONTROLLER_MUTATION_QUOTA",
     "combine_throttle_time_ms",
 ]
 
@@ -373,16 +375,84 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         return min(violation.throttle_time_ms, self.max_throttle_time_ms)
 
 
-class ControllerMutationQuotaManager(ClientQuotaManager):
-    """``controller_mutation_rate`` (KIP-599): partitions created/deleted per second, token bucket.
+class ControllerMutationQuota:
+    """One request's view of its client's controller-mutation quota (Kafka's
+    ``ControllerMutationQuota``), made by ``ControllerMutationQuotaManager.new_quota_for`` and
+    dropped with the request.
 
-    ``record_and_get_throttle_time_ms`` is Kafka's strict mode (CreateTopics v6+, DeleteTopics v5+,
-    CreatePartitions v3+): it checks first and records only when the bucket is not in debt; a non-zero
-    result means "reject with THROTTLING_QUOTA_EXCEEDED, nothing recorded". Older versions use
-    ``record_permissive_and_get_throttle_time_ms``: record, then throttle.
+    A handler calls ``record(partitions, now_ms)`` for each topic it is about to create, delete or
+    grow, after the topic's other checks passed; False means "refuse this topic with
+    THROTTLING_QUOTA_EXCEEDED, nothing was recorded" (strict quotas only). ``throttle_time_ms(now_ms)``
+    is the response's throttle time: the last violation's, less the time since it was seen (Kafka
+    subtracts it too, as a request may wait in the purgatory after recording).
     """
 
-    quota_metric_name = "tokens"
+    __slots__ = ("_sensor", "strict", "_last_throttle_ms", "_last_recorded_ms")
+
+    def __init__(self, sensor: Sensor | None, strict: bool) -> None:
+        self._sensor = sensor  # None: quotas are off (Kafka's UnboundedControllerMutationQuota)
+        self.strict = strict
+        self._last_throttle_ms = 0
+        self._last_recorded_ms = 0
+
+    @property
+    def bounded(self) -> bool:
+        """False while controller-mutation quotas are off: recording is a no-op."""
+        return self._sensor is not None
+
+    @property
+    def is_exceeded(self) -> bool:
+        """Strict only: a mutation of this request was refused."""
+        return self.strict and self._last_throttle_ms > 0
+
+    def record(self, permits: float, now_ms: int) -> bool:
+        """Charge ``permits`` mutations (partitions); whether they are admitted.
+
+        Strict (StrictControllerMutationQuota): refused while the bucket is below zero, else recorded
+        whatever their number, so one topic may take the bucket from any balance >= 0 into debt and
+        the topics after it are refused. Permissive: always recorded, and a bucket left below zero
+        sets the throttle time.
+        """
+        sensor = self._sensor
+        if sensor is None:
+            return True
+        if self.strict:
+            violation = sensor.check_quota(now_ms)
+            if violation is not None:
+                self._note(violation, now_ms)
+                return False
+            sensor.record(permits, now_ms, check_quota=False)
+            return True
+        violation = sensor.record(permits, now_ms)
+        if violation is not None:
+            self._note(violation, now_ms)
+        return True
+
+    def _note(self, violation: QuotaViolation, now_ms: int) -> None:
+        self._last_throttle_ms = violation.throttle_time_ms
+        self._last_recorded_ms = now_ms
+
+    def throttle_time_ms(self, now_ms: int) -> int:
+        return max(0, self._last_throttle_ms - (now_ms - self._last_recorded_ms))
+
+
+UNBOUNDED_CONTROLLER_MUTATION_QUOTA: Final = ControllerMutationQuota(None, strict=False)
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """``controller_mutation_rate`` (KIP-599): partitions created or deleted per second, enforced by a
+    ``TokenBucket`` (burst ``quota.window.num * quota.window.size.seconds * rate``) whatever
+    ``quota.algorithm`` says, with a ``Rate`` of the same mutations beside it for the
+    ``mutation-rate`` metric (Kafka's ``ControllerMutationQuotaManager``).
+
+    Handlers take a per-request ``ControllerMutationQuota`` from ``new_quota_for``: strict for
+    CreateTopics v6+, DeleteTopics v5+ and CreatePartitions v3+ (over the quota a topic is refused
+    with THROTTLING_QUOTA_EXCEEDED), permissive for older versions (accepted, then throttled).
+    ``record_and_get_throttle_time_ms`` is Kafka's manager-level strict check: 0 and recorded, or
+    the throttle time and nothing recorded.
+    """
+
+    quota_metric_name = "mutation-rate"
 
     def __init__(
         self,
@@ -390,22 +460,25 @@ class ControllerMutationQuotaManager(ClientQuotaManager):
         metric_config: MetricConfig = MetricConfig(),
         **kwargs: object,
     ) -> None:
+        kwargs["algorithm"] = TOKEN_BUCKET  # always, whatever quota.algorithm says
         super().__init__(QuotaType.CONTROLLER_MUTATION, callback, metric_config, **kwargs)  # type: ignore[arg-type]
 
     def _new_quota_sensor(self, bound: float | None, now_ms: int) -> Sensor:
-        return Sensor(TokenBucket(self.metric_config), bound, now_ms)
+        return Sensor(TokenBucket(self.metric_config), bound, now_ms, observed=Rate(self.metric_config))
+
+    def new_quota_for(self, principal: str, client_id: str, strict: bool, now_ms: int) -> ControllerMutationQuota:
+        """The quota one request charges (Kafka ``newQuotaFor``); unbounded while quotas are off."""
+        if not self.quotas_enabled:
+            return UNBOUNDED_CONTROLLER_MUTATION_QUOTA
+        return ControllerMutationQuota(self._sensors_for(principal, client_id, now_ms).quota_sensor, strict)
 
     def record_and_get_throttle_time_ms(self, principal: str, client_id: str, value: float, now_ms: int) -> int:
-        if not self.quotas_enabled:
-            return 0
-        sensor = self._sensors_for(principal, client_id, now_ms).quota_sensor
-        violation = sensor.check_quota(now_ms)
-        if violation is not None:
-            return violation.throttle_time_ms
-        sensor.record(value, now_ms, check_quota=False)
-        return 0
+        quota = self.new_quota_for(principal, client_id, True, now_ms)
+        return 0 if quota.record(value, now_ms) else quota.throttle_time_ms(now_ms)
 
     def record_permissive_and_get_throttle_time_ms(
         self, principal: str, client_id: str, value: float, now_ms: int
     ) -> int:
-        return super().record_and_get_throttle_time_ms(principal, client_id, value, now_ms)
+        quota = self.new_quota_for(principal, client_id, False, now_ms)
+        quota.record(value, now_ms)
+        return quota.throttle_time_ms(now_ms)

@@ -10,9 +10,10 @@ Follows Kafka 4.x `LogConfig` / `ServerLogConfigs` / `ServerTopicConfigSynonyms`
 
 Only some settings change what this broker does: segment.bytes, segment.ms, retention.bytes,
 retention.ms, index.interval.bytes, max.message.bytes, flush.messages, flush.ms,
-message.timestamp.type, and the timestamp bounds, min.insync.replicas. The rest are accepted,
-validated, stored and described so clients and admin tools see what they expect. In particular
-`cleanup.policy=compact` is accepted but treated as `delete`: there is no log cleaner.
+message.timestamp.type, and the timestamp bounds, min.insync.replicas, and the compaction settings
+(cleanup.policy, min.cleanable.dirty.ratio, min/max.compaction.lag.ms, delete.retention.ms: the log
+cleaner's, storage.cleaner). The rest are accepted, validated, stored and described so clients and
+admin tools see what they expect.
 
 Like Kafka 4, segment.bytes must be at least 1 MiB; the internal `internal.segment.bytes` topic
 override (Kafka's testing-only key, not described) sets any positive segment size.
@@ -298,7 +299,7 @@ class LogConfig:
     Field names are the topic config names with '.' replaced by '_'.
     """
 
-    cleanup_policy: str = "delete"  # "compact" is accepted and behaves as "delete"
+    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete" (storage.cleaner)
     compression_type: str = "producer"
     compression_gzip_level: int = -1
     compression_lz4_level: int = 9

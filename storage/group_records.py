@@ -29,8 +29,8 @@ strings, tagged fields), is not written by Kafka 4.x and not read here: such a r
 unreadable (the replay says so and keeps it in the log).
 
 The layout this broker wrote before (version 0 of its own, not Kafka's v0) is still read, so an
-existing data directory loads; the store writes Kafka's layout from then on and its next compaction
-rewrites everything in it. A value of version 0 is read as that old layout when it parses exactly
+existing data directory loads; the store writes Kafka's layout from then on, and the log cleaner
+keeps an old record until its key is written again. A value of version 0 is read as that old layout when it parses exactly
 as one (this broker never wrote Kafka's v0), else as Kafka's v0:
 
     offset  version 0, offset int64, leader_epoch int32, metadata string, commit_timestamp int64,

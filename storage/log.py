@@ -1,9 +1,10 @@
 """`PartitionLog`: the on-disk log of one topic partition (Kafka's UnifiedLog + LocalLog, minus
-replication and compaction).
+replication; compaction is storage.cleaner's, which swaps cleaned segments in through
+`replace_segments`).
 
 Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
-20 digits (`00000000000000000000.log`, `.index`, `.timeindex`; see `storage.segment` and
-`storage.index` for the formats), an optional `log-start-offset` file (written by DeleteRecords)
+20 digits (`00000000000000000000.log`, `.index`, `.timeindex`, `.txnindex`; see `storage.segment`,
+`storage.index` and `storage.txn_index` for the formats), an optional `log-start-offset` file (written by DeleteRecords)
 and, while the files are consistent, a `clean-shutdown` marker (`storage.log_dir`: those files, and
 the leftovers removed when the directory is listed).
 
@@ -50,11 +51,15 @@ from typing import Callable, Iterator
 
 from protocol.errors import ApiError, ErrorCode
 from protocol.records.batch import BatchHeader, assign_offsets, batch_spans
+from protocol.records.codec import ControlRecord, read_control_record
+from protocol.records.validation import CorruptRecordError
 from storage.config import LogConfig
 from storage.file_cache import FileCache
 from storage.files import fsync_directory
 from storage.index import NO_TIMESTAMP
 from storage.log_dir import (
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
     create_marker,
     has_marker,
     list_segments,
@@ -64,9 +69,12 @@ from storage.log_dir import (
     write_log_start_offset,
 )
 from storage.log_loader import load_segments
+from storage.producer_state.snapshot import CorruptSnapshot, list_snapshots, read_snapshot
+from storage.producer_state.txns import AbortedTxn, OngoingTxns
 from storage.retention import segments_past_retention
 from storage.segment import LOG_SUFFIX, LogSegment, segment_name
 from storage.timestamps import latest_timestamp, offset_for_timestamp
+from storage.txn_index import CorruptTxnIndex
 
 logger = logging.getLogger(__name__)
 
@@ -339,11 +347,19 @@ class PartitionLog:
         config = self._config
         if active.size + size > config.segment_bytes:
             return True
-        if active.first_append_ms is not None and now_ms - active.first_append_ms > config.segment_ms:
+        if active.first_append_ms is not None and now_ms - active.first_append_ms > self._max_segment_ms():
             return True
         if last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
             return True
         return active.indexes_full()
+
+    def _max_segment_ms(self) -> int:
+        """segment.ms, or max.compaction.lag.ms when that is shorter on a compacted topic (Kafka's
+        LogConfig.maxSegmentMs: the active segment is never cleaned, so it must roll in time)."""
+        config = self._config
+        if "compact" in config.cleanup_policy.split(",") and config.max_compaction_lag_ms > 0:
+            return min(config.segment_ms, config.max_compaction_lag_ms)
+        return config.segment_ms
 
     def roll(self, now_ms: int) -> int:
         """Start a new segment at the log end (if the active one holds anything); returns its base."""
@@ -407,12 +423,15 @@ class PartitionLog:
                 f"{self.log_end_offset}] of {self.directory.name}"
             )
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             max_offset: int | None = None) -> bytes:
         """Whole batches from the one holding `offset`, up to `max_bytes` (or the whole first batch
-        when it alone is bigger and `min_one_batch`), continuing into later segments."""
+        when it alone is bigger and `min_one_batch`), continuing into later segments. `max_offset`:
+        no batch at or past it (a batch boundary: the last stable offset of a read_committed fetch)."""
         segments = self._loaded_segments()
         self._check_offset(offset)
-        if offset == self.log_end_offset:
+        end_offset = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if offset >= end_offset:
             return b""
         i = bisect_right(self._base_offsets, offset) - 1
         position = segments[i].find_position(offset)
@@ -420,14 +439,17 @@ class PartitionLog:
         remaining = max_bytes
         while i < len(segments):
             segment = segments[i]
+            end = None
+            if end_offset < segment.next_offset:  # the bound lies in this segment
+                end = segment.find_position(end_offset) if end_offset > segment.base_offset else 0
             if position is not None:
                 data = segment.read(
-                    position, remaining, min_one_batch=min_one_batch and not chunks
+                    position, remaining, min_one_batch=min_one_batch and not chunks, end=end
                 )
                 if data:
                     chunks.append(data)
                     remaining -= len(data)
-                if position + len(data) < segment.size or remaining <= 0:
+                if end is not None or position + len(data) < segment.size or remaining <= 0:
                     break
             i += 1
             position = 0
@@ -438,6 +460,11 @@ class PartitionLog:
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one holding `from_offset` to the log end (at the time
         each segment is reached). `position` is the batch's position in its segment file."""
+        for _, header in self._segment_headers(from_offset):
+            yield header
+
+    def _segment_headers(self, from_offset: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
+        """(segment, header) of each batch from the one holding `from_offset` to the log end."""
         segments = self._loaded_segments()
         if from_offset >= self.log_end_offset:
             return
@@ -450,8 +477,114 @@ class PartitionLog:
             if position is not None:
                 for header in segment.headers(position):
                     if header.last_offset >= from_offset:
-                        yield header
+                        yield segment, header
             position = 0
+
+    def iter_batches(self, from_offset: int) -> Iterator[tuple[BatchHeader, ControlRecord | None]]:
+        """Like `iter_batch_headers`, with the control record of each control batch (read from the
+        log: the replay of producer state needs a marker's type and coordinator epoch). A control
+        batch whose record cannot be read is logged and given as None."""
+        for segment, header in self._segment_headers(from_offset):
+            marker = None
+            if header.is_control:
+                try:
+                    marker = read_control_record(segment.read_batch(header))
+                except CorruptRecordError as exc:
+                    logger.error("%s: the control batch at offset %d cannot be read: %s",
+                                 segment.log_path, header.base_offset, exc)
+            yield header, marker
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    def _segment_holding(self, offset: int) -> LogSegment:
+        segments = self._loaded_segments()
+        return segments[max(0, bisect_right(self._base_offsets, offset) - 1)]
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction in the transaction index of the segment holding its ABORT
+        marker (just appended). An OSError leaves the index as it was."""
+        self._begin_write()
+        self._segment_holding(entry.last_offset).txn_index.append(entry)
+
+    def ensure_aborted_txn(self, entry: AbortedTxn) -> bool:
+        """The replay of producer state found this aborted transaction: add it to its segment's
+        transaction index if the index lacks it (an entry lost with a crash). An index that holds
+        later entries but not this one is rebuilt from the log. True when something changed."""
+        segment = self._segment_holding(entry.last_offset)
+        try:
+            entries = segment.txn_index.entries(segment.next_offset)
+        except CorruptTxnIndex as exc:
+            self._rebuild_txn_index(segment, exc)
+            return True
+        if entry in entries:
+            return False
+        self._begin_write()
+        if not entries or entries[-1].last_offset < entry.last_offset:
+            logger.warning("%s: adding the aborted transaction of producer %d (offsets %d-%d) it lacked",
+                           segment.txn_index.path, entry.producer_id, entry.first_offset, entry.last_offset)
+            segment.txn_index.append(entry)
+        else:
+            self._rebuild_txn_index(segment, CorruptTxnIndex(
+                f"lacks the aborted transaction of producer {entry.producer_id} ending at {entry.last_offset}"))
+        return True
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
+        transaction indexes of the segment holding `fetch_offset` onwards (Kafka's
+        UnifiedLog.collectAbortedTransactions). A damaged index is rebuilt from the log first."""
+        segments = self._loaded_segments()
+        i = max(0, bisect_right(self._base_offsets, fetch_offset) - 1)
+        found: list[AbortedTxn] = []
+        for segment in list(segments[i:]):
+            self.txn_index_entries(segment)  # checked (and rebuilt if damaged) before collecting
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def txn_index_entries(self, segment: LogSegment) -> list[AbortedTxn]:
+        """The aborted transactions in one segment's transaction index, the index rebuilt from the
+        log first when it is damaged."""
+        try:
+            return segment.txn_index.entries(segment.next_offset)
+        except CorruptTxnIndex as exc:
+            self._rebuild_txn_index(segment, exc)
+            return segment.txn_index.entries()
+
+    def _rebuild_txn_index(self, segment: LogSegment, why: Exception) -> None:
+        """Rebuild one segment's transaction index from the log: the open transactions at the
+        segment's start come from the newest producer-state snapshot at or below it (else the
+        log start), then the log is replayed to the segment's end (Kafka rebuilds it by recovering
+        the segment against producer state)."""
+        logger.warning("%s: %s; rebuilding it from the log", segment.txn_index.path, why)
+        txns = OngoingTxns()
+        start = self._log_start_offset
+        for offset, path in reversed(list_snapshots(self.directory)):
+            if self._log_start_offset <= offset <= segment.base_offset:
+                try:
+                    rows = read_snapshot(path)
+                except (CorruptSnapshot, OSError):
+                    continue
+                txns.load((row[0], row[7]) for row in rows if row[7] >= 0)
+                start = offset
+                break
+        entries = []
+        for header, marker in self.iter_batches(start):
+            if header.base_offset >= segment.next_offset:
+                break
+            if header.producer_id < 0:
+                continue
+            if header.is_control:
+                if marker is None or marker.type > 1:
+                    continue
+                aborted = txns.end(header.producer_id, header.base_offset, marker.is_abort)
+                if aborted is not None and header.base_offset >= segment.base_offset:
+                    entries.append(aborted)
+            elif header.is_transactional:
+                txns.begin(header.producer_id, header.base_offset)
+        self._begin_write()
+        segment.txn_index.replace(entries)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """ListOffsets by timestamp: (offset, timestamp) of the first record at or after the log
@@ -482,6 +615,56 @@ class PartitionLog:
         if deleted:
             self._log_start_offset = max(self._log_start_offset, segments[0].base_offset)
         return deleted
+
+    def holds_segments(self, segments: list[LogSegment]) -> bool:
+        """Whether every one of `segments` is still one of the log's, in the same order and not the
+        active one (the cleaner checks this before it swaps cleaned segments in)."""
+        current = self._segments
+        if current is None or self._closed or not segments:
+            return False
+        try:
+            start = current.index(segments[0])
+        except ValueError:
+            return False
+        return (current[start:start + len(segments)] == segments
+                and start + len(segments) < len(current))
+
+    def replace_segments(self, swaps: list[tuple[LogSegment, list[LogSegment]]]) -> None:
+        """Swap cleaned segments in, each `new` (its files suffixed `.cleaned`) for the consecutive
+        segments `old` it was cleaned from (Kafka's LocalLog.replaceSegments), crash-safe at every
+        step, with two fsyncs of the directory whatever the number of groups:
+
+        1. every `new`'s files are renamed `.cleaned` -> `.swap`, the directory fsynced: from here a
+           restart completes each swap (storage.log_dir) instead of discarding it;
+        2. the old segments that do not share their `new`'s base offset are renamed `.deleted`;
+        3. every `new`'s files are renamed `.swap` -> their final names, atomically replacing the
+           old segment of the same base offset; the directory is fsynced;
+        4. the `.deleted` files are removed.
+
+        A crash before 1 leaves `.cleaned` files, removed at the next load (the old segments are
+        intact); after 1, `.swap` files whose offset ranges name the old segments they replace."""
+        segments = self._loaded_segments()
+        assert all(self.holds_segments(old) for _, old in swaps), "the segments to replace are no longer the log's"
+        self._begin_write()
+        for new, _ in reversed(swaps):
+            new.change_suffix(SWAP_SUFFIX)
+        fsync_directory(self.directory)
+        for new, old in swaps:
+            for segment in old:
+                segment.close()
+                if segment.base_offset != new.base_offset:
+                    segment.change_suffix(DELETED_SUFFIX)
+            new.change_suffix("")
+        fsync_directory(self.directory)
+        for new, old in swaps:
+            start = segments.index(old[0])
+            new.next_offset = segments[start + len(old)].base_offset
+            segments[start:start + len(old)] = [new]
+            self._base_offsets[start:start + len(old)] = [new.base_offset]
+            self._size += new.size - sum(segment.size for segment in old)
+            for segment in old:
+                if segment.base_offset != new.base_offset:
+                    segment.delete()
 
     def _delete_oldest_segment(self) -> None:
         self._begin_write()

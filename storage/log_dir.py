@@ -1,15 +1,19 @@
 """A partition log's directory: which files it holds besides the segments' own, and how they are read.
 
 `<data_dir>/<topic>-<partition>/` holds the segments (`<base offset, 20 digits>.log`, `.index`,
-`.timeindex`; storage.segment), and:
+`.timeindex`, `.txnindex`; storage.segment), and:
 
 * `log-start-offset`: the log start offset DeleteRecords moved up, decimal text, written atomically;
   absent while the log starts at its first segment. An unreadable one is recovered from what is on
   disk: the log starts at its first segment (the records it hid become readable; nothing is deleted).
 * `clean-shutdown`: the marker a clean close leaves (storage.log explains when it is trusted).
-* leftovers of unfinished work, removed when the directory is listed: our own `.tmp` files, the
-  `.deleted`/`.cleaned`/`.swap`/`.tmp` segment files of Kafka-style tools, index files whose log is
-  gone.
+* leftovers of unfinished work, dealt with when the directory is listed: our own `.tmp` files and
+  the `.deleted`/`.cleaned`/`.tmp` segment files (a cleaning cut short, a deletion not finished) are
+  removed, index files whose log is gone too; a `.swap` segment (the log cleaner had finished a
+  cleaned segment and begun to swap it in) is swapped in, as Kafka's LogLoader does: the `.log`
+  files whose base offset lies in the swap's offset range (its base offset to the offset after its
+  last batch) are the ones it replaces and go, then the swap is renamed to `.log` and its indexes
+  are rebuilt from it (storage.cleaner describes the sequence and why every crash point is safe).
 """
 
 from __future__ import annotations
@@ -18,8 +22,16 @@ import logging
 import os
 from pathlib import Path
 
-from storage.files import TMP_SUFFIX, unlink_if_exists, write_atomically
-from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from storage.batch_scan import scan_headers
+from storage.files import TMP_SUFFIX, fsync_directory, unlink_if_exists, write_atomically
+from storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_paths,
+    txn_index_path,
+)
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -38,20 +50,27 @@ logger = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
 _OWN_TEMP_FILES = (LOG_START_OFFSET_FILE + TMP_SUFFIX, CLEAN_SHUTDOWN_FILE + TMP_SUFFIX)
+CLEANED_SUFFIX = ".cleaned"  # a segment the log cleaner is writing (Kafka's suffixes)
+SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in
+DELETED_SUFFIX = ".deleted"  # a segment replaced or deleted, its files about to be removed
 _LEFTOVER_SUFFIXES = tuple(
     s + extra
-    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-    for extra in (".deleted", ".cleaned", ".swap", TMP_SUFFIX)
-)
+    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+    for extra in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
+) + (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX, TXN_INDEX_SUFFIX + SWAP_SUFFIX)
 _SEGMENT_NAME_LENGTH = 20 + len(LOG_SUFFIX)
 
 
 def list_segments(directory: Path) -> list[int]:
     """The base offsets of the segments in `directory`, sorted; leftovers of unfinished work are
-    removed on the way (see the module docstring)."""
+    removed, and swaps completed, on the way (see the module docstring)."""
     bases: list[int] = []
     index_names: list[tuple[str, int]] = []
-    for name in os.listdir(directory):
+    names = os.listdir(directory)
+    if any(name.endswith(LOG_SUFFIX + SWAP_SUFFIX) for name in names):
+        _complete_swaps(directory, names)
+        names = os.listdir(directory)
+    for name in names:
         stem, dot, suffix = name.partition(".")
         if name in _OWN_TEMP_FILES:
             unlink_if_exists(directory / name)
@@ -63,7 +82,7 @@ def list_segments(directory: Path) -> list[int]:
             continue
         if "." + suffix == LOG_SUFFIX:
             bases.append(int(stem))
-        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             index_names.append((name, int(stem)))
     bases.sort()
     known = set(bases)
@@ -71,6 +90,55 @@ def list_segments(directory: Path) -> list[int]:
         if base not in known:  # an index whose log is gone
             unlink_if_exists(directory / name)
     return bases
+
+
+def _complete_swaps(directory: Path, names: list[str]) -> None:
+    """Finish the swaps a crash cut short (Kafka's LogLoader.removeTempFilesAndCollectSwapFiles and
+    what follows it): every `.log.swap` replaces the `.log` files whose base offsets fall in its
+    offset range, and becomes a `.log` whose indexes are rebuilt at load."""
+    swaps: list[tuple[int, int, Path]] = []
+    for name in names:
+        stem, _, suffix = name.partition(".")
+        if "." + suffix == LOG_SUFFIX + SWAP_SUFFIX and len(stem) == 20 and stem.isdigit():
+            base = int(stem)
+            path = directory / name
+            swaps.append((base, _next_offset(path, base), path))
+    logs = sorted(int(n[:20]) for n in names if n.endswith(LOG_SUFFIX) and len(n) == 20 + len(LOG_SUFFIX)
+                  and n[:20].isdigit())
+    for base, next_offset, _ in swaps:
+        for old in logs:
+            if base <= old < next_offset or old == base:
+                logger.info("%s: removing segment %d, replaced by a cleaned segment a crash left to swap in",
+                            directory, old)
+                for path in segment_paths(directory, old):
+                    unlink_if_exists(path)
+                if old != base:  # its aborted transactions are in the cleaned segment's index
+                    unlink_if_exists(txn_index_path(directory, old))
+    for base, _, path in swaps:
+        for index in segment_paths(directory, base)[1:]:  # rebuilt from the swapped-in log
+            unlink_if_exists(index)
+        for index in segment_paths(directory, base, SWAP_SUFFIX)[1:]:
+            unlink_if_exists(index)
+        # The cleaned segment's transaction index, renamed before its log (LogSegment.change_suffix):
+        # either still `.swap` here, or already in place. It keeps every marker, so no index at all
+        # means the segments it replaces had no aborted transaction either.
+        if txn_index_path(directory, base, SWAP_SUFFIX).exists():
+            os.replace(txn_index_path(directory, base, SWAP_SUFFIX), txn_index_path(directory, base))
+        os.replace(path, segment_paths(directory, base)[0])
+        logger.warning("%s: completed the swap of cleaned segment %d that a crash interrupted", directory, base)
+    fsync_directory(directory)
+
+
+def _next_offset(path: Path, base: int) -> int:
+    """The offset after the last whole batch of a segment file (its base offset when it has none)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        next_offset = base
+        for header in scan_headers(lambda size, position: os.pread(fd, size, position), 0, os.fstat(fd).st_size):
+            next_offset = header.last_offset + 1
+        return next_offset
+    finally:
+        os.close(fd)
 
 
 def segment_files(directory: Path) -> list[tuple[str, int]]:

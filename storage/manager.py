@@ -108,6 +108,9 @@ class Recovery:
     partitions: int = 0
     recovered: int = 0
     threads: int = 1
+    # (topic, partition) of each log recovered: the shell rebuilds the producer state of the large
+    # ones before it serves (minibroker.producers.ProducerStates.rebuild_recovered).
+    recovered_partitions: tuple[tuple[str, int], ...] = ()
 
 
 class LogManager:
@@ -188,8 +191,9 @@ class LogManager:
         PARALLEL_RECOVERY_BYTES. A small log's recovery is mostly Python, where threads only
         contend for the GIL (10,000 one-batch partitions: 0.7 s on one thread, 1.1 s on two), so
         those are recovered on this thread, after the large ones."""
-        logs = [log for _, _, log in self.logs()]
-        unclean = [log for log in logs if log.needs_recovery]
+        entries = list(self.logs())
+        unclean_entries = [entry for entry in entries if entry[2].needs_recovery]
+        unclean = [log for _, _, log in unclean_entries]
         large = []
         if self.threads > 1 and len(unclean) > 1:
             large = [log for log in unclean if log.tail_bytes_on_disk() >= PARALLEL_RECOVERY_BYTES]
@@ -200,7 +204,8 @@ class LogManager:
                     pass
         for log in unclean:
             log.load()  # (a no-op for those loaded above)
-        self.recovery = Recovery(len(logs), len(unclean), max(threads, 1))
+        self.recovery = Recovery(len(entries), len(unclean), max(threads, 1),
+                                 tuple((name, partition) for name, partition, _ in unclean_entries))
 
     def _finish_deletions(self, infos: list[TopicInfo]) -> list[TopicInfo]:
         """Complete the deletions a crash cut short: every `-delete` directory goes, and so does a

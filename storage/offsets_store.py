@@ -7,16 +7,16 @@ generation and every deletion is a record appended to `__consumer_offsets-0`; at
 read from its start and the last record for each key wins (a tombstone, a null value, deletes).
 
 The records are Kafka's own (OffsetCommitKey/Value, GroupMetadataKey/Value; storage/group_records.py
-has their layouts and reads the layout this broker wrote before them), inside ordinary uncompressed
-v2 record batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
+has their layouts and reads the layout this broker wrote before them; a KIP-848 consumer group's
+six record types are in storage/consumer_group_records.py), inside ordinary uncompressed v2 record
+batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
 
-There is no log cleaner in this broker (cleanup.policy=compact is stored but acts as delete), so the
-store compacts itself: when the log holds many more records than live keys, it rolls a new segment,
-rewrites the live state there, and moves the log start past the old records (DeleteRecords), which
-deletes the old segments. A crash half-way leaves the old records in place, and replaying them
-before the new copy gives the same state. retention.ms=-1 on the topic keeps time retention away.
-A replay that had to skip unreadable records (damage) never compacts: the records it could not read
-stay in the log, where a person can still recover them.
+The topic is an ordinary compacted topic (cleanup.policy=compact, Kafka's settings): the broker's
+log cleaner (storage.cleaner) keeps the last record of each key and removes tombstones once
+delete.retention.ms has passed, as Kafka's does for its offsets topic; the records are designed for
+that (each key holds the whole of what it describes, so any cleaned log replays to the same state).
+A record the replay cannot read (damage) is skipped and logged, and stays in the log unless a later
+record of the same key supersedes it, where a person can still recover it.
 
 This module does no I/O of its own beyond the PartitionLog it is given, never reads a clock and
 never imports trio (it sits in storage/, below the shell): callers pass `now_ms` (wall-clock
@@ -32,6 +32,13 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from construct import ConstructError
 
 from protocol.records import decode_records, encode_batch, iter_headers
+from storage.consumer_group_records import (
+    CONSUMER_RECORD_TYPES,
+    StoredConsumerGroup,
+    apply_record,
+    diff_records,
+    parse_consumer_key,
+)
 from storage.group_records import (
     GROUP_KEY,
     OFFSET_KEY,
@@ -51,25 +58,22 @@ if TYPE_CHECKING:
     from storage.log import PartitionLog
     from storage.manager import LogManager
 
-__all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredGroup", "StoredMember"]
+__all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredConsumerGroup", "StoredGroup",
+           "StoredMember"]
 
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
-# Kafka's offsets topic settings (offsets.topic.segment.bytes is 100 MiB), plus no time retention:
-# without a cleaner, time retention would delete live commits.
+# Kafka's offsets topic settings (offsets.topic.segment.bytes is 100 MiB). A compact-only topic
+# loses nothing to time or size retention (storage.retention).
 TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
     "segment.bytes": str(100 * 1024 * 1024),
     "compression.type": "producer",
 }
 
 # Batches written here stay well under the default max.message.bytes.
 MAX_RECORDS_PER_BATCH = 2000
-# Compact when the log holds more than this many records beyond twice the live ones.
-COMPACT_SLACK = 10_000
 READ_CHUNK = 1 << 20
 
 
@@ -82,15 +86,16 @@ TopicPartition = tuple[str, int]
 class OffsetsStore:
     """Committed offsets and group records, in memory and (when given a log) on disk.
 
-    `offsets[group][(topic, partition)]` and `groups[group]` are the live state; every change goes
-    to the log first, then to memory, so what a client was told is committed is on disk.
+    `offsets[group][(topic, partition)]`, `groups[group]` (classic groups) and
+    `consumer_groups[group]` (KIP-848 groups) are the live state; every change goes to the log
+    first, then to memory, so what a client was told is committed is on disk.
     """
 
     def __init__(self, log: PartitionLog | None = None) -> None:
         self.log = log
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.groups: dict[str, StoredGroup] = {}
-        self.records_in_log = 0  # records replayed or appended since the log start
+        self.consumer_groups: dict[str, StoredConsumerGroup] = {}
         self.skipped_records = 0  # records that could not be decoded at load
         self.replay_complete = True  # False when the load skipped or stopped short of anything
 
@@ -101,7 +106,6 @@ class OffsetsStore:
             logs.create_topic(TOPIC, 1, TOPIC_CONFIGS, now_ms)
         store = cls(logs.log(TOPIC, 0))
         store.load()
-        store.maybe_compact(now_ms)
         return store
 
     # -- loading ----------------------------------------------------------------------------------
@@ -109,7 +113,7 @@ class OffsetsStore:
     def load(self) -> None:
         self.offsets.clear()
         self.groups.clear()
-        self.records_in_log = 0
+        self.consumer_groups.clear()
         self.skipped_records = 0
         self.replay_complete = True
         if self.log is None:
@@ -134,8 +138,8 @@ class OffsetsStore:
         if self.skipped_records:
             self.replay_complete = False
         if not self.replay_complete:
-            log.error("%s: the replay was incomplete (%d unreadable record(s)); the log is left as it "
-                      "is (no compaction) so that nothing more is lost", TOPIC, self.skipped_records)
+            log.error("%s: the replay was incomplete (%d unreadable record(s)); they stay in the log "
+                      "unless a later record of the same key supersedes them", TOPIC, self.skipped_records)
 
     def _replay_batch(self, batch: memoryview, base_offset: int) -> None:
         records: list[tuple[bytes, bytes | None]] = []
@@ -149,7 +153,6 @@ class OffsetsStore:
             self.skipped_records += 1
             return
         for key, value in records:
-            self.records_in_log += 1
             try:
                 self._replay(key, value)
             except (ConstructError, ValueError) as exc:
@@ -157,6 +160,15 @@ class OffsetsStore:
                 log.warning("%s: skipping unreadable record near offset %d: %s", TOPIC, base_offset, exc)
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
+        if len(key) >= 2 and (record_type := int.from_bytes(key[:2], "big", signed=True)) in CONSUMER_RECORD_TYPES:
+            group_id, member = parse_consumer_key(record_type, key[2:])
+            group = self.consumer_groups.setdefault(group_id, StoredConsumerGroup())
+            try:
+                apply_record(group, record_type, member, value)
+            finally:
+                if group.is_empty():
+                    del self.consumer_groups[group_id]
+            return
         parsed = RECORD_KEY.parse(key)
         body = parsed.key
         if parsed.type in (0, OFFSET_KEY):
@@ -185,7 +197,6 @@ class OffsetsStore:
         for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
             chunk = list(records[start : start + MAX_RECORDS_PER_BATCH])
             self.log.append(encode_batch(chunk, now_ms), now_ms)
-            self.records_in_log += len(chunk)
 
     def commit(self, group: str, entries: dict[TopicPartition, OffsetAndMetadata], now_ms: int) -> None:
         """Store one OffsetCommit's offsets (one batch, as Kafka appends a commit atomically)."""
@@ -211,38 +222,34 @@ class OffsetsStore:
         self.groups[group] = stored
 
     def delete_group(self, group: str, now_ms: int) -> None:
-        """Tombstones for the group's offsets and its group record."""
+        """Tombstones for the group's offsets and its group records (of either type)."""
         records: list[tuple[bytes | None, bytes | None]] = [
             (offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
         if group in self.groups:
             records.append((group_key(group), None))
+        records.extend(diff_records(group, self.consumer_groups.get(group), None))
         self._append(records, now_ms)
         self.offsets.pop(group, None)
         self.groups.pop(group, None)
+        self.consumer_groups.pop(group, None)
 
-    # -- compaction -------------------------------------------------------------------------------
-
-    def live_records(self) -> int:
-        return sum(len(o) for o in self.offsets.values()) + len(self.groups)
-
-    def maybe_compact(self, now_ms: int, slack: int = COMPACT_SLACK) -> bool:
-        """Rewrite the live state and drop the old records when they are mostly dead."""
-        if self.log is None or self.records_in_log <= 2 * self.live_records() + slack:
-            return False
-        if not self.replay_complete:
-            # Compaction drops the old records; the ones the replay could not read would go with
-            # them, and with them any chance of recovering those commits.
-            return False
-        start = self.log.roll(now_ms)
-        records: list[tuple[bytes, bytes | None]] = []
-        for group, stored in self.groups.items():
-            records.append((group_key(group), group_value(stored)))
-        for group, group_offsets in self.offsets.items():
-            records.extend(
-                (offset_key(group, t, p), offset_value(om)) for (t, p), om in group_offsets.items()
-            )
-        self.records_in_log = 0
+    def store_consumer_group(self, group: str, stored: StoredConsumerGroup | None, now_ms: int,
+                             drop_classic_record: bool = False) -> int:
+        """Write what changed in a consumer group's records since the last call (Kafka writes the
+        same deltas); None deletes them all. `drop_classic_record` also tombstones the group's
+        classic record in the same batch (an Empty classic group becoming a consumer group).
+        Returns the number of records written."""
+        records: list[tuple[bytes | None, bytes | None]] = []
+        if drop_classic_record and group in self.groups:
+            records.append((group_key(group), None))
+        records.extend(diff_records(group, self.consumer_groups.get(group), stored))
+        if not records:
+            return 0
         self._append(records, now_ms)
-        self.log.delete_records_before(start)
-        log.info("%s: compacted to %d live records", TOPIC, len(records))
-        return True
+        if drop_classic_record:
+            self.groups.pop(group, None)
+        if stored is None or stored.is_empty():
+            self.consumer_groups.pop(group, None)
+        else:
+            self.consumer_groups[group] = stored
+        return len(records)

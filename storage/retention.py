@@ -1,5 +1,7 @@
 """Which old segments retention deletes (Kafka's UnifiedLog.deleteOldSegments): whole segments from
-the oldest, never the active one, while any of its three rules holds:
+the oldest, never the active one, while any of its three rules holds (the last two only when
+cleanup.policy includes `delete`: a `compact`-only topic keeps its records until the cleaner
+removes them, and loses segments only below its log start offset, as in Kafka):
 
 * the segment lies entirely below the log start offset (DeleteRecords moved it past);
 * its largest timestamp is older than retention.ms (a segment without timestamps counts from its
@@ -26,6 +28,8 @@ def segments_past_retention(segments: Sequence[LogSegment], log_start_offset: in
     last = len(segments) - 1  # the active segment stays
     while n < last and segments[n + 1].base_offset <= log_start_offset:
         n += 1
+    if "delete" not in config.cleanup_policy.split(","):
+        return n
     if config.retention_ms >= 0:
         while n < last and now_ms - _largest_timestamp(segments[n]) > config.retention_ms:
             if segments[n].verify_max_timestamp():

@@ -1,4 +1,5 @@
-"""One log segment: a `.log` file of record batches plus its `.index` and `.timeindex` (Kafka's LogSegment).
+"""One log segment: a `.log` file of record batches plus its `.index`, `.timeindex` and `.txnindex`
+(Kafka's LogSegment; the transaction index: storage.txn_index).
 
 The `.log` file holds v2 record batches exactly as produced, with their offsets assigned. Its name is
 the segment's base offset (the first offset it may hold) padded to 20 digits; the index files share
@@ -37,17 +38,32 @@ from storage.file_cache import FileCache
 from storage.files import unlink_if_exists
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 from storage.timestamps import first_record_at_or_after
+from storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 logger = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-
+__all__ = ["INDEX_SUFFIX", "LOG_SUFFIX", "TIME_INDEX_SUFFIX", "TXN_INDEX_SUFFIX", "LogSegment", "segment_name"]
 
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
+
+
+def txn_index_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """The `.txnindex` path of a segment, with `suffix` appended (as `segment_paths`). Apart from
+    the other three: it exists only once the segment holds an aborted transaction."""
+    return directory / (segment_name(base_offset) + TXN_INDEX_SUFFIX + suffix)
+
+
+def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
+    """The `.log`, `.index` and `.timeindex` paths of a segment, each with `suffix` appended (Kafka's
+    file suffixes: `.cleaned` while the cleaner writes a segment, `.swap` while it is swapped in)."""
+    name = segment_name(base_offset)
+    return (directory / (name + LOG_SUFFIX + suffix), directory / (name + INDEX_SUFFIX + suffix),
+            directory / (name + TIME_INDEX_SUFFIX + suffix))
 
 
 class LogSegment:
@@ -64,13 +80,13 @@ class LogSegment:
         max_index_size: int,
         files: FileCache,
         size: int,
+        suffix: str = "",
     ) -> None:
-        name = segment_name(base_offset)
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = directory / (name + LOG_SUFFIX)
-        self.index_path = directory / (name + INDEX_SUFFIX)
-        self.time_index_path = directory / (name + TIME_INDEX_SUFFIX)
+        self.suffix = suffix  # "" for a live segment; the cleaner's ".cleaned" / ".swap" (Kafka's)
+        self.log_path, self.index_path, self.time_index_path = segment_paths(directory, base_offset, suffix)
+        self.txn_index = TransactionIndex(txn_index_path(directory, base_offset, suffix), base_offset)
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
         self.files = files
@@ -108,17 +124,18 @@ class LogSegment:
         )
         segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
         segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
+        segment.txn_index = TransactionIndex.empty(segment.txn_index.path, base_offset)
         segment.active = True
         return segment
 
     @classmethod
     def open(
         cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
-        files: FileCache,
+        files: FileCache, suffix: str = "",
     ) -> LogSegment:
         """An existing segment, read nothing of (see `load_inactive` / `load_clean` / `recover`);
-        no descriptor is opened until it is used."""
-        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        no descriptor is opened until it is used. `suffix`: a cleaned segment not yet swapped in."""
+        path = segment_paths(directory, base_offset, suffix)[0]
         return cls(
             directory,
             base_offset,
@@ -126,7 +143,37 @@ class LogSegment:
             max_index_size=max_index_size,
             files=files,
             size=os.stat(path).st_size,
+            suffix=suffix,
         )
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the segment's files to carry `suffix` instead of their current one (Kafka's
+        LogSegment.changeFileSuffixes), each by an atomic rename, replacing a file of that name (a
+        swapped-in segment takes over the name of the one it replaces). Index files not written
+        yet are written first. The caller fsyncs the directory."""
+        self.write_indexes()
+        self.files.forget(self.log_path)
+        # The transaction index first: a `.log.swap` found at start-up then finds the cleaned
+        # segment's index already renamed (storage.log_dir completes swaps).
+        txn_path = txn_index_path(self.directory, self.base_offset, suffix)
+        try:
+            os.replace(self.txn_index.path, txn_path)
+        except FileNotFoundError:
+            pass
+        self.txn_index.path = txn_path
+        new_paths = segment_paths(self.directory, self.base_offset, suffix)
+        for old, new in zip((self.log_path, self.index_path, self.time_index_path), new_paths):
+            try:
+                os.replace(old, new)
+            except FileNotFoundError:
+                if old == self.log_path:
+                    raise
+        self.suffix = suffix
+        self.log_path, self.index_path, self.time_index_path = new_paths
+        if self._offset_index is not None:
+            self._offset_index.path = self.index_path
+        if self._time_index is not None:
+            self._time_index.path = self.time_index_path
 
     def load_inactive(self) -> None:
         """Cheap load for a segment that is not the last: trust its files (fsynced at roll), read
@@ -180,7 +227,7 @@ class LogSegment:
             if expected_next is None:
                 if header.last_offset != indexed_offset:
                     return False
-            elif header.base_offset != expected_next:
+            elif header.base_offset < expected_next:  # (a cleaned segment has gaps: offsets only grow)
                 return False
             expected_next = header.last_offset + 1
             if header.max_timestamp > self.max_timestamp:
@@ -209,7 +256,9 @@ class LogSegment:
         """Scan every batch from the start checking framing, magic, offsets and CRC; truncate the
         file at the first bad or torn batch and rebuild both indexes. Returns bytes truncated."""
         self.active = True
-        return self._rebuild(verify=True)
+        truncated = self._rebuild(verify=True)
+        self.txn_index.truncate_to(self.next_offset)  # markers cut off with their batches
+        return truncated
 
     def rebuild_indexes(self, *, verify: bool = False) -> int:
         return self._rebuild(verify=verify)
@@ -243,7 +292,7 @@ class LogSegment:
         next_offset = self.base_offset
         scan = scan_verified if verify else scan_headers
         for header in scan(self._pread, 0, self.size):
-            if header.base_offset != next_offset:
+            if header.base_offset < next_offset:  # offsets grow; gaps are a cleaned segment's
                 break
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
@@ -374,6 +423,7 @@ class LogSegment:
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.mark_durable()
+        self.txn_index.mark_durable()
 
     def flush(self) -> None:
         """fsync the log file if it has unflushed data (reopening it if it was evicted), then write
@@ -389,6 +439,7 @@ class LogSegment:
             self._offset_index.flush()
         if self._time_index is not None:
             self._time_index.flush()
+        self.txn_index.flush()
 
     def truncate_to(self, offset: int) -> int:
         """Remove the batch holding `offset` and all after it (Kafka's LogSegment.truncateTo).
@@ -401,6 +452,7 @@ class LogSegment:
         self.size = position
         self._dirty = True
         self.rebuild_indexes()
+        self.txn_index.truncate_to(self.next_offset)
         return removed
 
     def close(self) -> None:
@@ -414,6 +466,7 @@ class LogSegment:
         self.close()
         for path in (self.log_path, self.index_path, self.time_index_path):
             unlink_if_exists(path)
+        self.txn_index.delete()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -462,10 +515,11 @@ class LogSegment:
         header = next(scan_headers(self._pread, position, self.size), None)
         return header is not None and header.last_offset == offset and header.max_timestamp == timestamp
 
-    def read(self, position: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
+    def read(self, position: int, max_bytes: int, *, min_one_batch: bool, end: int | None = None) -> bytes:
         """Whole batches from `position`, at most `max_bytes` of them unless `min_one_batch` and the
-        first batch alone is bigger (then that batch, KIP-74)."""
-        end = self.size
+        first batch alone is bigger (then that batch, KIP-74); none at or past the file position
+        `end` (a batch boundary: a read_committed fetch stops at the last stable offset's batch)."""
+        end = self.size if end is None else min(end, self.size)
         available = end - position
         if available <= 0:
             return b""

@@ -12,11 +12,12 @@ import pytest
 
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
-from protocol.records import encode_batch
+from protocol.records import decode_records, encode_batch, iter_headers
 from storage.config import LogConfig
 from storage.errors import DamagedFileError
 from storage.manager import LogManager
 from storage.offsets_store import TOPIC as OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
+from tests.cleaning import clean_fully
 from tests.damage import sole_error
 
 KAFKA_STORAGE_ERROR = 56
@@ -114,9 +115,9 @@ def test_a_damaged_producer_ids_file_stops_the_broker(tmp_path, content):
     assert (data / "producer-ids").read_bytes() == content
 
 
-def test_an_unreadable_offsets_record_is_skipped_but_never_compacted_away(tmp_path):
-    """A damaged record in __consumer_offsets costs that commit (the replay skips it, logged), and the
-    store then never compacts: compaction would delete the unreadable record for good."""
+def test_an_unreadable_offsets_record_is_skipped_but_never_cleaned_away(tmp_path):
+    """A damaged record in __consumer_offsets costs that commit (the replay skips it, logged); the
+    log cleaner keeps it (nothing supersedes its key), where a person can still recover it."""
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
     store = OffsetsStore.open(logs, 0)
     for i in range(50):
@@ -127,9 +128,11 @@ def test_an_unreadable_offsets_record_is_skipped_but_never_compacted_away(tmp_pa
     reopened = OffsetsStore.open(logs, 0)
     assert reopened.offsets["g"][("t", 0)].offset == 49
     assert reopened.skipped_records == 1 and not reopened.replay_complete
-    end = reopened.log.log_end_offset
-    assert not reopened.maybe_compact(10_000, slack=0)
-    assert reopened.log.log_start_offset == 0 and reopened.log.log_end_offset == end
+    assert clean_fully(reopened.log, 10_000) >= 1
+    data = reopened.log.read(0, 1 << 20)
+    kept = [key for batch in iter_headers(data)
+            for _, _, key, _ in decode_records(data[batch.position:batch.position + batch.size])]
+    assert b"\x00\x01garbage" in kept and len(kept) < 51  # the old commits went, the damaged one stayed
     logs.close()
 
 

@@ -27,6 +27,7 @@ from storage.group_records import (
     parse_offset_value,
 )
 from storage.manager import LogManager
+from tests.cleaning import clean_fully
 from storage.offsets_store import (
     TOPIC,
     OffsetAndMetadata,
@@ -62,7 +63,7 @@ def test_state_survives_reopening(tmp_path):
     store.store_group("gone", StoredGroup("consumer", 1, "", 0, 118), 118)
     store.delete_group("gone", 119)
     expected = (store.offsets, store.groups)
-    assert logs.topic(TOPIC).overrides["retention.ms"] == "-1"
+    assert logs.topic(TOPIC).config.cleanup_policy == "compact"  # time retention never applies
     logs.close()
 
     logs, reopened = open_store(tmp_path)
@@ -75,20 +76,18 @@ def test_state_survives_reopening(tmp_path):
     logs.close()
 
 
-def test_compaction_rewrites_live_state_and_drops_old_records(tmp_path):
+def test_the_log_cleaner_keeps_the_live_state_and_drops_old_records(tmp_path):
     logs, store = open_store(tmp_path)
     log = logs.log(TOPIC, 0)
     for i in range(200):
         store.commit("g", {("t", p): OffsetAndMetadata(i, -1, "", i) for p in range(3)}, i)
-    assert not store.maybe_compact(1000, slack=1000)
-    assert store.maybe_compact(1000, slack=10)
-    assert log.log_start_offset == 600 and store.records_in_log == 3
+    assert clean_fully(log, 1000) >= 1
+    assert len(raw_records(logs)) == 3  # one batch held all three partitions' last commits
     state = dict(store.offsets)
     store.commit("g", {("t", 0): OffsetAndMetadata(999, -1, "", 1001)}, 1001)
     logs.close()
     logs, reopened = open_store(tmp_path)
     assert reopened.offsets == {"g": {**state["g"], ("t", 0): OffsetAndMetadata(999, -1, "", 1001)}}
-    assert reopened.records_in_log == 4
     logs.close()
 
 
@@ -99,7 +98,7 @@ ops = st.lists(
         st.tuples(st.just("remove"), st.sampled_from("ab"), st.sampled_from(["t", "u"]), st.integers(0, 2)),
         st.tuples(st.just("group"), st.sampled_from("ab"), st.integers(0, 50)),
         st.tuples(st.just("delete"), st.sampled_from("ab")),
-        st.tuples(st.just("compact")),
+        st.tuples(st.just("clean")),
         st.tuples(st.just("reopen")),
     ),
     max_size=40,
@@ -108,7 +107,7 @@ ops = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(ops=ops)
-def test_store_matches_a_dict_model_across_reopens_and_compactions(tmp_path_factory, ops):
+def test_store_matches_a_dict_model_across_reopens_and_cleanings(tmp_path_factory, ops):
     data_dir = tmp_path_factory.mktemp("offsets")
     logs, store = open_store(data_dir)
     offsets: dict[str, dict] = {}
@@ -132,8 +131,8 @@ def test_store_matches_a_dict_model_across_reopens_and_compactions(tmp_path_fact
             store.delete_group(op[1], now)
             offsets.pop(op[1], None)
             groups.pop(op[1], None)
-        elif kind == "compact":
-            store.maybe_compact(now, slack=0)
+        elif kind == "clean":
+            clean_fully(store.log, now)
         else:
             logs.close()
             logs, store = open_store(data_dir)
@@ -280,10 +279,11 @@ def old_group_value(protocol_type: str, generation: int, protocol: str, members:
             + struct.pack(">iq", members, state_ms))
 
 
-def test_the_old_layout_still_loads_and_compaction_rewrites_it_in_kafkas(tmp_path):
+def test_the_old_layout_still_loads_and_survives_cleaning(tmp_path):
     """A data directory written before the change: its offsets and groups load as they were, new
-    commits beside them are Kafka's, and after a compaction every record is Kafka's and the state
-    reopens the same (a group that had members keeps what a restart used from it)."""
+    commits beside them are Kafka's; the log cleaner keeps each key's last record as it was written
+    (an old-layout record until its key is written again), and the state reopens the same (a group
+    that had members keeps what a restart used from it)."""
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
     OffsetsStore.open(logs, 0)  # creates the topic
     old = [
@@ -308,27 +308,22 @@ def test_the_old_layout_still_loads_and_compaction_rewrites_it_in_kafkas(tmp_pat
     assert store.groups == {"g": StoredGroup("consumer", 9, "range", 0, 103),
                             "busy": StoredGroup("consumer", 2, "roundrobin", 3, 104)}
     loaded = {g: ClassicGroup.from_record(g, s, 5_000) for g, s in store.groups.items()}
-    for offset in range(4, 20):  # dead records enough for a compaction
+    for offset in range(4, 20):  # records the cleaner will remove
         store.commit("g", {("t", 3): OffsetAndMetadata(offset, -1, "", 107)}, 107)
     assert kafka_offset_value(raw_records(logs)[-1][1])["version"] == 3
     expected_offsets["g"][("t", 3)] = OffsetAndMetadata(19, -1, "", 107)
 
-    assert store.maybe_compact(108, slack=0)
+    assert clean_fully(store.log, 108) >= 1
     records = raw_records(logs)
-    assert len(records) == 6
-    for key, value in records:
-        if key[:2] == b"\x00\x01":
-            kafka_offset_value(value)
-        else:
-            kafka_group_value(value)
+    # The six old records (the t2 tombstone kept until delete.retention.ms) and the last t3 commit.
+    assert len(records) == 7
+    assert kafka_offset_value(records[-1][1])["version"] == 3
     logs.close()
 
     logs, reopened = open_store(tmp_path)
     assert reopened.offsets == expected_offsets
     assert reopened.groups["g"] == StoredGroup("consumer", 9, "range", 0, 103)
-    # The old record's member count has no members to write: Kafka's record says "no members, state
-    # time unknown", which loads the group as the old record did.
-    assert reopened.groups["busy"] == StoredGroup("consumer", 2, "roundrobin", 0, -1)
+    assert reopened.groups["busy"] == StoredGroup("consumer", 2, "roundrobin", 3, 104)  # still the old record
     for group_id, stored in reopened.groups.items():
         again = ClassicGroup.from_record(group_id, stored, 5_000)
         before = loaded[group_id]
@@ -338,7 +333,7 @@ def test_the_old_layout_still_loads_and_compaction_rewrites_it_in_kafkas(tmp_pat
     logs.close()
 
 
-def test_a_value_of_an_unknown_version_is_skipped_and_stops_compaction(tmp_path):
+def test_a_value_of_an_unknown_version_is_skipped(tmp_path):
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
     OffsetsStore.open(logs, 0)
     flexible = struct.pack(">hq", 4, 1) + b"\x00" * 14  # OffsetCommitValue v4 is not read here
@@ -349,7 +344,6 @@ def test_a_value_of_an_unknown_version_is_skipped_and_stops_compaction(tmp_path)
     logs, store = open_store(tmp_path)
     assert store.offsets == {"g": {("t", 1): OffsetAndMetadata(2, -1, "", 1)}}
     assert (store.skipped_records, store.replay_complete) == (1, False)
-    assert not store.maybe_compact(2, slack=0)
     logs.close()
 
 

@@ -12,6 +12,8 @@ broker's newest versions against the client that defines them:
   librdkafka;
 - a consumer group of two Java consumers (classic protocol): the second member's join rebalances
   the first, every record is read exactly once, and the committed offsets are the log end;
+- a KIP-848 consumer group of three Java consumers (group.protocol=consumer) shares six partitions,
+  survives one leaving and resumes after a broker restart (issue 15's done criterion);
 - Admin.alterClientQuotas / describeClientQuotas round trip.
 
 tests/java/MiniClient.java is the Java side, compiled once per session (the `java` fixture, see
@@ -175,6 +177,88 @@ def test_java_consumer_group(java, versions, broker, unique):
     assert {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic} == committed
     assert max(versions.seen["join_group"]) == 9
     assert max(versions.seen["offset_commit"]) >= 9
+
+
+def ownership_overlaps(lines) -> list[str]:
+    """Partitions two members held at once, from MiniClient's assigned/revoked/lost/closed events,
+    which a global sequence number orders across the JVM's consumer threads."""
+    held: dict[int, tuple[str, int]] = {}  # partition -> (member, since)
+    problems = []
+    for event in sorted((e for e in lines if e["type"] in ("assigned", "revoked", "lost", "closed")),
+                        key=lambda e: e["seq"]):
+        for p in event["partitions"]:
+            if event["type"] == "assigned":
+                if p in held and held[p][0] != event["member"]:
+                    problems.append(f"partition {p}: {event['member']} at {event['seq']} while {held[p][0]} "
+                                    f"held it since {held[p][1]}")
+                held[p] = (event["member"], event["seq"])
+            elif held.get(p, ("",))[0] == event["member"]:
+                del held[p]
+    return problems
+
+
+def shares(lines, what) -> dict[str, set[int]]:
+    (shared,) = [line for line in of_type(lines, "shared") if line["what"] == what]
+    return {member: set(ps) for member, ps in shared["owners"].items()}
+
+
+def test_java_kip848_group_shares_six_partitions_and_resumes_after_a_restart(java, versions, start_broker, unique):
+    """Issue 15's done criterion: three Java consumers with group.protocol=consumer (KIP-848) join one
+    after another and share six partitions two each; 1,200 records are read; the third leaves and
+    the other two take over its partitions and read 600 more; every record is read exactly once, no
+    partition is held by two consumers at once (revoke before assign), and the committed offsets
+    are the log end. After a broker restart, Admin.describeConsumerGroups shows the group with the
+    epoch it had, and three new consumers read exactly the 600 records produced after the restart,
+    from the committed offsets."""
+    topic, group = unique("java-848"), unique("java-848")
+    first, second, after = 1200, 600, 600
+    with start_broker() as broker:
+        versions.watch(broker)
+        b = broker.bootstrap
+        out = java.run(["create-topic", b, topic, 6],
+                       ["kip848-group", b, topic, group, 3, "first", first, second],
+                       ["describe-consumer-group", b, group], ["list-groups", b])
+    got = records(out, topic)
+    assert len(got) == first + second
+    assert len({(p, o) for p, o, *_ in got}) == len(got), "a record was read twice"
+    values = sorted(v.decode() for *_, v, _ in got)
+    assert values == sorted([f"first-{i}" for i in range(first)] + [f"first-after-leave-{i}" for i in range(second)])
+    all_three = shares(out, "all")
+    assert set(all_three) == {"member-0", "member-1", "member-2"}
+    assert sorted(len(ps) for ps in all_three.values()) == [2, 2, 2]
+    after_leave = shares(out, "after-leave")
+    assert set(after_leave) == {"member-0", "member-1"} and sorted(len(ps) for ps in after_leave.values()) == [3, 3]
+    readers = {r["partition"] for r in of_type(out, "record")
+               if bytes.fromhex(r["value"]).startswith(b"first-after-leave") and r["member"] != "member-2"}
+    assert all_three["member-2"] <= readers, "the leaver's partitions were taken over"
+    assert ownership_overlaps(out) == []
+    committed: dict[int, int] = {}
+    for line in of_type(out, "committed"):
+        committed[line["partition"]] = max(committed.get(line["partition"], 0), line["offset"])
+    assert committed == {p: (first + second) // 6 for p in range(6)}
+    (described,) = of_type(out, "consumer-group")
+    assert (described["group_type"], described["state"], described["members"]) == ("Consumer", "Empty", [])
+    epoch = described["group_epoch"]
+    assert epoch >= 6  # three joins, one leave, two closes
+    assert {g["group"]: g["group_type"] for g in of_type(out, "group")}[group] == "Consumer"
+    assert versions.seen["consumer_group_heartbeat"] == {1}
+    assert min(versions.seen["offset_commit"]) >= 9 and max(versions.seen["offset_fetch"]) >= 9
+    assert "join_group" not in versions.seen
+
+    with start_broker() as broker:
+        versions.watch(broker)
+        b = broker.bootstrap
+        out = java.run(["describe-consumer-group", b, group],
+                       ["kip848-group", b, topic, group, 3, "after-restart", after],
+                       ["describe-consumer-group", b, group])
+    before, later = of_type(out, "consumer-group")
+    assert (before["group_epoch"], before["state"]) == (epoch, "Empty"), "the group came back as it was"
+    got = records(out, topic)
+    assert sorted(v.decode() for *_, v, _ in got) == sorted(f"after-restart-{i}" for i in range(after))
+    assert {(p, o) for p, o, *_ in got} == {(p, (first + second) // 6 + i) for p in range(6) for i in range(after // 6)}
+    assert sorted(len(ps) for ps in shares(out, "all").values()) == [2, 2, 2]
+    assert ownership_overlaps(out) == []
+    assert later["group_epoch"] > epoch
 
 
 def test_java_admin_client_quotas(java, versions, broker, unique):

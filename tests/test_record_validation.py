@@ -313,38 +313,77 @@ def test_kafka_python_gzip_batches_are_accepted(broker, unique):
     assert sorted(offsets) == list(range(100))
 
 
-# ---- the fixed-shape fast path agrees with the reference too -------------------------------------
+# ---- the run-at-a-time fast path agrees with the reference too ------------------------------------
 
 @settings(max_examples=300, deadline=None)
 @given(
     count=st.integers(16, 300),
     key=st.one_of(st.none(), st.integers(0, 70)),
     value=st.one_of(st.none(), st.integers(0, 200)),
-    timestamps=st.lists(st.integers(0, 70), min_size=1, max_size=5),
+    timestamps=st.lists(st.integers(0, 9000), min_size=1, max_size=5),
+    growing=st.booleans(),
     data=st.data(),
 )
-def test_the_fixed_shape_fast_path_accepts_exactly_what_the_reference_accepts(count, key, value, timestamps, data):
-    """Batches of same-sized records take the column-at-a-time check; it must agree with the plain
-    reference parser, before and after any one-byte damage."""
-    from protocol.records.validation import _uniform_records_ok
+def test_the_run_fast_path_accepts_exactly_what_the_reference_accepts(count, key, value, timestamps, growing, data):
+    """Records of one shape are checked a run at a time; the runs must cover a batch whose records
+    all share a shape, and agree with the plain reference parser before and after one-byte damage.
+    `growing` spreads timestamp deltas over the batch, as a producer's linger does, so the records
+    come in runs whose timestamp-delta width steps up (1, 2 bytes), besides the offset delta's."""
+    from protocol.records.validation import MIN_RUN, _check_runs
 
+    if growing:
+        timestamps = sorted(timestamps)
+        stamp = [timestamps[i * len(timestamps) // count] for i in range(count)]
+    else:
+        stamp = [timestamps[i % len(timestamps)] for i in range(count)]
     body = b"".join(
-        encode_record(i, timestamps[i % len(timestamps)], None if key is None else bytes(key),
-                      None if value is None else b"v" * value)
+        encode_record(i, stamp[i], None if key is None else bytes(key), None if value is None else b"v" * value)
         for i in range(count)
     )
-    # Timestamp deltas up to 63 keep one byte: the fast path takes the whole batch.
-    assert _uniform_records_ok(body, 0, len(body), count, False) == (max(timestamps) < 64)
+    covered, position = _check_runs(body, 0, len(body), 0, count, False)
+    if len({len(encode_record(0, t, None, None)) for t in stamp}) == 1:
+        # One timestamp width: one run, or two where the offset delta widens at record 64 (the
+        # second walked when shorter than MIN_RUN).
+        assert covered == (64 if 64 < count < 64 + MIN_RUN else count)
+        assert position == len(b"".join(encode_record(i, stamp[i], None if key is None else bytes(key),
+                                                      None if value is None else b"v" * value)
+                                         for i in range(covered)))
     assert check_produce_records(rebatch(TEMPLATE, body, count=count)).records_count == count
     mutated = bytearray(body)
-    position = data.draw(st.integers(0, len(body) - 1))
-    mutated[position] ^= data.draw(st.integers(1, 255))
+    where = data.draw(st.integers(0, len(body) - 1))
+    mutated[where] ^= data.draw(st.integers(1, 255))
     expected = _reference_ok(bytes(mutated), count)
-    if _uniform_records_ok(bytes(mutated), 0, len(mutated), count, False):
-        assert expected
+    covered, position = _check_runs(bytes(mutated), 0, len(mutated), 0, count, False)
+    if covered == count:
+        assert expected and position == len(mutated)
     try:
         check_produce_records(rebatch(TEMPLATE, bytes(mutated), count=count))
         accepted = True
     except InvalidRecordError:
         accepted = False
     assert accepted == expected
+
+
+def test_a_producers_batch_under_load_is_checked_in_runs():
+    """A batch as librdkafka builds it when the broker is busy: 9,000 records of 100 B lingering
+    for 300 ms, so the timestamp delta takes one byte, then two, while the offset delta takes one,
+    two, then three. The runs cover it all, and with one byte flipped anywhere, the batch is
+    refused exactly when the reference parser refuses it (a flipped payload byte is a valid batch)."""
+    from protocol.records.validation import _check_runs
+
+    count = 9000
+    body = b"".join(encode_record(i, i * 300 // count, None, b"x" * 100) for i in range(count))
+    assert _check_runs(body, 0, len(body), 0, count, False) == (count, len(body))
+    batch = rebatch(TEMPLATE, body, count=count)
+    assert check_produce_records(batch).records_count == count
+    refused = 0
+    for where in range(0, len(body), len(body) // 60 + 1):
+        mutated = bytearray(body)
+        mutated[where] ^= 0x40
+        try:
+            check_produce_records(rebatch(TEMPLATE, bytes(mutated), count=count))
+            accepted = True
+        except InvalidRecordError:
+            accepted, refused = False, refused + 1
+        assert accepted == _reference_ok(bytes(mutated), count), where
+    assert refused > 0

@@ -1,10 +1,15 @@
 """The group coordinator: Kafka's classic group protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup),
-committed offsets, ListGroups/DescribeGroups/DeleteGroups, for every group (this broker coordinates
-them all). Split the way Kafka's group-coordinator module is:
+KIP-848's consumer group protocol (ConsumerGroupHeartbeat/ConsumerGroupDescribe), committed offsets,
+ListGroups/DescribeGroups/DeleteGroups, for every group (this broker coordinates them all). Split
+the way Kafka's group-coordinator module is:
 
-    api.py              GroupConfig, the answers (JoinResult, Pending, ...), the Group interface
+    api.py              GroupConfig, the requests and answers (JoinResult, Pending, ...), the Group
+                        interface, the TopicsImage consumer groups resolve subscriptions against
     classic_group.py    ClassicGroup / ClassicGroupMember and the state table (pure data and rules)
     classic_manager.py  the classic protocol's requests and timeouts (GroupMetadataManager's part)
+    consumer_group.py   ConsumerGroup / ConsumerGroupMember and the reconciliation (pure)
+    consumer_manager.py the consumer protocol's requests and timeouts (GroupMetadataManager's part)
+    assignors.py        the server-side assignors of consumer groups: uniform and range
     offsets.py          OffsetMetadataManager: commits, fetches, deletes, retention (any group type)
     shard.py            GroupCoordinatorShard: the registry, timers, load, list, delete (pure)
     coordinator.py      GroupCoordinator: the trio shell, clocks, the purgatory, the timer task

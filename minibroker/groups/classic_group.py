@@ -205,7 +205,8 @@ class ClassicGroup:
     def is_empty(self) -> bool:
         return self.state is EMPTY
 
-    def validate_offset_commit(self, generation_id: int, member_id: str, instance_id: str | None) -> ErrorCode:
+    def validate_offset_commit(self, generation_id: int, member_id: str, instance_id: str | None,
+                               api_version: int = 9) -> ErrorCode:
         """Kafka's ClassicGroup.validateOffsetCommit: a member of the current generation commits,
         except while the assignment is being handed out; so does a "simple" committer (generation
         -1, no member id) while the group is Empty."""
@@ -223,6 +224,10 @@ class ClassicGroup:
             return ErrorCode.unknown_member_id
         if self.is_(COMPLETING_REBALANCE):
             return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """A classic group does not check who fetches (Kafka's ClassicGroup.validateOffsetFetch)."""
         return ErrorCode.none
 
     def validate_offset_delete(self) -> ErrorCode:

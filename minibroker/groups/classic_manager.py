@@ -14,7 +14,10 @@ leader's assignment arrives, and members that do not sync within the rebalance t
 join or sync counts as alive, except a brand-new member, which has 5 minutes); static membership
 (group.instance.id): a rejoin with an unknown member id replaces the old member id, fencing it
 (FENCED_INSTANCE_ID), and a Stable group whose protocol would not change skips the rebalance.
-Not done: group max size.
+Not done: group max size. A group id is one type at a time: a JoinGroup turns an Empty KIP-848
+consumer group into a classic group (its offsets stay) and is refused INCONSISTENT_GROUP_PROTOCOL by
+one with members; SyncGroup, Heartbeat and LeaveGroup find no classic member there
+(UNKNOWN_MEMBER_ID).
 
 Shape: each request is a plain method taking `now` (monotonic seconds, for deadlines) and, where the
 group's state may change, `now_ms` (wall-clock milliseconds, for the timestamps stored). It answers
@@ -105,7 +108,17 @@ class ClassicGroupManager:
                   <= self.config.max_session_timeout_ms):
             pending.result = JoinResult(ErrorCode.invalid_session_timeout, member_id)
         else:
-            group = self.shard.groups.get(group_id)
+            existing = self.shard.groups.get(group_id)
+            if existing is not None and not isinstance(existing, ClassicGroup):
+                if not existing.is_empty():
+                    # Kafka 4 would take the member into the consumer group as a classic-protocol
+                    # member (a mixed group); this broker keeps a group id to one type.
+                    log.info("group %s: a classic member cannot join the consumer group, which has members",
+                             group_id)
+                    pending.result = JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+                    return pending
+                self.shard.drop_empty_consumer_group(group_id, now_ms)
+            group = self.shard.classic_group(group_id)
             if group is None:
                 if member_id:
                     pending.result = JoinResult(ErrorCode.unknown_member_id, member_id)
@@ -362,7 +375,7 @@ class ClassicGroupManager:
         if not group_id:
             pending.result = SyncResult(ErrorCode.invalid_group_id)
             return pending
-        group = self.shard.groups.get(group_id)
+        group = self.shard.classic_group(group_id)
         if group is None or group.is_(EMPTY):
             pending.result = SyncResult(ErrorCode.unknown_member_id)
             return pending
@@ -437,7 +450,7 @@ class ClassicGroupManager:
                   group_instance_id: str | None = None) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
-        group = self.shard.groups.get(group_id)
+        group = self.shard.classic_group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
         if group.is_(DEAD):
@@ -461,7 +474,11 @@ class ClassicGroupManager:
         """(top-level error, one error per (member_id, group_instance_id) leaving)."""
         if not group_id:
             return ErrorCode.invalid_group_id, []
-        group = self.shard.groups.get(group_id)
+        if group_id in self.shard.groups and self.shard.classic_group(group_id) is None:
+            # A consumer group: none of its members use the classic protocol (Kafka's
+            # classicGroupLeaveToConsumerGroup answers each UNKNOWN_MEMBER_ID).
+            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
+        group = self.shard.classic_group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, []
         if group.is_(DEAD):
@@ -508,7 +525,7 @@ class ClassicGroupManager:
     def parked_deadline(self, group_id: str) -> float | None:
         """When a request parked on the group is answered at the latest, unless something happens
         first: the end of the join phase or of the sync phase (None: no such deadline now)."""
-        group = self.shard.groups.get(group_id)
+        group = self.shard.classic_group(group_id)
         if group is None:
             return None
         return min((d for d in (group.join_deadline, group.sync_deadline) if d is not None), default=None)
@@ -551,7 +568,7 @@ class ClassicGroupManager:
     # -- DescribeGroups ---------------------------------------------------------------------------
 
     def describe_group(self, group_id: str) -> GroupDescription | None:
-        group = self.shard.groups.get(group_id)
+        group = self.shard.classic_group(group_id)
         if group is None or group.is_(DEAD):
             return None
         return group.describe()

@@ -9,7 +9,11 @@ before the time the timer task sleeps until, the timer task. Waiting is the only
   `DelayedSync`, completed when its `Pending` is, or at the group's join or sync deadline (Kafka's
   delayed join and the rebalance timeout), when the coordinator ticks;
 * `run` is the timer task: it sleeps until the shard's next deadline and ticks (session expiry,
-  pending members, the join and sync timeouts, the offsets retention check).
+  pending members, the join and sync timeouts, consumer group session and rebalance timeouts, the
+  offsets retention check).
+
+A KIP-848 ConsumerGroupHeartbeat never waits: it is answered at once, and a member learns of a new
+assignment at its next heartbeat.
 
 Two clocks are injected (the broker passes its minibroker.clock.BrokerClock's readings): `clock`, the
 monotonic seconds every deadline is on, which must be trio's (`trio.current_time`, the default: the
@@ -25,8 +29,19 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import trio
 
-from minibroker.groups.api import GroupConfig, GroupDescription, GroupOverview, JoinGroupRequest, Pending
+from minibroker.groups.api import (
+    ConsumerGroupDescription,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResult,
+    GroupConfig,
+    GroupDescription,
+    GroupOverview,
+    JoinGroupRequest,
+    Pending,
+    TopicsImage,
+)
 from minibroker.groups.classic_group import ClassicGroup
+from minibroker.groups.consumer_group import ConsumerGroup
 from minibroker.groups.shard import GroupCoordinatorShard
 from minibroker.purgatory import DelayedOperation, Purgatory
 from protocol.errors import ErrorCode
@@ -69,12 +84,14 @@ class GroupCoordinator:
         wall_clock_ms: Callable[[], int],
         clock: Callable[[], float] = trio.current_time,
         purgatory: Purgatory | None = None,
+        topics: TopicsImage | None = None,
     ) -> None:
         self.wall_clock_ms = wall_clock_ms
         self.clock = clock
         self.purgatory = purgatory if purgatory is not None else Purgatory("Group")
         self.shard = GroupCoordinatorShard(config or GroupConfig(),
-                                           store if store is not None else OffsetsStore(), wall_clock_ms())
+                                           store if store is not None else OffsetsStore(), wall_clock_ms(),
+                                           topics)
         self._sleep_target = math.inf  # when the timer task will next wake by itself
         self._on_change: Callable[[], None] | None = None
 
@@ -83,7 +100,7 @@ class GroupCoordinator:
              clock: Callable[[], float] = trio.current_time) -> GroupCoordinator:
         store = OffsetsStore.open(logs, wall_clock_ms())
         return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms, clock=clock,
-                   purgatory=Purgatory("Group"))
+                   purgatory=Purgatory("Group"), topics=logs)
 
     @property
     def config(self) -> GroupConfig:
@@ -94,7 +111,7 @@ class GroupCoordinator:
         return self.shard.store
 
     @property
-    def groups(self) -> dict[str, ClassicGroup]:
+    def groups(self) -> dict[str, ClassicGroup | ConsumerGroup]:
         return self.shard.groups
 
     @property
@@ -103,8 +120,8 @@ class GroupCoordinator:
         return self.shard.classic.rebalances
 
     def close(self) -> None:
-        """Answer every parked request (the broker is going away) and compact the offsets log."""
-        self.shard.close(self.wall_clock_ms())
+        """Answer every parked request (the broker is going away)."""
+        self.shard.close()
         self._after(notify=False)
 
     def _after(self, notify: bool = True) -> None:
@@ -182,7 +199,26 @@ class GroupCoordinator:
             self._after()
 
     def describe_group(self, group_id: str) -> GroupDescription | None:
+        """DescribeGroups' view of a classic group; None when there is none (no group, or a group
+        of another type: `group_type` tells which)."""
         return self.shard.classic.describe_group(group_id)
+
+    def group_type(self, group_id: str) -> str | None:
+        """"classic" or "consumer" (ListGroups' type), None for an unknown group."""
+        group = self.shard.groups.get(group_id)
+        return None if group is None or group.is_dead() else group.group_type
+
+    # -- the consumer group protocol (KIP-848) ----------------------------------------------------
+
+    def consumer_group_heartbeat(self, now: float, request: ConsumerGroupHeartbeatRequest
+                                 ) -> ConsumerGroupHeartbeatResult:
+        try:
+            return self.shard.consumer.heartbeat(now, self.wall_clock_ms(), request)
+        finally:
+            self._after()
+
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
+        return self.shard.consumer.describe(group_ids)
 
     # -- offsets ----------------------------------------------------------------------------------
 
@@ -207,6 +243,10 @@ class GroupCoordinator:
                 version=version)
         finally:
             self._after()
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ names the fetching member: a consumer group checks its epoch."""
+        return self.shard.offsets.validate_offset_fetch(group_id, member_id, member_epoch)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> list[tuple[TopicPartition, OffsetAndMetadata | None]]:
@@ -273,7 +313,7 @@ class GroupCoordinator:
             wake.set()
 
         self._on_change = changed
-        self.shard.start_retention_checks(self.clock())
+        self.shard.start_timers(self.clock())
         try:
             while True:
                 deadline = self.shard.next_deadline()

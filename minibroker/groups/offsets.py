@@ -5,14 +5,17 @@ A commit is validated by its group (`Group.validate_offset_commit`: a member of 
 generation, or generation -1 and no member id while the group is Empty, a "simple" group of
 assign() consumers) and stored in `OffsetsStore` (the `__consumer_offsets` log). A commit with
 generation -1 to a group that does not exist creates it, as a classic group without a protocol
-(Kafka's getOrMaybeCreateClassicGroup). Offsets of a group Empty for `offsets.retention.minutes`
-expire (KIP-211), as do those of a simple group that long after their commit, on the check
-interval; a group left Empty without offsets is then dropped. OffsetDelete removes offsets of topics
-the group's consumers do not subscribe to (`Group.is_subscribed_to_topic`). Not done: expiring
-offsets of topics a Stable group no longer subscribes to, and transactional offset commits (issue
-14: TxnOffsetCommit would keep pending offsets per producer id here, made visible by the marker).
+(Kafka's getOrMaybeCreateClassicGroup). A KIP-848 consumer group validates a commit by member
+epoch (STALE_MEMBER_EPOCH), and an OffsetFetch that names a member likewise. Offsets of a group
+Empty for `offsets.retention.minutes` expire (KIP-211), as do those of a simple group that long
+after their commit, and those of a consumer group that long after their commit unless it
+subscribes to their topic, on the check interval; a group left Empty without offsets is then
+dropped. OffsetDelete removes offsets of topics the group's consumers do not subscribe to
+(`Group.is_subscribed_to_topic`). Not done: expiring offsets of topics a Stable classic group no
+longer subscribes to, and transactional offset commits (issue 14: TxnOffsetCommit would keep
+pending offsets per producer id here, made visible by the marker).
 
-It sees groups only through the api.Group interface, so a second group type shares it as it is.
+It sees groups only through the api.Group interface, whatever their type.
 Pure: no trio, no clock (`now_ms` is wall-clock milliseconds, the timestamps Kafka stores).
 """
 
@@ -87,7 +90,16 @@ class OffsetMetadataManager:
                 return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
             # A "simple" group: offsets only, no group management.
             group = self.shard.create_classic_group(group_id, now_ms)
-        return group.validate_offset_commit(generation_id, member_id, instance_id)
+        return group.validate_offset_commit(generation_id, member_id, instance_id, version)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """Whether an OffsetFetch naming a member (v9+) may read the group's offsets: a consumer
+        group's member must give its current epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID); an
+        unknown group has no offsets to hide."""
+        group: Group | None = self.shard.groups.get(group_id)
+        if group is None or group.is_dead():
+            return ErrorCode.none
+        return group.validate_offset_fetch(member_id, member_epoch)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> list[tuple[TopicPartition, OffsetAndMetadata | None]]:
@@ -122,9 +134,12 @@ class OffsetMetadataManager:
             base = group.offset_expiration_base()
             if base is None:
                 continue  # members may still need them
+            # Offsets of topics the group subscribes to stay while it does (Kafka's
+            # cleanupExpiredOffsets), whatever their age.
             expired = [
                 tp for tp, om in offsets.items()
-                if now_ms >= (om.expire_timestamp_ms if om.expire_timestamp_ms >= 0 else base(om) + retention)
+                if not group.is_subscribed_to_topic(tp[0])
+                and now_ms >= (om.expire_timestamp_ms if om.expire_timestamp_ms >= 0 else base(om) + retention)
             ]
             if expired:
                 self.store.remove_offsets(group_id, expired, now_ms)

@@ -9,11 +9,13 @@ offsets retention check. Requests go to the manager of their kind:
 
     classic   ClassicGroupManager (classic_manager.py): JoinGroup, SyncGroup, Heartbeat,
               LeaveGroup, DescribeGroups, and the timeouts of classic groups
+    consumer  ConsumerGroupManager (consumer_manager.py): ConsumerGroupHeartbeat,
+              ConsumerGroupDescribe, and the timeouts of KIP-848 consumer groups
     offsets   OffsetMetadataManager (offsets.py): OffsetCommit, OffsetFetch, OffsetDelete, expiry
 
-A KIP-848 consumer group (ConsumerGroupHeartbeat, ConsumerGroupDescribe) would add a
-`ConsumerGroupManager` beside `classic`, its groups in the same registry (api.Group), and a branch in
-`fire_timers` and `close`; offsets, listing and deletion already go through the Group interface.
+Both types share the registry (a group id is one type at a time); offsets, listing and deletion go
+through the Group interface. Consumer groups resolve their subscriptions against `topics` (the
+broker's LogManager; a TopicsImage).
 
 Every method takes `now` (monotonic seconds, what deadlines are on) and/or `now_ms` (wall-clock
 milliseconds, what is stored). The trio shell (coordinator.py) reads the clocks, calls in, and after
@@ -26,9 +28,11 @@ import heapq
 import logging
 from typing import Iterable
 
-from minibroker.groups.api import Group, GroupConfig, GroupOverview
+from minibroker.groups.api import Group, GroupConfig, GroupOverview, NoTopics, TopicsImage
 from minibroker.groups.classic_group import ClassicGroup
 from minibroker.groups.classic_manager import ClassicGroupManager
+from minibroker.groups.consumer_group import ConsumerGroup
+from minibroker.groups.consumer_manager import ConsumerGroupManager
 from minibroker.groups.offsets import OffsetMetadataManager
 from protocol.errors import ErrorCode
 from storage.errors import storage_error_message
@@ -38,34 +42,42 @@ log = logging.getLogger(__name__)
 
 
 class GroupCoordinatorShard:
-    def __init__(self, config: GroupConfig, store: OffsetsStore, now_ms: int) -> None:
+    def __init__(self, config: GroupConfig, store: OffsetsStore, now_ms: int,
+                 topics: TopicsImage | None = None) -> None:
         self.config = config
         self.store = store
-        # Every group, whatever its type (only classic groups exist so far).
-        self.groups: dict[str, ClassicGroup] = {}
+        self.topics: TopicsImage = topics if topics is not None else NoTopics()
+        # Every group, whatever its type.
+        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
         # Every deadline set on a group or member is also pushed here, so a tick visits only the
         # groups with something due (an entry whose deadline moved later just finds nothing).
         self._timers: list[tuple[float, str]] = []
         self._woken: set[str] = set()
         self._next_retention_check: float | None = None
         self.classic = ClassicGroupManager(self)
+        self.consumer = ConsumerGroupManager(self)
         self.offsets = OffsetMetadataManager(self)
         self._load(now_ms)
 
     def _load(self, now_ms: int) -> None:
-        """Rebuild the groups from the store (Kafka replays __consumer_offsets the same way). Every
-        stored group is a classic one: GroupMetadata records, or offsets of a simple group."""
-        for group_id in set(self.store.groups) | set(self.store.offsets):
+        """Rebuild the groups from the store (Kafka replays __consumer_offsets the same way): consumer
+        groups from their records (their members' sessions start with the timers), classic groups
+        from GroupMetadata records, and simple groups from offsets alone."""
+        for group_id, stored in self.store.consumer_groups.items():
+            if group_id in self.store.groups:
+                # Both types' records: only a damaged log holds that (a conversion writes the
+                # classic tombstone in the batch that creates the consumer group).
+                log.warning("group %s has both classic and consumer group records; loading the consumer "
+                            "group", group_id)
+            self.groups[group_id] = ConsumerGroup.from_stored(group_id, stored, now_ms)
+        for group_id in (set(self.store.groups) | set(self.store.offsets)) - set(self.groups):
             self.groups[group_id] = ClassicGroup.from_record(group_id, self.store.groups.get(group_id), now_ms)
 
-    def close(self, now_ms: int) -> None:
-        """Answer every parked request (the broker is going away) and compact the offsets log."""
+    def close(self) -> None:
+        """Answer every parked request (the broker is going away)."""
         for group in self.groups.values():
-            self.classic.close(group)
-        try:
-            self.store.maybe_compact(now_ms)
-        except Exception:  # our bug or a disk fault: the logs must still be closed
-            log.exception("compacting %s at shutdown failed", TOPIC)
+            if isinstance(group, ClassicGroup):
+                self.classic.close(group)
 
     # -- the registry -----------------------------------------------------------------------------
 
@@ -78,6 +90,22 @@ class GroupCoordinatorShard:
         self.groups[group_id].mark_dead(now_ms)
         self.store.delete_group(group_id, now_ms)
         del self.groups[group_id]
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        return group if isinstance(group, ClassicGroup) else None
+
+    def drop_empty_consumer_group(self, group_id: str, now_ms: int) -> None:
+        """An Empty consumer group a classic JoinGroup turns into a classic group (Kafka's
+        maybeDeleteEmptyConsumerGroup): its records are tombstoned, its offsets stay."""
+        group = self.groups.pop(group_id)
+        group.mark_dead(now_ms)
+        try:
+            self.store.store_consumer_group(group_id, None, now_ms)
+        except OSError as exc:
+            log.error("group %s: tombstoning the consumer group's records failed: %s", group_id,
+                      storage_error_message(exc))
+        log.info("group %s: the Empty consumer group becomes a classic group (its offsets stay)", group_id)
 
     # -- timers and wake-ups ----------------------------------------------------------------------
 
@@ -105,15 +133,24 @@ class GroupCoordinatorShard:
         if self._next_retention_check is None:
             self._next_retention_check = now + self.config.offsets_retention_check_interval_ms / 1000
 
+    def start_timers(self, now: float) -> None:
+        """What the timer task does first: the retention checks, and the sessions of the consumer
+        group members loaded at start-up."""
+        self.start_retention_checks(now)
+        self.consumer.start_sessions(now)
+
     def tick(self, now: float, now_ms: int) -> None:
         """Fire every timer due at `now`: join and sync timeouts, session expiries, pending member
-        expiries, and the offsets retention check."""
+        expiries, consumer group session and rebalance timeouts, and the offsets retention check."""
+        self.consumer.start_sessions(now)
         due: set[str] = set()
         while self._timers and self._timers[0][0] <= now:
             due.add(heapq.heappop(self._timers)[1])
         for group_id in sorted(due):
             group = self.groups.get(group_id)
-            if group is not None:
+            if isinstance(group, ConsumerGroup):
+                self.consumer.fire_timers(group, now, now_ms)
+            elif group is not None:
                 self.classic.fire_timers(group, now, now_ms)
         if self._next_retention_check is None:
             self.start_retention_checks(now)
@@ -121,9 +158,8 @@ class GroupCoordinatorShard:
             self._next_retention_check = now + self.config.offsets_retention_check_interval_ms / 1000
             try:
                 self.offsets.expire_offsets(now_ms)
-                self.store.maybe_compact(now_ms)
             except OSError as exc:  # tried again at the next check
-                log.error("%s: offset expiry or compaction failed: %s", TOPIC, storage_error_message(exc))
+                log.error("%s: offset expiry failed: %s", TOPIC, storage_error_message(exc))
 
     # -- ListGroups / DeleteGroups ----------------------------------------------------------------
 

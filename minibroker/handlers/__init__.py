@@ -104,6 +104,8 @@ MODULES = (
     "list_groups",
     "describe_groups",
     "delete_groups",
+    "consumer_group_heartbeat",
+    "consumer_group_describe",
     "describe_log_dirs",
     "alter_replica_log_dirs",
     "elect_leaders",
@@ -119,6 +121,8 @@ MODULES = (
     "describe_topic_partitions",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    "write_txn_markers",
+    "describe_producers",
 )
 
 

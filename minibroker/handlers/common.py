@@ -30,6 +30,9 @@ NO_AUTHORIZED_OPERATIONS = -2147483648
 TOPIC_ALL_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
+# KIP-599: a topic refused by a strict controller-mutation quota (Kafka's Errors message).
+THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
+
 STORAGE_ERROR_LOG_INTERVAL_S = 60.0
 _storage_errors_logged: dict[str, float] = {}
 

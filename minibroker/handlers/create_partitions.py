@@ -17,6 +17,11 @@ The new partitions are empty logs with the topic's configs; the topic file recor
 `LogManager.on_topics_changed`, the one place partition changes are published (the KIP-257 quota
 callback's cluster metadata hangs there); Metadata, DescribeTopicPartitions and the cluster view
 (DescribeQuorum's modelled metadata log) see the new count at once.
+
+The controller-mutation quota (KIP-599): a topic that passed its checks is charged the partitions it
+adds, validate_only included (as KRaft); from v3 a topic over the quota is answered
+THROTTLING_QUOTA_EXCEEDED and not grown (strict), before v3 it is grown and the response throttled
+(permissive).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.common import error_answer
+from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, error_answer
 from protocol.errors import ApiError, ErrorCode
 
 if TYPE_CHECKING:
@@ -69,7 +74,7 @@ def _check_assignments(broker, name: str, current: int, count: int, assignments)
                            f"{replication_factor} replica(s).")
 
 
-def _create(broker, topic, validate_only: bool) -> None:
+def _create(broker, topic, validate_only: bool, quota) -> None:
     logs = broker.logs
     info = logs.topic(topic.name)
     if info is None:
@@ -79,6 +84,8 @@ def _create(broker, topic, validate_only: bool) -> None:
         logs.add_partitions(topic.name, topic.count, broker.clock.now_ms(), validate_only=True)
         if topic.assignments is not None:
             _check_assignments(broker, topic.name, info.num_partitions, topic.count, topic.assignments)
+        if not quota.record(topic.count - info.num_partitions, broker.clock.monotonic_ms()):
+            raise _Refused(ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
         if not validate_only:
             logs.add_partitions(topic.name, topic.count, broker.clock.now_ms())
     except (ApiError, OSError) as exc:
@@ -89,8 +96,12 @@ def _create(broker, topic, validate_only: bool) -> None:
         log.info("topic %s: %d partition(s), was %d", topic.name, topic.count, info.num_partitions)
 
 
+STRICT_SINCE = 3  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
+
+
 @handler(37, 0, 3, client_throttles_from=1)
 async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
+    quota = ctx.broker.quotas.mutation_quota(ctx, STRICT_SINCE)
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
@@ -100,9 +111,9 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
         if counts[topic.name] > 1:
             continue
         try:
-            _create(ctx.broker, topic, bool(request.validate_only))
+            _create(ctx.broker, topic, bool(request.validate_only), quota)
         except _Refused as refused:
             results.append({"name": topic.name, "error_code": refused.code, "error_message": refused.message})
         else:
             results.append({"name": topic.name, "error_code": ErrorCode.none, "error_message": None})
-    return Reply({"results": results})
+    return Reply({"results": results}, ctx.broker.quotas.mutation_throttle_ms(ctx, quota))

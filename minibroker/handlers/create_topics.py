@@ -9,6 +9,11 @@ without creating. v5+ answers the resulting partition count, replication factor 
 whose partition directory already holds records no topic file accounts for, or a file-system error,
 answers KAFKA_STORAGE_ERROR with a message naming the directory or file (nothing is deleted).
 
+The controller-mutation quota (KIP-599, minibroker.client_quotas): a topic that passed every other
+check is charged its partition count; from v6 a topic over the quota is answered
+THROTTLING_QUOTA_EXCEEDED and not created (strict), before v6 it is created and the response is
+throttled (permissive). As KRaft's controller, validate_only is charged too.
+
 Limits (minibroker.limits): a request asking for more than 10,000 partitions in all is refused
 whole, every topic POLICY_VIOLATION "Excessively large number of partitions per request." (KRaft);
 a topic that would take the broker past max.broker.partitions is POLICY_VIOLATION with a message
@@ -20,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.common import error_answer, log
+from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, error_answer, log
 from minibroker.handlers.describe_configs import topic_config_entries
 from minibroker.limits import MAX_PARTITIONS_PER_REQUEST, over_cap_message, partitions_in_use
 from protocol.errors import ApiError, ErrorCode
@@ -43,8 +48,9 @@ def _result(name, code, message=None, info=None, replication_factor=-1, configs=
     }
 
 
-def _create_one(broker, topic, validate_only: bool, in_use: list[int]) -> dict:
-    """One topic; `in_use` is [partitions the broker holds], updated as topics are created."""
+def _create_one(broker, topic, validate_only: bool, in_use: list[int], quota) -> dict:
+    """One topic; `in_use` is [partitions the broker holds], updated as topics are created; `quota`
+    the request's controller-mutation quota, charged once the topic passed its checks."""
     name = topic.name
     partitions = topic.num_partitions
     replication = topic.replication_factor
@@ -69,9 +75,17 @@ def _create_one(broker, topic, validate_only: bool, in_use: list[int]) -> dict:
         overrides[entry.name] = entry.value
     # Over max.broker.partitions: validate only (so that other faults are answered first), then refuse.
     over_cap = isinstance(partitions, int) and in_use[0] + partitions > broker.max_partitions
+    # With a mutation quota the topic is validated first, so only a topic about to be created is
+    # charged (KRaft charges after its checks); without one, validation is the creation's own.
+    charged = quota.bounded and not over_cap
     try:
         info = broker.logs.create_topic(name, partitions, overrides, broker.clock.now_ms(),
-                                        validate_only=validate_only or over_cap)
+                                        validate_only=validate_only or over_cap or charged)
+        if charged:
+            if not quota.record(info.num_partitions, broker.clock.monotonic_ms()):
+                return _result(name, ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
+            if not validate_only:
+                info = broker.logs.create_topic(name, partitions, overrides, broker.clock.now_ms())
     except TopicExistsError:
         return _result(name, ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     except (ApiError, OSError) as exc:
@@ -103,6 +117,9 @@ def _requested_partitions(topics, default: int) -> int:
     return total
 
 
+STRICT_SINCE = 6  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
+
+
 @handler(19, 2, 7, client_throttles_from=3)
 async def create_topics(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
@@ -113,13 +130,14 @@ async def create_topics(ctx: RequestContext, request: Any) -> Reply:
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
     in_use = [partitions_in_use(broker.logs)]
+    quota = broker.quotas.mutation_quota(ctx, STRICT_SINCE)
     results = []
     for topic in request.topics:
         if counts[topic.name] > 1:
             results.append(_result(topic.name, ErrorCode.invalid_request, "Create topics request from client contains a duplicate topic"))
         else:
-            results.append(_create_one(broker, topic, request.validate_only, in_use))
-    return Reply({"topics": results})
+            results.append(_create_one(broker, topic, request.validate_only, in_use, quota))
+    return Reply({"topics": results}, broker.quotas.mutation_throttle_ms(ctx, quota))
 
 
 __all__ = ["create_topics"]

@@ -6,6 +6,10 @@ committed offsets go with it. The broker's own topics (`__consumer_offsets` and 
 internal topics, `__minibroker_audit`) are refused with INVALID_TOPIC_EXCEPTION: deleting the offsets
 topic would drop every group's committed offsets. (kafka-topics.sh refuses internal topics the same
 way, client-side; a KRaft controller would delete them.)
+
+The controller-mutation quota (KIP-599): a topic about to be deleted is charged its partition count;
+from v5 a topic over the quota is answered THROTTLING_QUOTA_EXCEEDED and kept (strict), before v5
+it is deleted and the response throttled (permissive).
 """
 
 from __future__ import annotations
@@ -13,16 +17,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.common import broker_owned, error_answer, log
+from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, broker_owned, error_answer, log
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext
 
 
+STRICT_SINCE = 5  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
+
+
 @handler(20, 1, 6, client_throttles_from=2)
 async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
+    quota = broker.quotas.mutation_quota(ctx, STRICT_SINCE)
     wanted = []
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
@@ -39,6 +47,11 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
             results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.invalid_topic_exception,
                             "error_message": f"Cannot delete internal topic {info.name}"})
             continue
+        if not quota.record(info.num_partitions, broker.clock.monotonic_ms()):
+            results.append({"name": info.name, "topic_id": info.topic_id,
+                            "error_code": ErrorCode.throttling_quota_exceeded,
+                            "error_message": THROTTLING_QUOTA_EXCEEDED_MESSAGE})
+            continue
         try:
             broker.logs.delete_topic(info.name)
         except OSError as exc:  # nothing was deleted (the renames are undone)
@@ -52,4 +65,4 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
             broker.fetch_purgatory.check_and_complete((info.name, partition))
         log.info("deleted topic %s", info.name)
         results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.none, "error_message": None})
-    return Reply({"responses": results})
+    return Reply({"responses": results}, broker.quotas.mutation_throttle_ms(ctx, quota))

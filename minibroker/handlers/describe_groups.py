@@ -1,9 +1,10 @@
 """DescribeGroups (key 15), v0-v6: state, protocol and members of groups.
 
 Member metadata and the protocol name are given only while the group is Stable (Kafka's rule);
-assignments always. An unknown group is described as Dead with no error before v6 and answered
-GROUP_ID_NOT_FOUND from v6 (KIP-1043). v3+ may ask for the authorized operations: with no ACLs here,
-every group operation (READ, DELETE, DESCRIBE).
+assignments always. An unknown group, or a KIP-848 consumer group (ConsumerGroupDescribe describes
+those), is described as Dead with no error before v6 and answered GROUP_ID_NOT_FOUND from v6
+(KIP-1043), as Kafka 4 does. v3+ may ask for the authorized operations: with no ACLs here, every
+group operation (READ, DELETE, DESCRIBE).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
         description = groups.describe_group(group_id)
         if description is None:
             if ctx.version >= 6:
-                described.append(_dead(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."))
+                what = "is not a classic group" if groups.group_type(group_id) else "not found"
+                described.append(_dead(group_id, ErrorCode.group_id_not_found, f"Group {group_id} {what}."))
             else:
                 described.append(_dead(group_id))
             continue

@@ -1,6 +1,7 @@
 """ListGroups (key 16), v0-v5: every group this broker coordinates (all of them).
 
-v4+ filters by state (case-insensitive, as Kafka); v5+ by type: all groups here are "classic".
+v4+ filters by state (case-insensitive, as Kafka); v5+ by type: "classic", or "consumer" for a
+KIP-848 consumer group (its protocol type is "consumer" too).
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ Accepted from a member of the group's current generation, or with generation -1 
 while the group has no members (assign() consumers and admin tools; this creates a "simple" group).
 A stale generation gets ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v9 when the group does not
 exist), an unknown member UNKNOWN_MEMBER_ID, a commit while the group awaits its assignment
-REBALANCE_IN_PROGRESS. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION (v10 names topics
-by id: UNKNOWN_TOPIC_ID). v2-v4 retention_time sets the offsets' own expiry; v6+ carries the leader
-epoch; v7+ group.instance.id. Errors are per partition, as in Kafka.
+REBALANCE_IN_PROGRESS; a KIP-848 consumer group checks the member epoch instead (STALE_MEMBER_EPOCH,
+and UNSUPPORTED_VERSION below v9, as Kafka). Partitions of unknown topics get
+UNKNOWN_TOPIC_OR_PARTITION (v10 names topics by id: UNKNOWN_TOPIC_ID). v2-v4 retention_time sets
+the offsets' own expiry; v6+ carries the leader epoch; v7+ group.instance.id. Errors are per
+partition, as in Kafka.
 """
 
 from __future__ import annotations

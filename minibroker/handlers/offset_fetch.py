@@ -4,7 +4,9 @@ Partitions without a committed offset (unknown group, topic or partition) answer
 error, as Kafka does. v2+ asks for every partition the group has offsets for with a null topic list
 and has a top-level error code; v5+ returns the committed leader epoch; v8+ batches groups; v10 names
 topics by id (offsets of a deleted topic are left out of an all-topics answer). require_stable (v7+)
-needs no waiting: there are no transactional offset commits here.
+needs no waiting: there are no transactional offset commits here. v9+ names the fetching member of a
+KIP-848 consumer group, whose epoch must be current (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, for the
+group).
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ def _partition(index: int, om, error: ErrorCode = ErrorCode.none) -> dict:
     }
 
 
-def fetch_group(broker, group_id: str, topics, by_id: bool) -> tuple[int, list[dict]]:
+def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | None = None,
+                member_epoch: int = -1) -> tuple[ErrorCode, list[dict]]:
     """(group error, topic entries) for one group; `topics` None means all."""
     groups, logs = broker.groups, broker.logs
     error = ErrorCode.invalid_group_id if not group_id else ErrorCode.none
+    if not error and (member_error := groups.validate_offset_fetch(group_id, member_id, member_epoch)):
+        return member_error, []
     if topics is None:
         by_topic: dict[str, list] = {}
         for (topic, partition), om in groups.fetch_offsets(group_id, None):
@@ -73,6 +78,7 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Reply:
     by_id = ctx.version >= 10
     answer = []
     for group in batched:
-        error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id)
+        error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id,
+                                    getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
         answer.append({"group_id": group.group_id, "error_code": error, "topics": topics})
     return Reply({"groups": answer})

@@ -160,8 +160,7 @@ def check_records(
     if codec == 0:
         if type(buf) is not bytes:  # indexing bytes is the fastest way to walk
             buf = bytes(buf)
-        if not _uniform_records_ok(buf, start, end, header.records_count, require_keys):
-            _walk_records(buf, start, end, header.records_count, require_keys)
+        _check_records_section(buf, start, end, header.records_count, require_keys)
         return
     if codec > ZSTD:
         raise UnsupportedCompressionError(f"unknown compression codec {codec} in record batch attributes")
@@ -175,8 +174,13 @@ def check_records(
         raise RecordsTooLargeError(str(exc)) from None
     except DecompressionError as exc:
         raise InvalidRecordError(str(exc)) from None
-    if not _uniform_records_ok(records, 0, len(records), header.records_count, require_keys):
-        _walk_records(records, 0, len(records), header.records_count, require_keys)
+    _check_records_section(records, 0, len(records), header.records_count, require_keys)
+
+
+def _check_records_section(buf: bytes, start: int, end: int, count: int, require_keys: bool) -> None:
+    """Runs of same-shaped records a column at a time (`_check_runs`), the rest record by record."""
+    i, pos = _check_runs(buf, start, end, 0, count, require_keys) if count >= MIN_RUN else (0, start)
+    _walk_records(buf, pos, end, count, require_keys, i)
 
 
 # Records whose offset delta takes 1, 2, 3 varint bytes: indexes [0, 64), [64, 8192), [8192, 2**20).
@@ -203,74 +207,79 @@ def _offset_column(width: int, j: int, first: int, last: int) -> bytes:
     return columns[j][first - low : last - low]
 
 
-def _uniform_records_ok(buf: bytes, start: int, end: int, count: int, require_keys: bool) -> bool:
-    """A fast, exact check for the common batch whose records all have the same key and value
-    lengths, no headers, attributes 0 and one-byte timestamp deltas (producers of fixed-size
-    records, benchmarks and load tests among them). Their layout is then fixed by the record's
-    index alone, so every framing byte of every record can be compared at once, a column at a
-    time, with strided slices (C loops) instead of a Python loop per record. True means the batch
-    is valid (exactly what `_walk_records` would accept); False means "not this shape": the caller
-    walks the records, which decides (and names the fault)."""
-    if count < 16 or count > _OFFSET_WIDTHS[-1][2]:
-        return False
-    try:
-        # The shape, from record 0: length, attributes 0, timestamp delta, offset delta 0, key, value.
-        raw_length, pos = _varint(buf, start, 5)
-        if buf[pos] != 0 or buf[pos + 1] >= 0x80 or buf[pos + 2] != 0:
-            return False
-        raw_key, key_at = _varint(buf, pos + 3, 5)
-        key_size = raw_key >> 1 if not raw_key & 1 else -1
-        if raw_key & 1 and (raw_key != 1 or require_keys):
-            return False
-        raw_value, value_at = _varint(buf, key_at + max(key_size, 0), 5)
-        value_size = raw_value >> 1 if not raw_value & 1 else -1
-        if raw_value & 1 and raw_value != 1:
-            return False
-    except (IndexError, InvalidRecordError):
-        return False
-    key_varint = buf[pos + 3 : key_at]
-    value_varint = buf[key_at + max(key_size, 0) : value_at]
-    # body after the length varint: attributes, ts, offset delta (width w), key, value, header count
-    fixed = 2 + len(key_varint) + max(key_size, 0) + len(value_varint) + max(value_size, 0) + 1
-    position = start
-    for width, low, high in _OFFSET_WIDTHS:
-        first, last = low, min(high, count)
-        if first >= last:
-            break
-        body = fixed + width
-        length_varint = _zigzag_bytes(body)
-        size = len(length_varint) + body
-        n = last - first
-        stop = position + n * size
-        if stop > end:
-            return False
-        column = position
-        for byte in length_varint:
-            if buf[column : stop : size] != bytes((byte,)) * n:
-                return False
-            column += 1
-        if buf[column : stop : size] != bytes(n):  # attributes
-            return False
-        if not buf[column + 1 : stop : size].isascii():  # timestamp delta: one byte
-            return False
-        column += 2
+# Runs shorter than this are walked: checking a run costs a few dozen C-speed slices, about what
+# walking this many records costs.
+MIN_RUN = 16
+
+
+def _check_runs(buf: bytes, pos: int, end: int, i: int, count: int, require_keys: bool) -> tuple[int, int]:
+    """Check the records from index `i` at `pos` a run at a time, for as long as they come in runs of
+    at least MIN_RUN records of one shape, and return (index, position) of the first record not
+    checked (the caller walks the rest, which decides and names any fault).
+
+    A run is records of one size and one layout: attributes 0, the same timestamp-delta width, no
+    headers, the same key and value lengths. Producers write batches of such runs: the offset delta
+    widens at records 64 and 8192 and the timestamp delta at 64 ms, 8192 ms ..., and fixed-size
+    payloads do the rest. Within a run every framing byte sits at a fixed distance from the record's
+    start, so each field is compared for the whole run at once, a column at a time, with strided
+    slices (C loops) instead of a Python loop per record. The run's extent is found the same way:
+    the records whose length varint bytes equal the first's all have its size, so each starts where
+    the previous one's size says (by induction from the first). A run is accepted only when every
+    column holds; exactly what `_walk_records` would accept for the same records."""
+    while i < count and pos < end:
+        try:
+            raw_length, at = _varint(buf, pos, 5)
+            if raw_length & 1 or buf[at] != 0:  # negative length, or attributes in use
+                return i, pos
+            ts_at = at + 1
+            _, off_at = _varint(buf, ts_at, 10)
+            _, key_at = _varint(buf, off_at, 5)
+            raw_key, key_data = _varint(buf, key_at, 5)
+            key_size = raw_key >> 1 if not raw_key & 1 else 0
+            if raw_key & 1 and (raw_key != 1 or require_keys):
+                return i, pos
+            value_at = key_data + key_size
+            raw_value, value_data = _varint(buf, value_at, 5)
+            if raw_value & 1 and raw_value != 1:
+                return i, pos
+            headers_at = value_data + (raw_value >> 1 if not raw_value & 1 else 0)
+            if buf[headers_at] != 0 or headers_at + 1 != at + (raw_length >> 1):
+                return i, pos
+        except (IndexError, InvalidRecordError):
+            return i, pos
+        width, low, high = next(w for w in _OFFSET_WIDTHS if w[1] <= i < w[2]) if i < _OFFSET_WIDTHS[-1][2] \
+            else (0, 0, 0)
+        if width != key_at - off_at:  # an offset delta the walk will refuse or name
+            return i, pos
+        size = headers_at + 1 - pos
+        n = min(count, high) - i
+        n = min(n, (end - pos) // size)
+        if n < MIN_RUN:
+            return i, pos
+        stop = pos + n * size
+        # Extent: the leading records whose length varint bytes are the first record's.
+        for column in range(pos, at):
+            strided = buf[column:stop:size]
+            n = min(n, len(strided) - len(strided.lstrip(buf[column : column + 1])))
+        if n < MIN_RUN:
+            return i, pos
+        stop = pos + n * size
+        if buf[at:stop:size] != bytes(n):  # attributes
+            return i, pos
+        for column in range(ts_at, off_at - 1):  # timestamp delta: continuation bytes, then its last
+            if min(buf[column:stop:size]) < 0x80:
+                return i, pos
+        if not buf[off_at - 1 : stop : size].isascii():
+            return i, pos
         for j in range(width):
-            if buf[column + j : stop : size] != _offset_column(width, j, first, last):
-                return False
-        column += width
-        for byte in key_varint:
-            if buf[column : stop : size] != bytes((byte,)) * n:
-                return False
-            column += 1
-        column += max(key_size, 0)
-        for byte in value_varint:
-            if buf[column : stop : size] != bytes((byte,)) * n:
-                return False
-            column += 1
-        if buf[position + size - 1 : stop : size] != bytes(n):  # header count 0
-            return False
-        position = stop
-    return position == end
+            if buf[off_at + j : stop : size] != _offset_column(width, j, i, i + n):
+                return i, pos
+        for column in (*range(key_at, key_data), *range(value_at, value_data), headers_at):
+            if buf[column:stop:size] != buf[column : column + 1] * n:
+                return i, pos
+        i += n
+        pos = stop
+    return i, pos
 
 
 def _zigzag_bytes(value: int) -> bytes:
@@ -279,7 +288,7 @@ def _zigzag_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def _walk_records(buf: bytes, pos: int, end: int, count: int, require_keys: bool) -> None:
+def _walk_records(buf: bytes, pos: int, end: int, count: int, require_keys: bool, first: int = 0) -> None:
     """Walk `count` records in buf[pos:end] by their varint framing (Kafka's DefaultRecord layout:
     length, attributes i8, timestampDelta varlong, offsetDelta varint, key (length + bytes, -1 null),
     value (the same), header count, headers), checking that they fill it exactly and that offset
@@ -288,8 +297,8 @@ def _walk_records(buf: bytes, pos: int, end: int, count: int, require_keys: bool
     This is the produce path's only per-record work, so it is written for CPython's interpreter:
     indexing bytes, one- and two-byte varints decoded inline (longer ones by `_varint`), the expected
     offset delta kept in its zigzag form (2i)."""
-    i = 0
-    i2 = 0  # zigzag(i)
+    i = first
+    i2 = 2 * first  # zigzag(i)
     try:
         while pos < end:
             # length

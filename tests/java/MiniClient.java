@@ -6,8 +6,16 @@
 // Several commands may run in one JVM, separated by "--" (JVM start-up is the slow part).
 //
 //   create-topic BOOTSTRAP TOPIC PARTITIONS
+//   create-topics-once BOOTSTRAP PREFIX COUNT PARTITIONS   one createTopics of PREFIX-0..COUNT-1 with
+//                                                  retryOnQuotaViolation(false); one outcome line per
+//                                                  topic, with a ThrottlingQuotaExceededException's
+//                                                  throttleTimeMs
 //   produce BOOTSTRAP TOPIC COUNT [COMPRESSION]   idempotent, acks=all, record i -> partition i % n
 //   consume BOOTSTRAP TOPIC PARTITIONS COUNT      assign() + seekToBeginning()
+//   consume-isolated BOOTSTRAP TOPIC ISOLATION    partition 0 from the beginning up to endOffsets()
+//                                                 (the LSO for read_committed); ISOLATION is
+//                                                 read_committed or read_uncommitted
+//   describe-producers BOOTSTRAP TOPIC PARTITION  Admin.describeProducers
 //   group-consume BOOTSTRAP TOPIC GROUP COUNT [MEMBERS]   subscribe() in a group, commitSync()
 //   alter-quota BOOTSTRAP ENTITY_TYPE NAME KEY VALUE      VALUE "remove" removes the key;
 //                                                  NAME "<default>" is the default entity;
@@ -42,6 +50,18 @@
 //   alter-scram BOOTSTRAP upsert:USER:MECH:PASSWORD:ITERATIONS|delete:USER:MECH[,...]
 //                                                  Admin.alterUserScramCredentials (MECH 256 or 512)
 //   describe-scram BOOTSTRAP [USER,...]            Admin.describeUserScramCredentials (all users when none)
+//   kip848-group BOOTSTRAP TOPIC GROUP MEMBERS PREFIX FIRST [SECOND]
+//                                                  a KIP-848 group (group.protocol=consumer) of MEMBERS
+//                                                  consumers, joining one after another; once they share
+//                                                  the topic, FIRST records "PREFIX-i" are produced (record
+//                                                  i -> partition i % n) and consumed; with SECOND, the
+//                                                  last member then leaves, the others take over its
+//                                                  partitions, and SECOND more are produced and consumed.
+//                                                  Members commitSync after each poll and on revocation.
+//                                                  Lines: record, assigned/revoked/lost (with a global
+//                                                  sequence number), shared, committed
+//   describe-consumer-group BOOTSTRAP GROUP         Admin.describeConsumerGroups
+//   list-groups BOOTSTRAP                          Admin.listGroups (each group's type and state)
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
 // Record i of `produce` is deterministic (tests/test_interop_java.py computes the same bytes):
@@ -66,9 +86,13 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.GroupListing;
+import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -122,8 +146,11 @@ public final class MiniClient {
         String[] a = c.toArray(new String[0]);
         switch (a[0]) {
             case "create-topic" -> createTopic(a[1], a[2], Integer.parseInt(a[3]));
+            case "create-topics-once" -> createTopicsOnce(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
             case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "none");
             case "consume" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
+            case "consume-isolated" -> consumeIsolated(a[1], a[2], a[3]);
+            case "describe-producers" -> describeProducers(a[1], a[2], Integer.parseInt(a[3]));
             case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
                     a.length > 5 ? Integer.parseInt(a[5]) : 1);
             case "alter-quota" -> alterQuota(a[1], a[2], a[3], a[4], a[5]);
@@ -150,6 +177,10 @@ public final class MiniClient {
             case "delete-group-offsets" -> deleteGroupOffsets(a[1], a[2], a[3]);
             case "alter-scram" -> alterScram(a[1], a[2]);
             case "describe-scram" -> describeScram(a[1], a.length > 2 ? a[2] : "");
+            case "kip848-group" -> kip848Group(a[1], a[2], a[3], Integer.parseInt(a[4]), a[5],
+                    Integer.parseInt(a[6]), a.length > 7 ? Integer.parseInt(a[7]) : 0);
+            case "describe-consumer-group" -> describeConsumerGroup(a[1], a[2]);
+            case "list-groups" -> listGroups(a[1]);
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
         }
         OUT.println("{\"type\":\"done\",\"command\":" + str(a[0]) + ",\"ms\":"
@@ -173,6 +204,26 @@ public final class MiniClient {
             TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
             OUT.println("{\"type\":\"created\",\"topic\":" + str(d.name()) + ",\"partitions\":"
                     + d.partitions().size() + ",\"topic_id\":" + str(d.topicId().toString()) + "}");
+        }
+    }
+
+    static void createTopicsOnce(String bootstrap, String prefix, int count, int partitions) throws Exception {
+        List<NewTopic> topics = new ArrayList<>();
+        for (int i = 0; i < count; i++) topics.add(new NewTopic(prefix + "-" + i, partitions, (short) 1));
+        var options = new org.apache.kafka.clients.admin.CreateTopicsOptions().retryOnQuotaViolation(false);
+        try (Admin admin = admin(bootstrap)) {
+            var futures = admin.createTopics(topics, options).values();
+            for (NewTopic t : topics) {
+                String throttle = "null";
+                try {
+                    futures.get(t.name()).get();
+                } catch (java.util.concurrent.ExecutionException e) {
+                    if (e.getCause() instanceof org.apache.kafka.common.errors.ThrottlingQuotaExceededException q)
+                        throttle = Integer.toString(q.throttleTimeMs());
+                }
+                OUT.println("{\"type\":\"topic-created\",\"topic\":" + str(t.name()) + ","
+                        + outcome(futures.get(t.name())) + ",\"throttle_time_ms\":" + throttle + "}");
+            }
         }
     }
 
@@ -739,6 +790,39 @@ public final class MiniClient {
         }
     }
 
+    /** Partition 0 of TOPIC from the beginning with isolation.level ISOLATION, until the position
+     * reaches endOffsets() (for read_committed the consumer asks ListOffsets with READ_COMMITTED:
+     * the last stable offset). Prints each record, then {"type":"end","end_offset":..,"position":..}. */
+    static void consumeIsolated(String bootstrap, String topic, String isolation) {
+        TopicPartition tp = new TopicPartition(topic, 0);
+        Properties p = consumerProps(bootstrap, "mb-java-isolated");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+            consumer.assign(List.of(tp));
+            consumer.seekToBeginning(List.of(tp));
+            long end = consumer.endOffsets(List.of(tp)).get(tp);
+            long deadline = System.nanoTime() + TIMEOUT.toNanos();
+            while (consumer.position(tp) < end && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) printRecord(r, null);
+            }
+            OUT.println("{\"type\":\"end\",\"end_offset\":" + end + ",\"position\":" + consumer.position(tp) + "}");
+        }
+    }
+
+    static void describeProducers(String bootstrap, String topic, int partition) throws Exception {
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = admin(bootstrap)) {
+            var result = admin.describeProducers(List.of(tp)).partitionResult(tp).get();
+            for (var state : result.activeProducers()) {
+                OUT.println("{\"type\":\"producer\",\"producer_id\":" + state.producerId() + ",\"epoch\":"
+                        + state.producerEpoch() + ",\"last_sequence\":" + state.lastSequence()
+                        + ",\"last_timestamp\":" + state.lastTimestamp() + ",\"coordinator_epoch\":"
+                        + state.coordinatorEpoch().orElse(-1) + ",\"txn_start_offset\":"
+                        + state.currentTransactionStartOffset().orElse(-1) + "}");
+            }
+        }
+    }
+
     /** MEMBERS consumers in one group (threads of this JVM) read COUNT records between them. Member
      * m subscribes once member m-1 holds partitions, so each later join rebalances a stable group;
      * all keep polling until the group has read every record and every member holds partitions.
@@ -820,6 +904,223 @@ public final class MiniClient {
         if (got.get() < count) {
             throw new RuntimeException("group read " + got.get() + " of " + count + " records in " + TIMEOUT
                     + "; assignment " + assigned);
+        }
+    }
+
+    // --- KIP-848 consumer groups ------------------------------------------------------------
+
+    static final AtomicLong SEQUENCE = new AtomicLong();
+
+    static final class Kip848Member implements Runnable {
+        final String name, bootstrap, topic, group;
+        final AtomicInteger consumed;
+        final AtomicBoolean stop = new AtomicBoolean();
+        final Set<Integer> owned = ConcurrentHashMap.newKeySet();
+        final Thread thread;
+        volatile Throwable failure;
+
+        Kip848Member(String name, String bootstrap, String topic, String group, AtomicInteger consumed) {
+            this.name = name;
+            this.bootstrap = bootstrap;
+            this.topic = topic;
+            this.group = group;
+            this.consumed = consumed;
+            this.thread = new Thread(this, name);
+        }
+
+        void ownership(String type, Collection<TopicPartition> partitions) {
+            Set<Integer> ps = new TreeSet<>();
+            for (TopicPartition tp : partitions) ps.add(tp.partition());
+            if (type.equals("assigned")) owned.addAll(ps); else owned.removeAll(ps);
+            synchronized (OUT) {  // one lock orders every member's events: the sequence is global
+                OUT.println("{\"type\":" + str(type) + ",\"member\":" + str(name) + ",\"seq\":"
+                        + SEQUENCE.incrementAndGet() + ",\"partitions\":" + Arrays.toString(ps.toArray()) + "}");
+            }
+        }
+
+        public void run() {
+            Properties p = consumerProps(bootstrap, "mb-java-" + name);
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+            p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "20000");  // the rebalance timeout
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+                consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                    public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                        if (!partitions.isEmpty()) consumer.commitSync();  // hand over at the committed position
+                        ownership("revoked", partitions);
+                    }
+
+                    public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                        ownership("assigned", partitions);
+                    }
+
+                    public void onPartitionsLost(Collection<TopicPartition> partitions) {
+                        ownership("lost", partitions);
+                    }
+                });
+                while (!stop.get()) {
+                    int got = 0;
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(100))) {
+                        printRecord(r, name);
+                        got++;
+                    }
+                    if (got > 0) {
+                        consumer.commitSync();
+                        consumed.addAndGet(got);
+                    }
+                }
+                consumer.commitSync();
+                for (var e : consumer.committed(consumer.assignment()).entrySet()) {
+                    synchronized (OUT) {
+                        OUT.println("{\"type\":\"committed\",\"member\":" + str(name) + ",\"partition\":"
+                                + e.getKey().partition() + ",\"offset\":"
+                                + (e.getValue() == null ? "null" : e.getValue().offset()) + "}");
+                    }
+                }
+                ownership("closed", consumer.assignment());
+            } catch (Throwable t) {
+                failure = t;
+            }
+        }
+
+        void close() throws InterruptedException {
+            stop.set(true);
+            thread.join(TIMEOUT.toMillis());
+            if (failure != null) throw new RuntimeException(name + " failed", failure);
+            if (thread.isAlive()) throw new RuntimeException(name + " did not stop");
+        }
+    }
+
+    /** Waits until the members' assignments cover all `partitions`, none shared, balanced (sizes
+     *  differ by at most one: the reconciliation has finished). */
+    static void awaitShared(List<Kip848Member> members, int partitions, long deadline, String what) throws Exception {
+        while (true) {
+            Set<Integer> all = new TreeSet<>();
+            int total = 0, least = Integer.MAX_VALUE, most = 0;
+            for (Kip848Member m : members) {
+                if (m.failure != null) throw new RuntimeException(m.name + " failed", m.failure);
+                Set<Integer> mine = new TreeSet<>(m.owned);
+                least = Math.min(least, mine.size());
+                most = Math.max(most, mine.size());
+                total += mine.size();
+                all.addAll(mine);
+            }
+            if (most - least <= 1 && total == partitions && all.size() == partitions) {
+                StringBuilder b = new StringBuilder("{\"type\":\"shared\",\"what\":" + str(what) + ",\"owners\":{");
+                for (Kip848Member m : members) {
+                    if (b.charAt(b.length() - 1) != '{') b.append(',');
+                    b.append(str(m.name)).append(':').append(Arrays.toString(new TreeSet<>(m.owned).toArray()));
+                }
+                synchronized (OUT) {
+                    OUT.println(b.append("}}"));
+                }
+                return;
+            }
+            if (System.nanoTime() > deadline) {
+                throw new RuntimeException("members did not come to share " + partitions + " partitions (" + what + ")");
+            }
+            Thread.sleep(20);
+        }
+    }
+
+    static void produceValues(String bootstrap, String topic, String prefix, int count) throws Exception {
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps(bootstrap, "none", "5"))) {
+            int partitions = producer.partitionsFor(topic).size();
+            List<Future<RecordMetadata>> sent = new ArrayList<>(count);
+            for (int i = 0; i < count; i++) {
+                sent.add(producer.send(new ProducerRecord<>(topic, i % partitions, null,
+                        (prefix + "-" + i).getBytes(StandardCharsets.UTF_8))));
+            }
+            producer.flush();
+            for (Future<RecordMetadata> f : sent) f.get();
+        }
+    }
+
+    static void awaitConsumed(AtomicInteger consumed, int count, List<Kip848Member> members, long deadline)
+            throws Exception {
+        while (consumed.get() < count) {
+            for (Kip848Member m : members) {
+                if (m.failure != null) throw new RuntimeException(m.name + " failed", m.failure);
+            }
+            if (System.nanoTime() > deadline) {
+                throw new RuntimeException("consumed " + consumed.get() + " of " + count + " records");
+            }
+            Thread.sleep(20);
+        }
+    }
+
+    static void kip848Group(String bootstrap, String topic, String group, int count, String prefix, int first,
+            int second) throws Exception {
+        long deadline = System.nanoTime() + 2 * TIMEOUT.toNanos();
+        int partitions;
+        try (Admin admin = admin(bootstrap)) {
+            partitions = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
+        }
+        AtomicInteger consumed = new AtomicInteger();
+        List<Kip848Member> members = new ArrayList<>();
+        try {
+            for (int m = 0; m < count; m++) {
+                Kip848Member member = new Kip848Member("member-" + m, bootstrap, topic, group, consumed);
+                members.add(member);
+                member.thread.start();
+                // Join one after another: each later join must rebalance a group that has settled.
+                while (member.owned.isEmpty() && m < partitions) {
+                    if (member.failure != null) throw new RuntimeException(member.name + " failed", member.failure);
+                    if (System.nanoTime() > deadline) throw new RuntimeException(member.name + " got no partition");
+                    Thread.sleep(20);
+                }
+            }
+            awaitShared(members, partitions, deadline, "all");
+            produceValues(bootstrap, topic, prefix, first);
+            awaitConsumed(consumed, first, members, deadline);
+            if (second > 0) {
+                Kip848Member leaver = members.remove(members.size() - 1);
+                leaver.close();
+                awaitShared(members, partitions, deadline, "after-leave");
+                produceValues(bootstrap, topic, prefix + "-after-leave", second);
+                awaitConsumed(consumed, first + second, members, deadline);
+            }
+        } finally {
+            Throwable failed = null;
+            for (Kip848Member m : members) {
+                try {
+                    m.close();
+                } catch (Throwable t) {
+                    if (failed == null) failed = t;
+                }
+            }
+            if (failed != null) throw new RuntimeException(failed);
+        }
+    }
+
+    static void describeConsumerGroup(String bootstrap, String group) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            StringBuilder members = new StringBuilder("[");
+            for (MemberDescription m : d.members()) {
+                if (members.length() > 1) members.append(',');
+                Set<Integer> ps = new TreeSet<>();
+                for (TopicPartition tp : m.assignment().topicPartitions()) ps.add(tp.partition());
+                members.append("{\"member_id\":").append(str(m.consumerId())).append(",\"client_id\":")
+                        .append(str(m.clientId())).append(",\"epoch\":").append(m.memberEpoch().orElse(-99))
+                        .append(",\"partitions\":").append(Arrays.toString(ps.toArray())).append('}');
+            }
+            OUT.println("{\"type\":\"consumer-group\",\"group\":" + str(d.groupId()) + ",\"group_type\":"
+                    + str(d.type().toString()) + ",\"state\":" + str(d.groupState().toString())
+                    + ",\"group_epoch\":" + d.groupEpoch().orElse(-99) + ",\"assignment_epoch\":"
+                    + d.targetAssignmentEpoch().orElse(-99) + ",\"assignor\":" + str(d.partitionAssignor())
+                    + ",\"members\":" + members.append(']') + "}");
+        }
+    }
+
+    static void listGroups(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            for (GroupListing g : admin.listGroups().all().get()) {
+                OUT.println("{\"type\":\"group\",\"group\":" + str(g.groupId()) + ",\"group_type\":"
+                        + str(g.type().map(Object::toString).orElse("")) + ",\"state\":"
+                        + str(g.groupState().map(Object::toString).orElse("")) + ",\"protocol\":"
+                        + str(g.protocol()) + "}");
+            }
         }
     }
 

@@ -1,0 +1,57 @@
+"""ConsumerGroupHeartbeat (key 68), v0-v1: KIP-848's consumer group protocol, the one call a member
+of a consumer group makes to join, stay, reconcile its assignment and leave (Java's
+group.protocol=consumer, librdkafka's likewise).
+
+Behaviour is the coordinator's (minibroker/groups/consumer_manager.py). Version quirks: v0 lets the
+coordinator choose the member id of a joining member (an empty id); from v1 (KIP-1082) the member
+generates it and an empty one is INVALID_REQUEST; v1 adds SubscribedTopicRegex. An error response
+carries the code and Kafka's message only. Without `consumer` in
+group.coordinator.rebalance.protocols the answer is UNSUPPORTED_VERSION, as Kafka's with the protocol
+disabled, which tells Java's consumer to use group.protocol=classic. Its clients never throttle
+themselves (Kafka's AbstractResponse default): a quota throttle holds the response back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.groups.api import ConsumerGroupHeartbeatRequest
+from minibroker.handlers import Reply, handler
+from minibroker.handlers.join_group import client_host
+from protocol.entities import to_ms
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
+
+
+@handler(68, 0, 1)
+async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
+    owned = request.topic_partitions
+    groups = ctx.broker.groups
+    result = groups.consumer_group_heartbeat(ctx.broker.clock.monotonic(), ConsumerGroupHeartbeatRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        client_id=ctx.client_id or "",
+        client_host=client_host(ctx),
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=to_ms(request.rebalance_timeout),
+        subscribed_topic_names=request.subscribed_topic_names,
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned=None if owned is None else {tp.topic_id: tuple(tp.partitions) for tp in owned},
+        api_version=ctx.version,
+    ))
+    assignment = None
+    if result.assignment is not None:
+        assignment = {"topic_partitions": [{"topic_id": topic_id, "partitions": partitions}
+                                           for topic_id, partitions in result.assignment.items()]}
+    return Reply({
+        "error_code": result.error,
+        "error_message": result.message,
+        "member_id": result.member_id,
+        "member_epoch": result.member_epoch,
+        "heartbeat_interval": result.heartbeat_interval_ms,
+        "assignment": assignment,
+    })
