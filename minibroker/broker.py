@@ -33,6 +33,7 @@ from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.audit import AuditLog
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
+from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
@@ -268,6 +269,9 @@ class Broker:
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
+        # After the groups: a transaction prepared before a crash commits its pending offsets.
+        self.transactions = TransactionCoordinator.open(
+            config, self.logs, allocate=self.producer_ids.allocate, clock=self.clock, groups=self.groups)
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()

@@ -10,13 +10,8 @@ The records are Kafka's own (OffsetCommitKey/Value, GroupMetadataKey/Value; stor
 has their layouts and reads the layout this broker wrote before them), inside ordinary uncompressed
 v2 record batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
 
-There is no log cleaner in this broker (cleanup.policy=compact is stored but acts as delete), so the
-store compacts itself: when the log holds many more records than live keys, it rolls a new segment,
-rewrites the live state there, and moves the log start past the old records (DeleteRecords), which
-deletes the old segments. A crash half-way leaves the old records in place, and replaying them
-before the new copy gives the same state. retention.ms=-1 on the topic keeps time retention away.
-A replay that had to skip unreadable records (damage) never compacts: the records it could not read
-stay in the log, where a person can still recover them.
+The replay, the appends and the self-compaction (there is no log cleaner) are storage/coordinator_log.py's,
+shared with `__transaction_state`. retention.ms=-1 on the topic keeps time retention away.
 
 This module does no I/O of its own beyond the PartitionLog it is given, never reads a clock and
 never imports trio (it sits in storage/, below the shell): callers pass `now_ms` (wall-clock
@@ -27,11 +22,15 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable
 
 from construct import ConstructError
+from crc32c import crc32c
 
-from protocol.records import decode_records, encode_batch, iter_headers
+from protocol.records import BatchHeader, decode_records, encode_batch
+from protocol.records.batch import ATTR_TRANSACTIONAL, ATTRIBUTES_AT, CRC_AT, CRC_START, HEADER_SIZE
+from protocol.records.varint import read_varint
+from storage.coordinator_log import CoordinatorLog, Record
 from storage.group_records import (
     GROUP_KEY,
     OFFSET_KEY,
@@ -66,33 +65,33 @@ TOPIC_CONFIGS = {
     "compression.type": "producer",
 }
 
-# Batches written here stay well under the default max.message.bytes.
-MAX_RECORDS_PER_BATCH = 2000
-# Compact when the log holds more than this many records beyond twice the live ones.
-COMPACT_SLACK = 10_000
-READ_CHUNK = 1 << 20
-
-
 TopicPartition = tuple[str, int]
 
 
 # --- the store ---------------------------------------------------------------------------------
 
 
-class OffsetsStore:
+class OffsetsStore(CoordinatorLog):
     """Committed offsets and group records, in memory and (when given a log) on disk.
 
     `offsets[group][(topic, partition)]` and `groups[group]` are the live state; every change goes
     to the log first, then to memory, so what a client was told is committed is on disk.
+
+    Transactional offsets (TxnOffsetCommit) are written as Kafka writes them: a transactional batch
+    carrying the producer id and epoch, held in `pending[producer_id][group]` until the transaction's
+    marker, a control batch on this partition, commits them (`complete_transaction`) or drops them.
+    The replay does the same with the batches and markers it meets, so offsets of a transaction
+    committed before a crash are committed after it, and those of an open one stay pending until the
+    coordinator aborts it.
     """
 
+    topic = TOPIC
+
     def __init__(self, log: PartitionLog | None = None) -> None:
-        self.log = log
+        super().__init__(log)
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.groups: dict[str, StoredGroup] = {}
-        self.records_in_log = 0  # records replayed or appended since the log start
-        self.skipped_records = 0  # records that could not be decoded at load
-        self.replay_complete = True  # False when the load skipped or stopped short of anything
+        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     @classmethod
     def open(cls, logs: LogManager, now_ms: int) -> OffsetsStore:
@@ -104,57 +103,40 @@ class OffsetsStore:
         store.maybe_compact(now_ms)
         return store
 
-    # -- loading ----------------------------------------------------------------------------------
-
-    def load(self) -> None:
+    def _reset(self) -> None:
         self.offsets.clear()
         self.groups.clear()
-        self.records_in_log = 0
-        self.skipped_records = 0
-        self.replay_complete = True
-        if self.log is None:
-            return
-        position = self.log.log_start_offset
-        while position < self.log.log_end_offset:
-            data = self.log.read(position, READ_CHUNK)
-            if not data:
-                break
-            advanced = False
-            for header in iter_headers(data):
-                if header.last_offset < position:
-                    continue
-                batch = memoryview(data)[header.position : header.position + header.size]
-                self._replay_batch(batch, header.base_offset)
-                position = header.last_offset + 1
-                advanced = True
-            if not advanced:
-                log.error("%s: cannot read past offset %d; stopping the replay", TOPIC, position)
-                self.replay_complete = False
-                break
-        if self.skipped_records:
-            self.replay_complete = False
-        if not self.replay_complete:
-            log.error("%s: the replay was incomplete (%d unreadable record(s)); the log is left as it "
-                      "is (no compaction) so that nothing more is lost", TOPIC, self.skipped_records)
+        self.pending.clear()
 
-    def _replay_batch(self, batch: memoryview, base_offset: int) -> None:
-        records: list[tuple[bytes, bytes | None]] = []
-        try:
-            for _, _, key, value in decode_records(batch):
-                if key is None:
-                    raise ValueError("record without a key")
-                records.append((key, value))
-        except (ValueError, struct.error) as exc:
-            log.warning("%s: skipping unreadable batch at offset %d: %s", TOPIC, base_offset, exc)
-            self.skipped_records += 1
-            return
-        for key, value in records:
+    def _replay_batch(self, batch: memoryview, header: BatchHeader) -> None:
+        if header.is_control:
             self.records_in_log += 1
             try:
-                self._replay(key, value)
-            except (ConstructError, ValueError) as exc:
+                commit = control_record_is_commit(batch)
+            except ValueError as exc:
+                log.warning("%s: skipping unreadable marker at offset %d: %s", TOPIC, header.base_offset, exc)
                 self.skipped_records += 1
-                log.warning("%s: skipping unreadable record near offset %d: %s", TOPIC, base_offset, exc)
+                return
+            self._complete(header.producer_id, commit)
+            return
+        if not header.is_transactional:
+            super()._replay_batch(batch, header)
+            return
+        try:
+            records = [(key, value) for _, _, key, value in decode_records(batch)]
+            pending = self.pending.setdefault(header.producer_id, {})
+            for key, value in records:
+                self.records_in_log += 1
+                body = RECORD_KEY.parse(key or b"").key
+                if value is not None:
+                    pending.setdefault(body.group, {})[(body.topic, body.partition)] = parse_offset_value(value)
+        except (ConstructError, ValueError, struct.error) as exc:
+            log.warning("%s: skipping unreadable transactional batch at offset %d: %s",
+                        TOPIC, header.base_offset, exc)
+            self.skipped_records += 1
+
+    def can_compact(self) -> bool:
+        return not self.pending  # pending offsets live only in their batches
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         parsed = RECORD_KEY.parse(key)
@@ -179,14 +161,6 @@ class OffsetsStore:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def _append(self, records: Sequence[tuple[bytes | None, bytes | None]], now_ms: int) -> None:
-        if self.log is None or not records:
-            return
-        for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
-            chunk = list(records[start : start + MAX_RECORDS_PER_BATCH])
-            self.log.append(encode_batch(chunk, now_ms), now_ms)
-            self.records_in_log += len(chunk)
-
     def commit(self, group: str, entries: dict[TopicPartition, OffsetAndMetadata], now_ms: int) -> None:
         """Store one OffsetCommit's offsets (one batch, as Kafka appends a commit atomically)."""
         if not entries:
@@ -195,6 +169,39 @@ class OffsetsStore:
             [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms
         )
         self.offsets.setdefault(group, {}).update(entries)
+
+    def commit_transactional(self, producer_id: int, producer_epoch: int, group: str,
+                             entries: dict[TopicPartition, OffsetAndMetadata], now_ms: int) -> None:
+        """Store one TxnOffsetCommit's offsets as pending for `producer_id` (one transactional batch)."""
+        if not entries:
+            return
+        if self.log is not None:
+            batch = encode_batch(
+                [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms,
+                producer_id=producer_id, producer_epoch=producer_epoch)
+            self.log.append(mark_transactional(batch), now_ms)
+            self.records_in_log += len(entries)
+        self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(entries)
+
+    def has_pending(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> bool:
+        """Whether an open transaction holds offsets of `group` (of any of `partitions`)."""
+        for groups in self.pending.values():
+            offsets = groups.get(group)
+            if offsets and (partitions is None or any(tp in offsets for tp in partitions)):
+                return True
+        return False
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> int:
+        """The transaction's marker is in the log: its pending offsets become committed offsets, or are
+        dropped. Returns how many offsets it held."""
+        return self._complete(producer_id, commit)
+
+    def _complete(self, producer_id: int, commit: bool) -> int:
+        groups = self.pending.pop(producer_id, {})
+        if commit:
+            for group, entries in groups.items():
+                self.offsets.setdefault(group, {}).update(entries)
+        return sum(len(entries) for entries in groups.values())
 
     def remove_offsets(self, group: str, partitions: Iterable[TopicPartition], now_ms: int) -> None:
         partitions = list(partitions)
@@ -225,24 +232,38 @@ class OffsetsStore:
     def live_records(self) -> int:
         return sum(len(o) for o in self.offsets.values()) + len(self.groups)
 
-    def maybe_compact(self, now_ms: int, slack: int = COMPACT_SLACK) -> bool:
-        """Rewrite the live state and drop the old records when they are mostly dead."""
-        if self.log is None or self.records_in_log <= 2 * self.live_records() + slack:
-            return False
-        if not self.replay_complete:
-            # Compaction drops the old records; the ones the replay could not read would go with
-            # them, and with them any chance of recovering those commits.
-            return False
-        start = self.log.roll(now_ms)
-        records: list[tuple[bytes, bytes | None]] = []
+    def live_record_list(self) -> list[Record]:
+        records: list[Record] = []
         for group, stored in self.groups.items():
             records.append((group_key(group), group_value(stored)))
         for group, group_offsets in self.offsets.items():
             records.extend(
                 (offset_key(group, t, p), offset_value(om)) for (t, p), om in group_offsets.items()
             )
-        self.records_in_log = 0
-        self._append(records, now_ms)
-        self.log.delete_records_before(start)
-        log.info("%s: compacted to %d live records", TOPIC, len(records))
-        return True
+        return records
+
+
+def mark_transactional(batch: bytes) -> bytes:
+    """`batch` (encode_batch's) with the transactional attribute set and its CRC recomputed."""
+    data = bytearray(batch)
+    attributes = struct.unpack_from(">h", data, ATTRIBUTES_AT)[0] | ATTR_TRANSACTIONAL
+    struct.pack_into(">h", data, ATTRIBUTES_AT, attributes)
+    struct.pack_into(">I", data, CRC_AT, crc32c(memoryview(data)[CRC_START:]))
+    return bytes(data)
+
+
+def control_record_is_commit(batch: memoryview) -> bool:
+    """Whether the control record of a marker batch is a COMMIT (key: version int16 0, type int16:
+    0 ABORT, 1 COMMIT; Kafka's EndTransactionMarker / ControlRecordType)."""
+    pos = HEADER_SIZE
+    _, pos = read_varint(batch, pos)  # record length
+    pos += 1  # attributes
+    _, pos = read_varint(batch, pos)  # timestamp delta
+    _, pos = read_varint(batch, pos)  # offset delta
+    key_length, pos = read_varint(batch, pos)
+    if key_length < 4 or pos + key_length > len(batch):
+        raise ValueError("a control record without its 4-byte key")
+    version, kind = struct.unpack_from(">hh", batch, pos)
+    if kind not in (0, 1):
+        raise ValueError(f"control record type {kind} is not a transaction marker")
+    return kind == 1

@@ -1,0 +1,90 @@
+"""Durable transaction coordinator state: the internal `__transaction_state` topic, written and read back.
+
+Kafka's TransactionStateManager appends every transition of a transactional id (Empty, Ongoing with
+its partitions, PrepareCommit/PrepareAbort, CompleteCommit/CompleteAbort) to `__transaction_state`
+before it answers, and rebuilds its cache at start-up by replaying the topic, the last record of each
+transactional id winning (a tombstone, once the id expired, deletes it). This does the same on one
+partition of the broker's own storage (`__transaction_state-0`), with Kafka's record layouts
+(storage/transaction_records.py) in uncompressed v2 batches, compacted by the store itself
+(storage/coordinator_log.py). Written with Kafka's topic settings for the log
+(transaction.state.log.segment.bytes 100 MiB) and no time retention.
+
+No clock, no trio: callers pass `now_ms`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from storage.coordinator_log import CoordinatorLog, Record
+from storage.transaction_records import (
+    TxnRecord,
+    parse_transaction_key,
+    parse_transaction_value,
+    transaction_key,
+    transaction_value,
+)
+
+if TYPE_CHECKING:
+    from storage.manager import LogManager
+
+__all__ = ["TOPIC", "TOPIC_CONFIGS", "TransactionStore"]
+
+log = logging.getLogger(__name__)
+
+TOPIC = "__transaction_state"
+TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "segment.bytes": str(100 * 1024 * 1024),
+    "compression.type": "uncompressed",
+}
+
+
+class TransactionStore(CoordinatorLog):
+    """`records[transactional_id]`: each id's last persisted state."""
+
+    topic = TOPIC
+
+    def __init__(self, log: object | None = None) -> None:
+        super().__init__(log)  # type: ignore[arg-type]
+        self.records: dict[str, TxnRecord] = {}
+
+    @classmethod
+    def open(cls, logs: LogManager, now_ms: int) -> TransactionStore:
+        """Open (creating if needed) the transaction state topic in `logs` and replay it."""
+        if logs.topic(TOPIC) is None:
+            logs.create_topic(TOPIC, 1, TOPIC_CONFIGS, now_ms)
+        store = cls(logs.log(TOPIC, 0))
+        store.load()
+        store.maybe_compact(now_ms)
+        return store
+
+    def _reset(self) -> None:
+        self.records.clear()
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        transactional_id = parse_transaction_key(key)
+        if value is None:
+            self.records.pop(transactional_id, None)
+        else:
+            self.records[transactional_id] = parse_transaction_value(value)
+
+    def live_records(self) -> int:
+        return len(self.records)
+
+    def live_record_list(self) -> list[Record]:
+        return [(transaction_key(tid), transaction_value(record)) for tid, record in self.records.items()]
+
+    def write(self, transactional_id: str, record: TxnRecord, now_ms: int) -> None:
+        """Persist one transition (raises OSError when the log cannot take it: nothing changed)."""
+        self._append([(transaction_key(transactional_id), transaction_value(record))], now_ms)
+        self.records[transactional_id] = record
+
+    def delete(self, transactional_ids: list[str], now_ms: int) -> None:
+        """Tombstones for expired transactional ids."""
+        self._append([(transaction_key(tid), None) for tid in transactional_ids], now_ms)
+        for tid in transactional_ids:
+            self.records.pop(tid, None)
