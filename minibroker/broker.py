@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import trio
 
@@ -35,6 +35,7 @@ from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
+from minibroker.txn_markers import MarkerResult, TxnMarker, write_txn_markers
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
@@ -269,9 +270,14 @@ class Broker:
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
-        # After the groups: a transaction prepared before a crash commits its pending offsets.
+        # The transaction coordinator, opened after the groups (a transaction prepared before a crash
+        # commits its pending offsets). Produce asks it whether a transactional batch's partition is
+        # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers go through
+        # `write_txn_markers`.
         self.transactions = TransactionCoordinator.open(
-            config, self.logs, allocate=self.producer_ids.allocate, clock=self.clock, groups=self.groups)
+            config, self.logs, allocate=self.producer_ids.allocate, clock=self.clock, groups=self.groups,
+            markers=lambda pid, epoch, commit, coordinator_epoch, partitions: self.write_txn_markers(
+                [TxnMarker(pid, epoch, coordinator_epoch, commit, partitions)])[0])
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
@@ -530,6 +536,15 @@ class Broker:
             self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
         return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
+
+    def write_txn_markers(self, markers: Iterable[TxnMarker | tuple]) -> list[MarkerResult]:
+        """WriteTxnMarkers in process: COMMIT/ABORT markers to partitions (minibroker.txn_markers)."""
+        return write_txn_markers(self, markers)
+
+    def last_stable_offset(self, topic: str, partition: int, log: PartitionLog, now_ms: int | None = None) -> int:
+        """The partition's last stable offset (ProducerStates.last_stable_offset)."""
+        return self.producer_states.last_stable_offset(
+            topic, partition, log, self.clock.now_ms() if now_ms is None else now_ms)
 
     def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
         """This broker as clients of `listener` must reach it (the first listener by default)."""

@@ -1,8 +1,11 @@
 """Idempotent producers in the shell: producer ids and epochs, and each partition's producer state.
 
 `ProducerStates` owns one storage.producer_state.ProducerStateManager per partition, loaded lazily on
-the first produce to that partition (so start-up stays fast however many partitions there are): the
-newest valid snapshot, then the log after it replayed without checks. A snapshot is written when the
+the first produce to that partition, or the first fetch or ListOffsets that needs its last stable
+offset (so start-up stays fast however many partitions there are): the newest valid snapshot, then
+the log after it replayed without checks (markers included: the open transactions, hence the last
+stable offset, are right after a crash; an ABORT the replay meets whose `.txnindex` entry a crash
+lost is written again). A snapshot is written when the
 log rolls a segment and at clean shutdown. Idle producer ids expire every
 `producer.id.expiration.check.interval.ms`. `holds(pid)` answers "does this producer id have live
 producer state on this broker?" for the producer-id quota (KIP-936: known ids are never throttled)
@@ -56,11 +59,19 @@ class ProducerStates:
         psm = ProducerStateManager.for_mode(self.mode, self.max_in_flight, self.expiration_ms)
         start = psm.truncate_and_reload(plog.directory, plog.log_end_offset)
         replayed = 0
-        for header in plog.iter_batch_headers(max(start, plog.log_start_offset)):
+        aborted = []
+        for header, marker in plog.iter_batches(max(start, plog.log_start_offset)):
             if header.last_offset < start or not header.has_producer_id:
                 continue
-            psm.update(header, now_ms)
+            aborted_txn = psm.update(header, now_ms, marker)
+            if aborted_txn is not None:
+                aborted.append(aborted_txn)
             replayed += 1
+        for aborted_txn in aborted:  # the transaction index entries a crash may have lost
+            try:
+                plog.ensure_aborted_txn(aborted_txn)
+            except OSError:
+                log.exception("%s-%d: could not repair the transaction index", topic, partition)
         psm.remove_expired_producers(now_ms)  # a snapshot keeps each producer's last-append time
         if start or replayed:
             log.info("%s-%d: producer state from snapshot at %d plus %d replayed batch(es): %d producer id(s)",
@@ -101,6 +112,16 @@ class ProducerStates:
         epochs = [entry.producer_epoch for _, m in self._managers.values()
                   if (entry := m.last_entry(producer_id)) is not None]
         return max(epochs) if epochs else None
+
+    def last_stable_offset(self, topic: str, partition: int, plog: PartitionLog, now_ms: int) -> int:
+        """The partition's last stable offset (Kafka's UnifiedLog.lastStableOffset): the first offset
+        of its oldest open transaction (never below the log start), else the high watermark, which
+        on one broker is the log end. Loads the partition's producer state if it was not."""
+        first = self.manager(topic, partition, plog, now_ms).first_unstable_offset
+        end = plog.log_end_offset
+        if first is None:
+            return end
+        return min(max(first, plog.log_start_offset), end)
 
     @staticmethod
     def update(psm: ProducerStateManager, header: BatchHeader, result: AppendResult, now_ms: int) -> None:

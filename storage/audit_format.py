@@ -31,8 +31,9 @@ batches, so any Kafka client can consume them and `pipeline/` can read the data 
 
 Replay contract (what `pipeline.replay` relies on to reproduce the broker's decisions exactly): the
 broker calls `ProducerIdQuotaManager.track(user, producer_id, ts)` for exactly the Produce events with
-`producer_id >= 0` (except transactional batches, refused with INVALID_TXN_STATE before the quota
-sees them, and batches held back behind a throttled earlier one, `throttle_quota` HELD_BY_PID_QUOTA),
+`producer_id >= 0` (transactional batches included: issue 14 appends them after the quota like any
+batch with a producer id; except batches held back behind a throttled earlier one, `throttle_quota`
+HELD_BY_PID_QUOTA),
 once per event, in the order the events are recorded, with `user` = the principal
 without its `User:` prefix; and events are recorded in the order the decisions were made.
 
@@ -101,8 +102,9 @@ API_PRODUCE: Final = ("Produce", 0)
 API_FETCH: Final = ("Fetch", 1)
 API_INIT_PRODUCER_ID: Final = ("InitProducerId", 22)
 
-# Produce errors given before the producer-id quota is asked (the batch's PID is not tracked).
-REFUSED_BEFORE_PID_QUOTA: Final = frozenset({ErrorCode.invalid_txn_state})
+# Produce errors given before the producer-id quota is asked (the batch's PID is not tracked): none
+# since transactional batches are accepted (issue 14; before, INVALID_TXN_STATE was one).
+REFUSED_BEFORE_PID_QUOTA: Final[frozenset[ErrorCode]] = frozenset()
 
 _USER_PREFIX: Final = "User:"
 

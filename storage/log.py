@@ -2,8 +2,8 @@
 replication and compaction).
 
 Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
-20 digits (`00000000000000000000.log`, `.index`, `.timeindex`; see `storage.segment` and
-`storage.index` for the formats), an optional `log-start-offset` file (written by DeleteRecords)
+20 digits (`00000000000000000000.log`, `.index`, `.timeindex`, `.txnindex`; see `storage.segment`,
+`storage.index` and `storage.txn_index` for the formats), an optional `log-start-offset` file (written by DeleteRecords)
 and, while the files are consistent, a `clean-shutdown` marker (`storage.log_dir`: those files, and
 the leftovers removed when the directory is listed).
 
@@ -50,6 +50,8 @@ from typing import Callable, Iterator
 
 from protocol.errors import ApiError, ErrorCode
 from protocol.records.batch import BatchHeader, assign_offsets, batch_spans
+from protocol.records.codec import ControlRecord, read_control_record
+from protocol.records.validation import CorruptRecordError
 from storage.config import LogConfig
 from storage.file_cache import FileCache
 from storage.files import fsync_directory
@@ -64,9 +66,12 @@ from storage.log_dir import (
     write_log_start_offset,
 )
 from storage.log_loader import load_segments
+from storage.producer_state.snapshot import CorruptSnapshot, list_snapshots, read_snapshot
+from storage.producer_state.txns import AbortedTxn, OngoingTxns
 from storage.retention import segments_past_retention
 from storage.segment import LOG_SUFFIX, LogSegment, segment_name
 from storage.timestamps import latest_timestamp, offset_for_timestamp
+from storage.txn_index import CorruptTxnIndex
 
 logger = logging.getLogger(__name__)
 
@@ -407,12 +412,15 @@ class PartitionLog:
                 f"{self.log_end_offset}] of {self.directory.name}"
             )
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             max_offset: int | None = None) -> bytes:
         """Whole batches from the one holding `offset`, up to `max_bytes` (or the whole first batch
-        when it alone is bigger and `min_one_batch`), continuing into later segments."""
+        when it alone is bigger and `min_one_batch`), continuing into later segments. `max_offset`:
+        no batch at or past it (a batch boundary: the last stable offset of a read_committed fetch)."""
         segments = self._loaded_segments()
         self._check_offset(offset)
-        if offset == self.log_end_offset:
+        end_offset = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if offset >= end_offset:
             return b""
         i = bisect_right(self._base_offsets, offset) - 1
         position = segments[i].find_position(offset)
@@ -420,14 +428,17 @@ class PartitionLog:
         remaining = max_bytes
         while i < len(segments):
             segment = segments[i]
+            end = None
+            if end_offset < segment.next_offset:  # the bound lies in this segment
+                end = segment.find_position(end_offset) if end_offset > segment.base_offset else 0
             if position is not None:
                 data = segment.read(
-                    position, remaining, min_one_batch=min_one_batch and not chunks
+                    position, remaining, min_one_batch=min_one_batch and not chunks, end=end
                 )
                 if data:
                     chunks.append(data)
                     remaining -= len(data)
-                if position + len(data) < segment.size or remaining <= 0:
+                if end is not None or position + len(data) < segment.size or remaining <= 0:
                     break
             i += 1
             position = 0
@@ -452,6 +463,119 @@ class PartitionLog:
                     if header.last_offset >= from_offset:
                         yield header
             position = 0
+
+    def iter_batches(self, from_offset: int) -> Iterator[tuple[BatchHeader, ControlRecord | None]]:
+        """Like `iter_batch_headers`, with the control record of each control batch (read from the
+        log: the replay of producer state needs a marker's type and coordinator epoch). A control
+        batch whose record cannot be read is logged and given as None."""
+        segments = self._loaded_segments()
+        if from_offset >= self.log_end_offset:
+            return
+        segments = list(segments)
+        i = max(0, bisect_right([s.base_offset for s in segments], from_offset) - 1)
+        position = segments[i].find_position(from_offset) if from_offset > segments[i].base_offset else 0
+        for segment in segments[i:]:
+            if segment.closed:
+                return
+            if position is not None:
+                for header in segment.headers(position):
+                    if header.last_offset < from_offset:
+                        continue
+                    marker = None
+                    if header.is_control:
+                        try:
+                            marker = read_control_record(segment.read_batch(header))
+                        except CorruptRecordError as exc:
+                            logger.error("%s: the control batch at offset %d cannot be read: %s",
+                                         segment.log_path, header.base_offset, exc)
+                    yield header, marker
+            position = 0
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    def _segment_holding(self, offset: int) -> LogSegment:
+        segments = self._loaded_segments()
+        return segments[max(0, bisect_right(self._base_offsets, offset) - 1)]
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction in the transaction index of the segment holding its ABORT
+        marker (just appended). An OSError leaves the index as it was."""
+        self._begin_write()
+        self._segment_holding(entry.last_offset).txn_index.append(entry)
+
+    def ensure_aborted_txn(self, entry: AbortedTxn) -> bool:
+        """The replay of producer state found this aborted transaction: add it to its segment's
+        transaction index if the index lacks it (an entry lost with a crash). An index that holds
+        later entries but not this one is rebuilt from the log. True when something changed."""
+        segment = self._segment_holding(entry.last_offset)
+        try:
+            entries = segment.txn_index.entries(segment.next_offset)
+        except CorruptTxnIndex as exc:
+            self._rebuild_txn_index(segment, exc)
+            return True
+        if entry in entries:
+            return False
+        self._begin_write()
+        if not entries or entries[-1].last_offset < entry.last_offset:
+            logger.warning("%s: adding the aborted transaction of producer %d (offsets %d-%d) it lacked",
+                           segment.txn_index.path, entry.producer_id, entry.first_offset, entry.last_offset)
+            segment.txn_index.append(entry)
+        else:
+            self._rebuild_txn_index(segment, CorruptTxnIndex(
+                f"lacks the aborted transaction of producer {entry.producer_id} ending at {entry.last_offset}"))
+        return True
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
+        transaction indexes of the segment holding `fetch_offset` onwards (Kafka's
+        UnifiedLog.collectAbortedTransactions). A damaged index is rebuilt from the log first."""
+        segments = self._loaded_segments()
+        i = max(0, bisect_right(self._base_offsets, fetch_offset) - 1)
+        found: list[AbortedTxn] = []
+        for segment in list(segments[i:]):
+            try:
+                segment.txn_index.entries(segment.next_offset)
+            except CorruptTxnIndex as exc:
+                self._rebuild_txn_index(segment, exc)
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def _rebuild_txn_index(self, segment: LogSegment, why: Exception) -> None:
+        """Rebuild one segment's transaction index from the log: the open transactions at the
+        segment's start come from the newest producer-state snapshot at or below it (else the
+        log start), then the log is replayed to the segment's end (Kafka rebuilds it by recovering
+        the segment against producer state)."""
+        logger.warning("%s: %s; rebuilding it from the log", segment.txn_index.path, why)
+        txns = OngoingTxns()
+        start = self._log_start_offset
+        for offset, path in reversed(list_snapshots(self.directory)):
+            if self._log_start_offset <= offset <= segment.base_offset:
+                try:
+                    rows = read_snapshot(path)
+                except (CorruptSnapshot, OSError):
+                    continue
+                txns.load((row[0], row[7]) for row in rows if row[7] >= 0)
+                start = offset
+                break
+        entries = []
+        for header, marker in self.iter_batches(start):
+            if header.base_offset >= segment.next_offset:
+                break
+            if header.producer_id < 0:
+                continue
+            if header.is_control:
+                if marker is None or marker.type > 1:
+                    continue
+                aborted = txns.end(header.producer_id, header.base_offset, marker.is_abort)
+                if aborted is not None and header.base_offset >= segment.base_offset:
+                    entries.append(aborted)
+            elif header.is_transactional:
+                txns.begin(header.producer_id, header.base_offset)
+        self._begin_write()
+        segment.txn_index.replace(entries)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """ListOffsets by timestamp: (offset, timestamp) of the first record at or after the log

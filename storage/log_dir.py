@@ -1,7 +1,7 @@
 """A partition log's directory: which files it holds besides the segments' own, and how they are read.
 
 `<data_dir>/<topic>-<partition>/` holds the segments (`<base offset, 20 digits>.log`, `.index`,
-`.timeindex`; storage.segment), and:
+`.timeindex`, `.txnindex`; storage.segment), and:
 
 * `log-start-offset`: the log start offset DeleteRecords moved up, decimal text, written atomically;
   absent while the log starts at its first segment. An unreadable one is recovered from what is on
@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from storage.files import TMP_SUFFIX, unlink_if_exists, write_atomically
-from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -40,7 +40,7 @@ LOG_START_OFFSET_FILE = "log-start-offset"
 _OWN_TEMP_FILES = (LOG_START_OFFSET_FILE + TMP_SUFFIX, CLEAN_SHUTDOWN_FILE + TMP_SUFFIX)
 _LEFTOVER_SUFFIXES = tuple(
     s + extra
-    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
     for extra in (".deleted", ".cleaned", ".swap", TMP_SUFFIX)
 )
 _SEGMENT_NAME_LENGTH = 20 + len(LOG_SUFFIX)
@@ -63,7 +63,7 @@ def list_segments(directory: Path) -> list[int]:
             continue
         if "." + suffix == LOG_SUFFIX:
             bases.append(int(stem))
-        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             index_names.append((name, int(stem)))
     bases.sort()
     known = set(bases)

@@ -25,11 +25,11 @@ import struct
 from typing import TYPE_CHECKING, Iterable
 
 from construct import ConstructError
-from crc32c import crc32c
 
-from protocol.records import BatchHeader, decode_records, encode_batch
-from protocol.records.batch import ATTR_TRANSACTIONAL, ATTRIBUTES_AT, CRC_AT, CRC_START, HEADER_SIZE
-from protocol.records.varint import read_varint
+from protocol.records import BatchHeader, decode_records, encode_batch, read_control_record
+from protocol.records.batch import ATTR_TRANSACTIONAL
+from protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT
+from protocol.records.validation import CorruptRecordError
 from storage.coordinator_log import CoordinatorLog, Record
 from storage.group_records import (
     GROUP_KEY,
@@ -112,12 +112,13 @@ class OffsetsStore(CoordinatorLog):
         if header.is_control:
             self.records_in_log += 1
             try:
-                commit = control_record_is_commit(batch)
-            except ValueError as exc:
+                control = read_control_record(batch)
+            except CorruptRecordError as exc:
                 log.warning("%s: skipping unreadable marker at offset %d: %s", TOPIC, header.base_offset, exc)
                 self.skipped_records += 1
                 return
-            self._complete(header.producer_id, commit)
+            if control.type in (CONTROL_ABORT, CONTROL_COMMIT):
+                self._complete(header.producer_id, control.type == CONTROL_COMMIT)
             return
         if not header.is_transactional:
             super()._replay_batch(batch, header)
@@ -178,8 +179,8 @@ class OffsetsStore(CoordinatorLog):
         if self.log is not None:
             batch = encode_batch(
                 [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms,
-                producer_id=producer_id, producer_epoch=producer_epoch)
-            self.log.append(mark_transactional(batch), now_ms)
+                producer_id=producer_id, producer_epoch=producer_epoch, attributes=ATTR_TRANSACTIONAL)
+            self.log.append(batch, now_ms)
             self.records_in_log += len(entries)
         self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(entries)
 
@@ -242,28 +243,3 @@ class OffsetsStore(CoordinatorLog):
             )
         return records
 
-
-def mark_transactional(batch: bytes) -> bytes:
-    """`batch` (encode_batch's) with the transactional attribute set and its CRC recomputed."""
-    data = bytearray(batch)
-    attributes = struct.unpack_from(">h", data, ATTRIBUTES_AT)[0] | ATTR_TRANSACTIONAL
-    struct.pack_into(">h", data, ATTRIBUTES_AT, attributes)
-    struct.pack_into(">I", data, CRC_AT, crc32c(memoryview(data)[CRC_START:]))
-    return bytes(data)
-
-
-def control_record_is_commit(batch: memoryview) -> bool:
-    """Whether the control record of a marker batch is a COMMIT (key: version int16 0, type int16:
-    0 ABORT, 1 COMMIT; Kafka's EndTransactionMarker / ControlRecordType)."""
-    pos = HEADER_SIZE
-    _, pos = read_varint(batch, pos)  # record length
-    pos += 1  # attributes
-    _, pos = read_varint(batch, pos)  # timestamp delta
-    _, pos = read_varint(batch, pos)  # offset delta
-    key_length, pos = read_varint(batch, pos)
-    if key_length < 4 or pos + key_length > len(batch):
-        raise ValueError("a control record without its 4-byte key")
-    version, kind = struct.unpack_from(">hh", batch, pos)
-    if kind not in (0, 1):
-        raise ValueError(f"control record type {kind} is not a transaction marker")
-    return kind == 1

@@ -1,4 +1,5 @@
-"""One log segment: a `.log` file of record batches plus its `.index` and `.timeindex` (Kafka's LogSegment).
+"""One log segment: a `.log` file of record batches plus its `.index`, `.timeindex` and `.txnindex`
+(Kafka's LogSegment; the transaction index: storage.txn_index).
 
 The `.log` file holds v2 record batches exactly as produced, with their offsets assigned. Its name is
 the segment's base offset (the first offset it may hold) padded to 20 digits; the index files share
@@ -37,13 +38,14 @@ from storage.file_cache import FileCache
 from storage.files import unlink_if_exists
 from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 from storage.timestamps import first_record_at_or_after
+from storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 logger = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-
+__all__ = ["INDEX_SUFFIX", "LOG_SUFFIX", "TIME_INDEX_SUFFIX", "TXN_INDEX_SUFFIX", "LogSegment", "segment_name"]
 
 
 def segment_name(base_offset: int) -> str:
@@ -71,6 +73,7 @@ class LogSegment:
         self.log_path = directory / (name + LOG_SUFFIX)
         self.index_path = directory / (name + INDEX_SUFFIX)
         self.time_index_path = directory / (name + TIME_INDEX_SUFFIX)
+        self.txn_index = TransactionIndex(directory / (name + TXN_INDEX_SUFFIX), base_offset)
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
         self.files = files
@@ -108,6 +111,7 @@ class LogSegment:
         )
         segment._offset_index = OffsetIndex(segment.index_path, base_offset, max_index_size)
         segment._time_index = TimeIndex(segment.time_index_path, base_offset, max_index_size)
+        segment.txn_index = TransactionIndex.empty(segment.txn_index.path, base_offset)
         segment.active = True
         return segment
 
@@ -209,7 +213,9 @@ class LogSegment:
         """Scan every batch from the start checking framing, magic, offsets and CRC; truncate the
         file at the first bad or torn batch and rebuild both indexes. Returns bytes truncated."""
         self.active = True
-        return self._rebuild(verify=True)
+        truncated = self._rebuild(verify=True)
+        self.txn_index.truncate_to(self.next_offset)  # markers cut off with their batches
+        return truncated
 
     def rebuild_indexes(self, *, verify: bool = False) -> int:
         return self._rebuild(verify=verify)
@@ -374,6 +380,7 @@ class LogSegment:
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.mark_durable()
+        self.txn_index.mark_durable()
 
     def flush(self) -> None:
         """fsync the log file if it has unflushed data (reopening it if it was evicted), then write
@@ -389,6 +396,7 @@ class LogSegment:
             self._offset_index.flush()
         if self._time_index is not None:
             self._time_index.flush()
+        self.txn_index.flush()
 
     def truncate_to(self, offset: int) -> int:
         """Remove the batch holding `offset` and all after it (Kafka's LogSegment.truncateTo).
@@ -401,6 +409,7 @@ class LogSegment:
         self.size = position
         self._dirty = True
         self.rebuild_indexes()
+        self.txn_index.truncate_to(self.next_offset)
         return removed
 
     def close(self) -> None:
@@ -414,6 +423,7 @@ class LogSegment:
         self.close()
         for path in (self.log_path, self.index_path, self.time_index_path):
             unlink_if_exists(path)
+        self.txn_index.delete()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -462,10 +472,11 @@ class LogSegment:
         header = next(scan_headers(self._pread, position, self.size), None)
         return header is not None and header.last_offset == offset and header.max_timestamp == timestamp
 
-    def read(self, position: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
+    def read(self, position: int, max_bytes: int, *, min_one_batch: bool, end: int | None = None) -> bytes:
         """Whole batches from `position`, at most `max_bytes` of them unless `min_one_batch` and the
-        first batch alone is bigger (then that batch, KIP-74)."""
-        end = self.size
+        first batch alone is bigger (then that batch, KIP-74); none at or past the file position
+        `end` (a batch boundary: a read_committed fetch stops at the last stable offset's batch)."""
+        end = self.size if end is None else min(end, self.size)
         available = end - position
         if available <= 0:
             return b""

@@ -133,12 +133,14 @@ def test_aggregates_of_a_principal_without_producer_ids():
     assert (rows.new_pid_events == 0).all() and (rows.d_entries == 0).all() and (rows.d_kafka_bytes == 0).all()
 
 
-def test_replay_does_not_track_batches_refused_before_the_quota():
-    """Transactional batches are refused (INVALID_TXN_STATE) before the producer-id quota is asked."""
+def test_replay_tracks_batches_refused_after_the_quota():
+    """A batch producer state refuses (INVALID_TXN_STATE: a non-transactional batch while its producer's
+    transaction is open) was seen by the producer-id quota first, as the broker asks it (issue 14):
+    the replay tracks it too, and does not count it as appended."""
     pdf = pd.DataFrame({
         "principal": "User:u", "client_id": "c", "seq": [0, 1], "ts": [0, 0], "topic": "t",
         "partition": 0, "producer_id": [1, 2], "bytes": 10, "error_code": [48, 0], "throttle_quota": "",
     })
     out = replay_principal(pdf, [QuotaSettings("q", producer_ids_rate=1.0)])
-    assert out.pid_new.isna().iat[0] and out.pid_new.iat[1]
+    assert out.pid_new.iat[0] and not out.pid_new.isna().iat[1]
     assert list(out.producer_id) == [1, 2] and not out.appended.iat[0]

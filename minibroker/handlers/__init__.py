@@ -125,6 +125,8 @@ MODULES = (
     "txn_offset_commit",
     "describe_transactions",
     "list_transactions",
+    "write_txn_markers",
+    "describe_producers",
 )
 
 

@@ -1,5 +1,6 @@
 """DescribeTransactions (key 65), v0: each transactional id's state, producer id and epoch, timeout,
-start time and partitions (KIP-664); an unknown id TRANSACTIONAL_ID_NOT_FOUND."""
+start time (-1 when no transaction was started, as Kafka sends it) and partitions (KIP-664); an
+unknown id TRANSACTIONAL_ID_NOT_FOUND."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Reply:
     for tid in request.transactional_ids:
         txn = ctx.broker.transactions.describe(tid)
         if txn is None:
+            # The other fields at their schema defaults, as Kafka leaves them.
             states.append({"error_code": ErrorCode.transactional_id_not_found, "transactional_id": tid,
                            "transaction_state": "", "transaction_timeout": duration(0),
-                           "transaction_start_time": timestamp(-1), "producer_id": -1, "producer_epoch": -1,
+                           "transaction_start_time": timestamp(0), "producer_id": 0, "producer_epoch": 0,
                            "topics": []})
             continue
         by_topic: dict[str, list[int]] = {}

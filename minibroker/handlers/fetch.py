@@ -6,9 +6,18 @@ filled in request order within max_bytes (and fetch.max.bytes) and each partitio
 partition_max_bytes; the first batch returned is always whole even when larger (KIP-74). An offset
 outside [log start, log end] answers OFFSET_OUT_OF_RANGE for that partition. Fetch sessions
 (KIP-227) are not kept: session_id 0 tells clients to send full fetches, which they all support.
-v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). Reads see only committed data, which
-on one broker is everything appended (high watermark = log end). A file-system error reading a
-partition answers KAFKA_STORAGE_ERROR for that partition.
+v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). On one broker every appended record
+is replicated, so the high watermark is the log end. A file-system error reading a partition answers
+KAFKA_STORAGE_ERROR for that partition.
+
+Transactions (issue 14, Kafka's LocalLog.read / UnifiedLog.collectAbortedTransactions): every
+response carries the partition's last stable offset (the first offset of its oldest open
+transaction, else the high watermark), whatever the isolation level. isolation_level=1
+(READ_COMMITTED) returns only batches below the LSO, and the aborted transactions (producer id, first
+offset) overlapping the offsets returned, from the segments' `.txnindex` files, so the client drops
+their records; READ_UNCOMMITTED returns everything up to the high watermark and a null list. Control
+batches (the COMMIT/ABORT markers) are returned like any batch: clients skip them. A read_committed
+fetch waiting for data is woken by a marker that moves the LSO, not only by new records.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from protocol.errors import ErrorCode
 from protocol.records import iter_headers
 from storage.log import OffsetOutOfRangeError
 
+READ_COMMITTED = 1  # isolation_level
+
 if TYPE_CHECKING:
     from minibroker.audit import AuditLog
     from minibroker.broker import RequestContext
@@ -33,6 +44,7 @@ class _FetchPlan:
 
     def __init__(self, broker, request) -> None:
         self.broker = broker
+        self.read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
         self.entries = []  # (topic_key, topic_name or None, partition, offset, max_bytes, log)
         for topic in request.topics:
             name = getattr(topic, "topic", None)
@@ -47,6 +59,13 @@ class _FetchPlan:
     def keys(self):
         return [(info.name, part) for _, _, info, part, _, _, log in self.entries if log is not None]
 
+    def fetchable_end(self, name: str, part: int, log) -> int:
+        """Where this fetch's reads stop: the last stable offset for read_committed, else the high
+        watermark (the log end)."""
+        if self.read_committed:
+            return self.broker.last_stable_offset(name, part, log)
+        return log.log_end_offset
+
     def bytes_ready(self, min_bytes: int) -> bool:
         """Whether a read now would return at least min_bytes (or hit an error, which is final)."""
         total = 0
@@ -54,10 +73,11 @@ class _FetchPlan:
             for _, _, info, part, offset, max_bytes, log in self.entries:
                 if log is None or offset < log.log_start_offset or offset > log.log_end_offset:
                     return True
-                if log.log_end_offset > offset:
+                end = self.fetchable_end(info.name, part, log)
+                if end > offset:
                     if min_bytes <= 1:
                         return True
-                    total += len(log.read(offset, max_bytes))
+                    total += len(log.read(offset, max_bytes, max_offset=end))
                     if total >= min_bytes:
                         return True
         except OSError:  # loading or reading the log failed: the read below answers KAFKA_STORAGE_ERROR
@@ -77,8 +97,13 @@ class _FetchPlan:
                 code = ErrorCode.unknown_topic_or_partition if name is not None or info is not None else ErrorCode.unknown_topic_id
                 by_topic[key]["partitions"].append(_partition(part, code))
                 continue
+            aborted = None
             try:
-                data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes)
+                lso = self.broker.last_stable_offset(info.name, part, log)
+                data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes,
+                                max_offset=lso if self.read_committed else None)
+                if self.read_committed:
+                    aborted = _aborted_transactions(log, offset, data)
             except OffsetOutOfRangeError:
                 by_topic[key]["partitions"].append(
                     _partition(part, ErrorCode.offset_out_of_range, log.log_end_offset, log.log_start_offset)
@@ -90,20 +115,34 @@ class _FetchPlan:
                 continue
             remaining -= len(data)
             by_topic[key]["partitions"].append(
-                _partition(part, 0, log.log_end_offset, log.log_start_offset, data)
+                _partition(part, 0, log.log_end_offset, log.log_start_offset, data, lso, aborted)
             )
         return topics
 
 
+def _aborted_transactions(log, offset: int, data: bytes) -> list[dict[str, int]]:
+    """The aborted transactions overlapping the batches of `data` (read from `offset`), as Fetch
+    answers them. Kafka bounds the search by the offset index entry after the data; the offset after
+    its last batch is as good a bound and never looser."""
+    if not data:
+        return []
+    last_offset = offset
+    for header in iter_headers(data):
+        last_offset = header.last_offset
+    return [{"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+            for txn in log.aborted_transactions(offset, last_offset + 1)]
+
+
 def _partition(index: int, code: int, high_watermark: int = -1, log_start: int = -1,
-               records: bytes = b"") -> dict[str, Any]:
+               records: bytes = b"", last_stable_offset: int | None = None,
+               aborted: list[dict[str, int]] | None = None) -> dict[str, Any]:
     return {
         "partition_index": index,
         "error_code": code,
         "high_watermark": high_watermark,
-        "last_stable_offset": high_watermark,
+        "last_stable_offset": high_watermark if last_stable_offset is None else last_stable_offset,
         "log_start_offset": log_start,
-        "aborted_transactions": None if code else (),
+        "aborted_transactions": aborted,  # null for READ_UNCOMMITTED and errors, as Kafka sends it
         "preferred_read_replica": -1,
         "records": records,
     }

@@ -4,11 +4,15 @@ UnifiedLog.fetchOffsetByTimestamp answers them on a broker without tiered storag
 - a timestamp >= 0: the first record whose timestamp is at or after it, with that record's own
   timestamp (compressed batches included: the one batch that straddles the target is decompressed);
   offset -1 and timestamp -1 when no record is that recent;
-- LATEST (-1): the log end offset; EARLIEST (-2) and EARLIEST_LOCAL (-4, KIP-405; all of the log is
+- LATEST (-1): the high watermark (the log end offset on one broker), or with isolation_level=1
+  (READ_COMMITTED, v2+) the last stable offset; EARLIEST (-2) and EARLIEST_LOCAL (-4, KIP-405; all of the log is
   local here): the log start offset; both with timestamp -1;
 - MAX_TIMESTAMP (-3, KIP-734): the first record carrying the largest timestamp, with that timestamp;
 - LATEST_TIERED (-5, KIP-1005) and EARLIEST_PENDING_UPLOAD (-6, KIP-1023): nothing is tiered, so
   offset -1, timestamp -1, leader epoch -1.
+
+With READ_COMMITTED a lookup by timestamp (MAX_TIMESTAMP too) finds nothing at or past the last
+stable offset (Kafka's Partition.fetchOffsetForTimestamp bounds it by the last fetchable offset).
 
 A special timestamp asked at a version older than the one that introduced it, or a negative
 timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partition (Kafka's
@@ -33,24 +37,33 @@ MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATE
 LEADER_EPOCH = 0  # the one broker leads every partition in epoch 0 (as Metadata says)
 
 
-def _lookup(log, timestamp: int) -> tuple[int, int, int]:
-    """(offset, timestamp, leader epoch) for one partition."""
+READ_COMMITTED = 1  # isolation_level
+
+
+def _lookup(log, timestamp: int, fetchable_end: int) -> tuple[int, int, int]:
+    """(offset, timestamp, leader epoch) for one partition; `fetchable_end`: the high watermark, or
+    the last stable offset for READ_COMMITTED."""
     if timestamp == LATEST:
-        return log.log_end_offset, -1, LEADER_EPOCH
+        return fetchable_end, -1, LEADER_EPOCH
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1, LEADER_EPOCH
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return -1, -1, -1
     if timestamp == MAX_TIMESTAMP:
         offset, ts = log.latest_timestamp()
+        if offset >= fetchable_end:
+            return -1, -1, -1
         return offset, ts, LEADER_EPOCH if offset >= 0 else -1
     found = log.offset_for_timestamp(timestamp)
-    return (*found, LEADER_EPOCH) if found is not None else (-1, -1, -1)
+    if found is None or found[0] >= fetchable_end:
+        return -1, -1, -1
+    return (*found, LEADER_EPOCH)
 
 
 @handler(2, 1, 11, client_throttles_from=3)
 async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         partitions = []
@@ -60,12 +73,16 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
                 error = ErrorCode.unsupported_version
             else:
                 error = ErrorCode.unknown_topic_or_partition if log is None else ErrorCode.none
-            if error:
+            if error or log is None:
                 partitions.append({"partition_index": p.partition_index, "error_code": error,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue
             try:
-                offset, ts, epoch = _lookup(log, p.timestamp)
+                if read_committed:
+                    end = broker.last_stable_offset(topic.name, p.partition_index, log)
+                else:
+                    end = log.log_end_offset
+                offset, ts, epoch = _lookup(log, p.timestamp, end)
             except OSError as exc:
                 code, _ = error_answer(broker, exc, f"{topic.name}-{p.partition_index}")
                 partitions.append({"partition_index": p.partition_index, "error_code": code,

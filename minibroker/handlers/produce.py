@@ -9,7 +9,14 @@ keyless record on a compacted topic INVALID_RECORD. A file-system error (disk fu
 directory, out of file descriptors) answers KAFKA_STORAGE_ERROR for the partition, with nothing
 appended; the next produce tries the disk again, so the broker recovers by itself. acks=0 gets no
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
-v13 names topics by id. Producing never creates a topic (Metadata does). The broker's own topics
+v13 names topics by id. Producing never creates a topic (Metadata does).
+
+Transactional batches (issue 14) go through the same checks and the same producer state as
+idempotent ones (storage.producer_state: a non-transactional batch of a producer with a transaction
+open is INVALID_TXN_STATE), after the producer-id quota (they count like any batch with a producer
+id). Before they are appended, `broker.transactions.verify_produce` (KIP-890 part 1: was the
+partition added to the producer's transaction?) may refuse them with its own error code; the
+default verifier (minibroker.txn_markers) accepts every one until the coordinator replaces it. The broker's own topics
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
 INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal topics.
 
@@ -92,8 +99,10 @@ def _hold(conn, key: tuple, header: BatchHeader) -> None:
 
 
 def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: int, records: bytes | None,
-                     now_ms: int, conn: Connection, version: int = 13) -> PartitionOutcome:
-    """Check and append one partition's records (`conn`: the Connection they came on)."""
+                     now_ms: int, conn: Connection, version: int = 13,
+                     transactional_id: str | None = None) -> PartitionOutcome:
+    """Check and append one partition's records (`conn`: the Connection they came on;
+    `transactional_id`: the request's)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if topic is None or log is None:
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))
@@ -115,10 +124,6 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
         )
     except InvalidRecordError as exc:
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
-    if header.is_transactional:
-        return PartitionOutcome(_partition_result(
-            partition_index, ErrorCode.invalid_txn_state, "transactions are not supported by minibroker"
-        ), header=header)
     pid_new = None
     if header.has_producer_id:
         producer_id = header.producer_id
@@ -141,6 +146,14 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
             message = f"producer id quota exceeded for user {user!r}: new producer id {producer_id} throttled"
             return PartitionOutcome(_partition_result(partition_index, broker.config["producer.id.quota.error.code"],
                                                       message), verdict.throttle_time_ms, header, pid_new)
+    if header.is_transactional:
+        # KIP-890 part 1: the coordinator says whether the partition is in the producer's transaction.
+        code = broker.transactions.verify_produce(transactional_id, header.producer_id, header.producer_epoch,
+                                                  topic.name, partition_index)
+        if code != ErrorCode.none:
+            message = (f"transactional batch of producer {header.producer_id} (transactional id "
+                       f"{transactional_id!r}) refused for {topic.name}-{partition_index}")
+            return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, pid_new)
     try:
         result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
     except OSError as exc:
@@ -183,7 +196,8 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
         else:
             partitions = []
             for p in topic_data.partition_data:
-                outcome = append_partition(broker, topic, p.index, p.records, now_ms, ctx.connection, ctx.version)
+                outcome = append_partition(broker, topic, p.index, p.records, now_ms, ctx.connection, ctx.version,
+                                           request.transactional_id)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
                 if broker.audit is not None:

@@ -99,10 +99,10 @@ class TransactionCoordinator:
 
     @classmethod
     def open(cls, config: BrokerConfig, logs: LogManager, *, allocate: Callable[[], int], clock: BrokerClock,
-             groups: GroupCoordinator | None = None) -> TransactionCoordinator:
+             groups: GroupCoordinator | None = None, markers: MarkerWriter | None = None) -> TransactionCoordinator:
         store = TransactionStore.open(logs, clock.now_ms())
         coordinator = cls(
-            store, allocate=allocate, clock=clock, groups=groups,
+            store, allocate=allocate, clock=clock, groups=groups, markers=markers,
             config=TxnConfig(config["transaction.max.timeout.ms"], config["transactional.id.expiration.ms"]),
             abort_interval_ms=config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
             expiration_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
@@ -169,12 +169,13 @@ class TransactionCoordinator:
         return self.state.verify(transactional_id, producer_id, producer_epoch, partitions)
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int, topic: str,
-                       partition: int, version: int = 11) -> ErrorCode:
+                       partition: int, version: int = 0) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is appended only to a partition of the producer's
         ongoing transaction. The codes as Kafka answers Produce: a fenced epoch INVALID_PRODUCER_EPOCH,
-        a partition not in the transaction TRANSACTION_ABORTABLE from v11 (INVALID_TXN_STATE before),
-        a transaction being ended CONCURRENT_TRANSACTIONS from v11 (NOT_ENOUGH_REPLICAS before: a
-        retriable code old clients know)."""
+        a partition not in the transaction TRANSACTION_ABORTABLE from v11 (INVALID_TXN_STATE before;
+        the produce seam does not pass the version yet, so every version gets the older code, which
+        every client knows), a transaction being ended NOT_ENOUGH_REPLICAS (Kafka's conversion of
+        CONCURRENT_TRANSACTIONS for Produce: a retriable code)."""
         if not self.verification:
             return ErrorCode.none
         if not transactional_id:
@@ -186,7 +187,7 @@ class TransactionCoordinator:
             return ErrorCode.invalid_producer_epoch
         if error == ErrorCode.transaction_abortable and version < 11:
             return ErrorCode.invalid_txn_state
-        if error == ErrorCode.concurrent_transactions and version < 11:
+        if error == ErrorCode.concurrent_transactions:
             return ErrorCode.not_enough_replicas
         return error
 

@@ -11,13 +11,15 @@ attributes a zigzag varint.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
 from protocol.compression import DecompressionError, DecompressionLimitError, decompress
 from protocol.records.batch import (
+    ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
     BATCH_HEADER,
     CRC_AT,
     CRC_START,
@@ -30,9 +32,37 @@ from protocol.records.batch import (
 from protocol.records.validation import CorruptRecordError, InvalidRecordError
 from protocol.records.varint import read_varint, write_varint
 
-__all__ = ["decode_records", "encode_batch", "record_timestamps"]
+__all__ = [
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
+    "ControlRecord",
+    "decode_records",
+    "encode_batch",
+    "encode_control_batch",
+    "read_control_record",
+    "record_timestamps",
+]
 
 _UINT32 = struct.Struct(">I")
+
+# Control records (Kafka's ControlRecordType, EndTransactionMarker): the key is version i16 (0) and
+# type i16; an end-transaction marker's value is version i16 (0) and coordinator epoch i32.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_END_TXN_VALUE = struct.Struct(">hi")
+
+
+class ControlRecord(NamedTuple):
+    """The one record of a control batch: its type (CONTROL_ABORT, CONTROL_COMMIT, or another
+    type Kafka defines) and, for an end-transaction marker, the coordinator epoch (-1 otherwise)."""
+
+    type: int
+    coordinator_epoch: int
+
+    @property
+    def is_abort(self) -> bool:
+        return self.type == CONTROL_ABORT
 
 
 def _read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -47,8 +77,10 @@ def encode_batch(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = NO_SEQUENCE,
+    attributes: int = 0,
 ) -> bytes:
-    """One uncompressed v2 batch of (key, value) records, all stamped `timestamp_ms`, no headers."""
+    """One uncompressed v2 batch of (key, value) records, all stamped `timestamp_ms`, no headers.
+    `attributes`: the batch's attribute bits (transactional, control; the codec must stay 0)."""
     if not records:
         raise ValueError("a record batch needs at least one record")
     body = bytearray()
@@ -67,11 +99,55 @@ def encode_batch(
         body += record
     count = len(records)
     header = bytearray(BATCH_HEADER.pack(
-        base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), -1, 2, 0, 0, count - 1,
+        base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), -1, 2, 0, attributes, count - 1,
         timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence, count,
     ))
     _UINT32.pack_into(header, CRC_AT, crc32c(body, crc32c(memoryview(header)[CRC_START:])))
     return bytes(header + body)
+
+
+def encode_control_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                         timestamp_ms: int, *, base_offset: int = 0) -> bytes:
+    """A COMMIT or ABORT marker as Kafka writes it (MemoryRecords.withEndTransactionMarker): one
+    control record in a batch with the transactional and control bits, the producer's id and epoch,
+    no sequence (-1)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _END_TXN_VALUE.pack(0, coordinator_epoch)
+    return encode_batch([(key, value)], timestamp_ms, base_offset=base_offset, producer_id=producer_id,
+                        producer_epoch=producer_epoch, attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL)
+
+
+def read_control_record(batch: bytes | bytearray | memoryview) -> ControlRecord:
+    """The control record of one stored control batch (Kafka's ControlRecordType.parse and
+    EndTransactionMarker.deserializeValue). CorruptRecordError when its key or value cannot be read;
+    a type other than ABORT/COMMIT is returned as it is, with coordinator epoch -1."""
+    header = read_header(batch, 0)
+    if not header.is_control or header.compression or header.records_count < 1:
+        raise CorruptRecordError("not an uncompressed control batch")
+    pos = HEADER_SIZE
+    length, pos = _read_varint(batch, pos)
+    end = pos + length
+    if length < 0 or end > header.size:
+        raise CorruptRecordError("control record runs past the end of its batch")
+    pos += 1  # attributes
+    _, pos = _read_varint(batch, pos)  # timestamp delta
+    _, pos = _read_varint(batch, pos)  # offset delta
+    key_size, pos = _read_varint(batch, pos)
+    if key_size < _CONTROL_KEY.size or pos + key_size > end:
+        raise CorruptRecordError(f"control record key of {key_size} bytes")
+    version, control_type = _CONTROL_KEY.unpack_from(batch, pos)
+    if version < 0:
+        raise CorruptRecordError(f"control record key version {version}")
+    pos += key_size
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return ControlRecord(control_type, -1)
+    value_size, pos = _read_varint(batch, pos)
+    if value_size < _END_TXN_VALUE.size or pos + value_size > end:
+        raise CorruptRecordError(f"end transaction marker value of {value_size} bytes")
+    value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(batch, pos)
+    if value_version < 0:
+        raise CorruptRecordError(f"end transaction marker version {value_version}")
+    return ControlRecord(control_type, coordinator_epoch)
 
 
 def record_timestamps(

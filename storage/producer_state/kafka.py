@@ -49,14 +49,15 @@ class _KafkaBatch:
 
 
 class _KafkaEntry:
-    """Kafka's ProducerStateEntry without the transaction fields (issue 14 adds them here)."""
+    """Kafka's ProducerStateEntry without the transaction fields (the manager keeps those for the
+    producers that use transactions: manager.py)."""
 
     __slots__ = ("epoch", "last_append_ms", "batches")
 
     def __init__(self, epoch: int, last_append_ms: int, batches: list[_KafkaBatch]) -> None:
         self.epoch = epoch
         self.last_append_ms = last_append_ms
-        self.batches = batches  # current epoch only, oldest first, at most 5
+        self.batches = batches  # current epoch only, oldest first, at most 5; none after a marker's epoch
 
 
 class KafkaProducerStateManager(ProducerStateManager):
@@ -68,7 +69,7 @@ class KafkaProducerStateManager(ProducerStateManager):
 
     # --- inspection ---------------------------------------------------------------------------
 
-    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+    def _entry(self, producer_id: int) -> ProducerStateEntry | None:
         entry = self._producers.get(producer_id)
         if entry is None:
             return None
@@ -78,7 +79,7 @@ class KafkaProducerStateManager(ProducerStateManager):
         )
         return ProducerStateEntry(producer_id, entry.epoch, entry.last_append_ms, batches)
 
-    def memory_bytes(self) -> int:
+    def _memory_bytes(self) -> int:
         """Counts producer ids, entries, batch lists and batches with their fields. An int shared
         by several fields is counted each time."""
         total = sys.getsizeof(self._producers)
@@ -105,7 +106,7 @@ class KafkaProducerStateManager(ProducerStateManager):
                         (batch.last_offset - batch.offset_delta, batch.last_offset),
                         f"producer {producer_id} resent retained batch {first}..{last}",
                     )
-            last_seq = entry.batches[-1].last_seq
+            last_seq = entry.batches[-1].last_seq if entry.batches else -1  # -1: sequence 0 is next
             if first == next_sequence(last_seq):
                 return ACCEPT
             return self._out_of_order(producer_id, first, last_seq)
@@ -136,28 +137,43 @@ class KafkaProducerStateManager(ProducerStateManager):
             batches.append(batch)
         entry.last_append_ms = now_ms
 
-    def remove_expired_producers(self, now_ms: int) -> int:
-        cutoff = now_ms - self.expiration_ms
-        gone = [pid for pid, entry in self._producers.items() if entry.last_append_ms <= cutoff]
+    def _mark(self, producer_id: int, epoch: int, now_ms: int) -> None:
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            self._producers[producer_id] = _KafkaEntry(epoch, now_ms, [])
+            return
+        if entry.epoch != epoch:
+            entry.epoch = epoch
+            entry.batches = []
+        entry.last_append_ms = now_ms
+
+    def _remove_expired(self, cutoff_ms: int, keep) -> list[int]:
+        gone = [pid for pid, entry in self._producers.items() if entry.last_append_ms <= cutoff_ms and pid not in keep]
         for producer_id in gone:
             del self._producers[producer_id]
-        return len(gone)
+        return gone
 
-    def clear(self) -> None:
+    def _clear_producers(self) -> None:
         self._producers = {}
 
     # --- snapshots ----------------------------------------------------------------------------
 
     def _snapshot_rows(self) -> Iterator[SnapshotRow]:
         for producer_id, entry in self._producers.items():
+            if not entry.batches:  # only a marker set its epoch: no batch (Kafka writes -1, -1, 0)
+                yield (producer_id, entry.epoch, -1, -1, 0, entry.last_append_ms, -1, -1)
+                continue
             latest = entry.batches[-1]
-            # coordinator_epoch and current_txn_first_offset: -1, no transactions.
+            # coordinator_epoch and current_txn_first_offset: filled in by the manager.
             yield (producer_id, entry.epoch, latest.last_seq, latest.last_offset, latest.offset_delta,
                    entry.last_append_ms, -1, -1)
 
     def _load_rows(self, rows: list[SnapshotRow]) -> None:
         entries = {}
         for producer_id, epoch, last_seq, last_offset, delta, last_append_ms, _, _ in rows:
+            if last_seq < 0:
+                entries[producer_id] = _KafkaEntry(epoch, last_append_ms, [])
+                continue
             first_seq = (last_seq - delta) % SEQUENCE_SPACE
             batch = _KafkaBatch(first_seq, last_seq, last_offset, delta, -1)
             entries[producer_id] = _KafkaEntry(epoch, last_append_ms, [batch])

@@ -101,15 +101,17 @@ class LeanProducerStateManager(ProducerStateManager):
 
     # --- inspection ---------------------------------------------------------------------------
 
-    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+    def _entry(self, producer_id: int) -> ProducerStateEntry | None:
         slot = self._producers.get(producer_id)
         if slot is None:
             return None
         epoch, last_seq, last_offset, delta, last_append_ms = _LEAN.unpack_from(self._records, slot * _LEAN_SIZE)
+        if last_seq < 0:  # only a marker set its epoch: no batch
+            return ProducerStateEntry(producer_id, epoch, last_append_ms, ())
         batch = BatchMetadata((last_seq - delta) % SEQUENCE_SPACE, last_seq, last_offset - delta, last_offset)
         return ProducerStateEntry(producer_id, epoch, last_append_ms, (batch,))
 
-    def memory_bytes(self) -> int:
+    def _memory_bytes(self) -> int:
         total = sys.getsizeof(self._producers) + sys.getsizeof(self._records) + sys.getsizeof(self._free)
         total += sum(sys.getsizeof(pid) + sys.getsizeof(slot) for pid, slot in self._producers.items())
         return total + sum(map(sys.getsizeof, self._free))
@@ -125,6 +127,8 @@ class LeanProducerStateManager(ProducerStateManager):
         if batch_epoch == epoch:
             if first == next_sequence(last_seq):
                 return ACCEPT
+            if last_seq < 0:  # a marker set the epoch, no batch since: only sequence 0 follows
+                return self._out_of_order(producer_id, first, last_seq)
             latest_first = (last_seq - delta) % SEQUENCE_SPACE
             if first == latest_first and header.last_sequence == last_seq:
                 return ProducerAppendInfo(
@@ -149,8 +153,7 @@ class LeanProducerStateManager(ProducerStateManager):
 
     # --- state changes ------------------------------------------------------------------------
 
-    def _append_batch(self, header: BatchHeader, now_ms: int) -> None:
-        producer_id = header.producer_id
+    def _slot(self, producer_id: int) -> int:
         slot = self._producers.get(producer_id)
         if slot is None:
             if self._free:
@@ -159,25 +162,38 @@ class LeanProducerStateManager(ProducerStateManager):
                 slot = len(self._records) // _LEAN_SIZE
                 self._records.extend(bytes(_LEAN_SIZE))
             self._producers[producer_id] = slot
+        return slot
+
+    def _append_batch(self, header: BatchHeader, now_ms: int) -> None:
+        slot = self._slot(header.producer_id)
         delta = header.last_offset_delta
         _LEAN.pack_into(self._records, slot * _LEAN_SIZE, header.producer_epoch, header.last_sequence,
                         header.base_offset + delta, delta, now_ms)
 
-    def remove_expired_producers(self, now_ms: int) -> int:
-        cutoff = now_ms - self.expiration_ms
+    def _mark(self, producer_id: int, epoch: int, now_ms: int) -> None:
+        known = producer_id in self._producers
+        slot = self._slot(producer_id)
+        at = slot * _LEAN_SIZE
+        if known and _LEAN.unpack_from(self._records, at)[0] == epoch:
+            _LEAN_LAST_APPEND.pack_into(self._records, at + _LEAN_LAST_APPEND_AT, now_ms)
+        else:  # a new epoch, no batch yet: last sequence -1 (sequence 0 is next), as Kafka's empty entry
+            _LEAN.pack_into(self._records, at, epoch, -1, -1, 0, now_ms)
+
+    def _remove_expired(self, cutoff_ms: int, keep) -> list[int]:
+        cutoff = cutoff_ms
         records = self._records
         read_time = _LEAN_LAST_APPEND.unpack_from
         expired = [
             (producer_id, slot)
             for producer_id, slot in self._producers.items()
-            if read_time(records, slot * _LEAN_SIZE + _LEAN_LAST_APPEND_AT)[0] <= cutoff
+            if read_time(records, slot * _LEAN_SIZE + _LEAN_LAST_APPEND_AT)[0] <= cutoff and producer_id not in keep
         ]
         for producer_id, slot in expired:
             del self._producers[producer_id]
             self._free.append(slot)
         if len(self._free) >= _MIN_FREE_TO_COMPACT and len(self._free) > len(self._producers):
             self._compact()
-        return len(expired)
+        return [producer_id for producer_id, _ in expired]
 
     def _compact(self) -> None:
         """Give back the memory of freed slots by rewriting the live records contiguously."""
@@ -192,7 +208,7 @@ class LeanProducerStateManager(ProducerStateManager):
         self._producers = slots
         self._free = []
 
-    def clear(self) -> None:
+    def _clear_producers(self) -> None:
         self._producers = {}
         self._records = bytearray()
         self._free = []
@@ -202,7 +218,7 @@ class LeanProducerStateManager(ProducerStateManager):
     def _snapshot_rows(self) -> Iterator[SnapshotRow]:
         records = self._records
         for producer_id, slot in self._producers.items():
-            # coordinator_epoch and current_txn_first_offset: -1, no transactions.
+            # coordinator_epoch and current_txn_first_offset: filled in by the manager.
             yield (producer_id, *_LEAN.unpack_from(records, slot * _LEAN_SIZE), -1, -1)
 
     def _load_rows(self, rows: list[SnapshotRow]) -> None:

@@ -7,8 +7,8 @@ carries a producer id, appends only when the answer `should_append`, and then ca
 log end (`truncate_and_reload`) and replays the log after it through `update`, without checks.
 
 Both modes reject a batch that has a producer id but no base sequence with INVALID_RECORD, as
-Kafka's LogValidator does, before their own rules (lean.py, kafka.py). Transactional batches get no
-special treatment here; the caller decides whether it accepts them at all.
+Kafka's LogValidator does, before their own rules (lean.py, kafka.py); transactional batches pass the
+same rules, then the transaction rules below.
 
 Expiry: `update` records `now_ms` as the producer's last append time; `remove_expired_producers`
 removes producer ids with now_ms - last_append_ms >= expiration_ms (producer.id.expiration.ms,
@@ -18,21 +18,33 @@ been removed is still validated against its state: `prepare_update` has no clock
 
 Snapshots (snapshot.py) hold the latest batch of each producer id, in both modes, as Kafka writes
 an entry; the `timestamp` field holds the time of the producer's last append (what expiry measures
-from), so expiry carries over a restart.
+from), so expiry carries over a restart; the coordinator epoch and the open transaction's first
+offset are the entry's last two fields (-1 when none). A producer whose only record here is a marker
+is written with last sequence -1, last offset -1 and offset delta 0, as Kafka writes an entry
+without batches.
 
-Room for transactions (issue 14), not built: a ProducerStateEntry gains its coordinator epoch and the
-first offset of its ongoing transaction (`current_txn_first_offset`, the snapshot fields written as
--1 today, carried by `_snapshot_rows` / `_load_rows`); `update` starts a transaction at the first
-transactional batch of a producer and a control batch (the COMMIT/ABORT marker) ends it; the manager
-keeps the ongoing transactions ordered by first offset, and the last stable offset is the smallest
-of them (Kafka's firstUnstableOffset), else the high watermark.
+Transactions (issue 14, Kafka's ProducerAppendInfo.appendDataBatch / appendEndTxnMarker), the same
+in both modes: a producer's first transactional batch opens its transaction at that batch's base
+offset (`current_txn_first_offset`); its COMMIT or ABORT marker (a control batch, written by the
+transaction coordinator through `prepare_marker` / `update(header, now_ms, marker)`) closes it.
+A non-transactional batch of a producer with a transaction open is INVALID_TXN_STATE; a marker whose
+producer epoch is older than the producer's is INVALID_PRODUCER_EPOCH, one whose coordinator epoch
+is older than the last marker's TRANSACTION_COORDINATOR_FENCED. A marker of a newer epoch starts the
+producer's state afresh at that epoch with no batch (its next batch must start at sequence 0), as
+Kafka's ProducerStateEntry.update does. The open transactions are kept in first-offset order
+(storage.producer_state.txns.OngoingTxns): `first_unstable_offset` is the oldest's first offset, from
+which the shell derives the partition's last stable offset. A producer with a transaction open never
+expires (Kafka's isProducerExpired). Both fields live beside the mode's own state, only for the
+producers that use transactions: a producer that never did costs nothing more.
 
 Pure logic: no I/O other than the snapshot files, no clock (`now_ms` is an argument), no trio.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator, NamedTuple
 
 from protocol.errors import ErrorCode
 from storage.files import unlink_if_exists
+from storage.producer_state.txns import AbortedTxn, CompletedTxn, OngoingTxns
 from storage.producer_state.snapshot import (
     SEQUENCE_SPACE,
     SNAPSHOTS_TO_KEEP,
@@ -52,7 +65,7 @@ from storage.producer_state.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from protocol.records import BatchHeader
+    from protocol.records import BatchHeader, ControlRecord
 
 logger = logging.getLogger(__name__)
 
@@ -105,23 +118,26 @@ class ProducerStateEntry:
     producer_id: int
     producer_epoch: int
     last_append_ms: int
-    batch_metadata: tuple[BatchMetadata, ...]  # oldest first; lean mode holds exactly one
+    # Oldest first; lean mode holds at most one. Empty for a producer whose epoch only a marker set.
+    batch_metadata: tuple[BatchMetadata, ...]
+    coordinator_epoch: int = -1  # of the last marker, -1 when none
+    current_txn_first_offset: int = -1  # first offset of its open transaction, -1 when none
 
     @property
     def first_seq(self) -> int:
-        return self.batch_metadata[-1].first_seq
+        return self.batch_metadata[-1].first_seq if self.batch_metadata else -1
 
     @property
     def last_seq(self) -> int:
-        return self.batch_metadata[-1].last_seq
+        return self.batch_metadata[-1].last_seq if self.batch_metadata else -1
 
     @property
     def first_data_offset(self) -> int:
-        return self.batch_metadata[-1].first_offset
+        return self.batch_metadata[-1].first_offset if self.batch_metadata else -1
 
     @property
     def last_data_offset(self) -> int:
-        return self.batch_metadata[-1].last_offset
+        return self.batch_metadata[-1].last_offset if self.batch_metadata else -1
 
 
 class ProducerStateManager(ABC):
@@ -155,6 +171,8 @@ class ProducerStateManager(ABC):
             raise ValueError(f"expiration_ms must be positive: {expiration_ms}")
         self.max_in_flight = max_in_flight
         self.expiration_ms = expiration_ms
+        self._txns = OngoingTxns()
+        self._coordinator_epochs: dict[int, int] = {}  # only producers that have had a marker
 
     # --- inspection ---------------------------------------------------------------------------
 
@@ -172,14 +190,85 @@ class ProducerStateManager(ABC):
     def producer_ids(self) -> list[int]:
         return list(self._producers)
 
-    @abstractmethod
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         """The state of one producer id, or None when it has none."""
+        entry = self._entry(producer_id)
+        if entry is None:
+            return None
+        coordinator_epoch = self._coordinator_epochs.get(producer_id, -1)
+        first = self._txns.first_offset(producer_id)
+        if coordinator_epoch < 0 and first is None:
+            return entry
+        return dataclasses.replace(entry, coordinator_epoch=coordinator_epoch,
+                                   current_txn_first_offset=-1 if first is None else first)
+
+    def entries(self) -> Iterator[ProducerStateEntry]:
+        """Every producer id's state (DescribeProducers)."""
+        for producer_id in list(self._producers):
+            entry = self.last_entry(producer_id)
+            if entry is not None:
+                yield entry
 
     @abstractmethod
+    def _entry(self, producer_id: int) -> ProducerStateEntry | None:
+        """The mode's view of one producer id, without the transaction fields."""
+
     def memory_bytes(self) -> int:
         """The bytes this state occupies (sys.getsizeof of its containers and everything they hold;
         O(entries) to compute)."""
+        total = self._memory_bytes()
+        for mapping in (self._coordinator_epochs, self._txns._first):  # only once transactions are used
+            if mapping:
+                total += sys.getsizeof(mapping) + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in mapping.items())
+        return total
+
+    @abstractmethod
+    def _memory_bytes(self) -> int:
+        """The mode's own containers, as `memory_bytes` counts them."""
+
+    # --- transactions -------------------------------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction open here (Kafka's firstUnstableOffset),
+        None when none is open."""
+        return self._txns.first_unstable_offset
+
+    @property
+    def ongoing_transaction_count(self) -> int:
+        return len(self._txns)
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """(producer id, first offset) of each open transaction, oldest first."""
+        return list(self._txns.items())
+
+    def current_txn_first_offset(self, producer_id: int) -> int | None:
+        return self._txns.first_offset(producer_id)
+
+    def prepare_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ProducerAppendInfo:
+        """Whether a COMMIT/ABORT marker of this producer epoch and coordinator epoch may be
+        appended (Kafka's appendEndTxnMarker checks). Pure: changes nothing."""
+        entry = self._entry(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            return ProducerAppendInfo(
+                ErrorCode.invalid_producer_epoch,
+                None,
+                f"producer {producer_id}: marker epoch {producer_epoch} is older than the current epoch "
+                f"{entry.producer_epoch}",
+            )
+        current = self._coordinator_epochs.get(producer_id, -1)
+        if coordinator_epoch < current:
+            return ProducerAppendInfo(
+                ErrorCode.transaction_coordinator_fenced,
+                None,
+                f"producer {producer_id}: coordinator epoch {coordinator_epoch} is older than {current} (zombie coordinator)",
+            )
+        return ACCEPT
+
+    def peek_marker(self, producer_id: int, marker_offset: int, abort: bool) -> tuple[CompletedTxn | None, int]:
+        """What a marker at `marker_offset` would complete, and the last stable offset a transaction
+        index entry for it records; changes nothing (see OngoingTxns.peek_end)."""
+        return self._txns.peek_end(producer_id, marker_offset, abort)
 
     # --- validation ---------------------------------------------------------------------------
 
@@ -195,7 +284,15 @@ class ProducerStateManager(ABC):
                 None,
                 f"batch of producer {producer_id} has no base sequence ({first})",
             )
-        return self._validate(header, producer_id, first)
+        verdict = self._validate(header, producer_id, first)
+        if verdict.should_append and not header.is_transactional and producer_id in self._txns:
+            return ProducerAppendInfo(
+                ErrorCode.invalid_txn_state,
+                None,
+                f"producer {producer_id}: expected a transactional batch, its transaction is open since "
+                f"offset {self._txns.first_offset(producer_id)}",
+            )
+        return verdict
 
     @abstractmethod
     def _validate(self, header: BatchHeader, producer_id: int, first: int) -> ProducerAppendInfo:
@@ -228,41 +325,86 @@ class ProducerStateManager(ABC):
 
     # --- state changes ------------------------------------------------------------------------
 
-    def update(self, header: BatchHeader, now_ms: int) -> None:
-        """Record a batch that was appended at `header.base_offset` (also used for log replay).
+    def update(self, header: BatchHeader, now_ms: int, marker: ControlRecord | None = None) -> AbortedTxn | None:
+        """Record a batch that was appended at `header.base_offset` (also used for log replay);
+        `marker`: the control record of a control batch. Returns the transaction index entry an
+        ABORT marker calls for, else None.
 
         No checks: the latest batch simply replaces (lean) or joins (kafka) the state, and a
         different epoch starts the producer's state afresh, as Kafka's replay does.
         """
-        if header.producer_id >= 0:
-            self._append_batch(header, now_ms)
+        producer_id = header.producer_id
+        if producer_id < 0:
+            return None
+        if header.is_control:
+            if marker is None or marker.type > 1:  # not an end-transaction marker
+                return None
+            self._mark(producer_id, header.producer_epoch, now_ms)
+            if marker.coordinator_epoch >= 0:
+                self._coordinator_epochs[producer_id] = marker.coordinator_epoch
+            return self._txns.end(producer_id, header.base_offset, marker.is_abort)
+        self._append_batch(header, now_ms)
+        if header.is_transactional:
+            self._txns.begin(producer_id, header.base_offset)
+        return None
 
     @abstractmethod
     def _append_batch(self, header: BatchHeader, now_ms: int) -> None: ...
 
     @abstractmethod
-    def remove_expired_producers(self, now_ms: int) -> int:
-        """Remove the producer ids whose last append is expiration_ms or more before now_ms.
+    def _mark(self, producer_id: int, epoch: int, now_ms: int) -> None:
+        """A marker of `epoch` was appended: the producer's state at that epoch (afresh, with no
+        batch, when the epoch differs), its last append `now_ms`."""
 
-        Returns how many were removed.
-        """
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Remove the producer ids whose last append is expiration_ms or more before now_ms, except
+        those with a transaction open. Returns how many were removed."""
+        removed = self._remove_expired(now_ms - self.expiration_ms, self._txns)
+        for producer_id in removed:
+            self._coordinator_epochs.pop(producer_id, None)
+        return len(removed)
 
     @abstractmethod
-    def clear(self) -> None: ...
+    def _remove_expired(self, cutoff_ms: int, keep: OngoingTxns) -> list[int]:
+        """Remove the producer ids last appended at or before `cutoff_ms` and not in `keep`;
+        return them."""
+
+    def clear(self) -> None:
+        self._txns.clear()
+        self._coordinator_epochs = {}
+        self._clear_producers()
+
+    @abstractmethod
+    def _clear_producers(self) -> None: ...
 
     # --- snapshots ----------------------------------------------------------------------------
 
     @abstractmethod
     def _snapshot_rows(self) -> Iterator[SnapshotRow]:
-        """One row per producer id (see snapshot.SnapshotRow)."""
+        """One row per producer id (see snapshot.SnapshotRow), its last two fields -1."""
 
     @abstractmethod
     def _load_rows(self, rows: list[SnapshotRow]) -> None:
-        """Replace the state with a snapshot's rows."""
+        """Replace the mode's state with a snapshot's rows."""
+
+    def _rows_with_txns(self) -> Iterator[SnapshotRow]:
+        coordinator_epochs, txns = self._coordinator_epochs, self._txns
+        if not coordinator_epochs and not len(txns):
+            yield from self._snapshot_rows()
+            return
+        for row in self._snapshot_rows():
+            producer_id = row[0]
+            first = txns.first_offset(producer_id)
+            yield (*row[:6], coordinator_epochs.get(producer_id, -1), -1 if first is None else first)
+
+    def _load_snapshot_rows(self, rows: list[SnapshotRow]) -> None:
+        self._load_rows(rows)
+        self._coordinator_epochs = {row[0]: row[6] for row in rows if row[6] >= 0}
+        self._txns.load((row[0], row[7]) for row in rows if row[7] >= 0)
 
     def take_snapshot(self, directory: Path, offset: int) -> Path:
         """Write the state as `<directory>/<20-digit offset>.snapshot`, atomically; return its path."""
-        return write_snapshot(directory, offset, self._snapshot_rows(), self.producer_id_count)
+        return write_snapshot(directory, offset, self._rows_with_txns(), self.producer_id_count)
 
     def truncate_and_reload(self, directory: Path, log_end_offset: int) -> int:
         """Replace the state with the newest valid snapshot at or below `log_end_offset`.
@@ -294,7 +436,7 @@ class ProducerStateManager(ABC):
                 continue
             except FileNotFoundError:
                 continue
-            self._load_rows(rows)
+            self._load_snapshot_rows(rows)
             return offset
         return 0
 

@@ -37,8 +37,8 @@ PRODUCER_SNAPSHOT_ENTRY = Struct(
     "last_offset" / Int64sb,  # last offset of its latest batch
     "offset_delta" / Int32sb,  # last offset - base offset of that batch (= last - first sequence)
     "timestamp" / Int64sb,  # here: wall-clock ms of the producer's last append (expiry's origin)
-    "coordinator_epoch" / Int32sb,  # -1: no transactions
-    "current_txn_first_offset" / Int64sb,  # -1: no ongoing transaction
+    "coordinator_epoch" / Int32sb,  # of the producer's last marker; -1: none
+    "current_txn_first_offset" / Int64sb,  # first offset of its open transaction; -1: none
 )
 
 PRODUCER_SNAPSHOT = Struct(
@@ -139,19 +139,24 @@ def read_snapshot(path: Path) -> list[SnapshotRow]:
         raise CorruptSnapshot(f"{count} entries need {expected} bytes, the file has {len(data)}")
     rows: list[SnapshotRow] = list(_SNAPSHOT_ENTRY.iter_unpack(view[_ENTRIES_START:]))
     seen = set()
-    for producer_id, epoch, last_seq, last_offset, delta, _, _, _ in rows:
+    for producer_id, epoch, last_seq, last_offset, delta, _, coordinator_epoch, txn_first in rows:
         if producer_id in seen:
             raise CorruptSnapshot(f"producer {producer_id} appears twice")
+        # An entry without a batch (a marker set its epoch): last sequence -1, offset -1, delta 0.
+        no_batch = last_seq == -1 and last_offset == -1 and delta == 0
         if (
             producer_id < 0
             or epoch < 0
-            or not 0 <= last_seq <= MAX_SEQUENCE
+            or not (no_batch or 0 <= last_seq <= MAX_SEQUENCE)
             or delta < 0
-            or last_offset < delta
+            or (last_offset < delta and not no_batch)
+            or coordinator_epoch < -1
+            or txn_first < -1
         ):
             raise CorruptSnapshot(
                 f"impossible entry: producer {producer_id} epoch {epoch} last sequence {last_seq} "
-                f"last offset {last_offset} offset delta {delta}"
+                f"last offset {last_offset} offset delta {delta} coordinator epoch {coordinator_epoch} "
+                f"transaction first offset {txn_first}"
             )
         seen.add(producer_id)
     return rows
