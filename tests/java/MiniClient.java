@@ -882,7 +882,7 @@ public final class MiniClient {
         int stepNo = 0;
         for (String step : plan.split(",")) {
             String[] s = step.split(":");
-            String action = s[0], name = action + stepNo++;
+            String action = s[0], name = txnId + "/" + action + stepNo++;
             int n = Integer.parseInt(s[1]);
             producer.beginTransaction();
             for (int i = 0; i < n; i++) {
@@ -1030,6 +1030,10 @@ public final class MiniClient {
                 committed = 0;
                 for (var e : consumer.committed(consumer.assignment(), Duration.ofSeconds(30)).entrySet()) {
                     if (e.getValue() != null) committed += e.getValue().offset();
+                }
+                if (transactions % 5 == 0) {
+                    OUT.println("{\"type\":\"progress\",\"committed\":" + committed + "}");
+                    OUT.flush();
                 }
             }
         }
