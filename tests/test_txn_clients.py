@@ -12,6 +12,7 @@ v0, Fetch v4 with isolation_level)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -106,3 +107,69 @@ def test_confluent_and_aiokafka_transactions_with_both_isolation_levels(broker, 
     # Offsets sent in each client's committed transaction are the group's.
     offsets = broker.broker.groups.fetch_offsets(group, [(topic, 0), (topic, 1)])
     assert [(tp, om.offset if om else None) for tp, om in offsets] == [((topic, 0), 7), ((topic, 1), 5)]
+
+
+def test_what_librdkafka_and_aiokafka_do_when_fenced_or_timed_out(start_broker, unique):
+    """The README's table: each client's transactional producer fenced by a newer instance, and
+    one whose transaction outlived transaction.timeout.ms (aborted by the broker, epoch bumped)."""
+    from confluent_kafka import KafkaException, Producer
+
+    with start_broker(transaction_abort_timed_out_transaction_cleanup_interval_ms="100") as broker:
+        bs, topic = broker.bootstrap, unique("pyfence")
+        Confluent().create_topic(bs, topic, 1)
+        tid = unique("cf-timeout")
+        p = Producer({"bootstrap.servers": bs, "transactional.id": tid, "transaction.timeout.ms": 1000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, key=b"k", value=b"v", partition=0)
+        p.flush(10)
+        before, deadline = broker.broker.transactions.timed_out_aborts, time.monotonic() + 20
+        while broker.broker.transactions.timed_out_aborts == before and time.monotonic() < deadline:
+            time.sleep(0.05)  # the broker aborts it (its thread runs the coordinator's timer)
+        with pytest.raises(KafkaException) as timed_out:
+            p.commit_transaction(30)
+        error = timed_out.value.args[0]
+        assert (error.name(), error.fatal()) == ("_FENCED", True), error
+        del p
+
+        async def aiokafka_cases():
+            from aiokafka import AIOKafkaProducer
+            from aiokafka.errors import KafkaError
+
+            outcomes = {}
+            zombie_id = unique("aio-zombie")
+            zombie = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=zombie_id)
+            newer = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=zombie_id)
+            await zombie.start()
+            try:
+                await zombie.begin_transaction()
+                await zombie.send_and_wait(topic, b"zombie", partition=0)
+                await newer.start()
+                try:
+                    await zombie.send_and_wait(topic, b"late", partition=0)
+                    await zombie.commit_transaction()
+                    outcomes["fenced"] = None
+                except KafkaError as exc:
+                    outcomes["fenced"] = type(exc).__name__
+            finally:
+                await newer.stop()
+                await zombie.stop()
+            slow = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=unique("aio-slow"),
+                                    transaction_timeout_ms=1000)
+            await slow.start()
+            try:
+                await slow.begin_transaction()
+                await slow.send_and_wait(topic, b"slow", partition=0)
+                await asyncio.sleep(1.6)
+                try:
+                    await slow.send_and_wait(topic, b"slow-late", partition=0)
+                    await slow.commit_transaction()
+                    outcomes["timed_out"] = None
+                except KafkaError as exc:
+                    outcomes["timed_out"] = type(exc).__name__
+            finally:
+                await slow.stop()
+            return outcomes
+
+        outcomes = asyncio.run(aiokafka_cases())
+        assert outcomes == {"fenced": "ProducerFenced", "timed_out": "ProducerFenced"}, outcomes
