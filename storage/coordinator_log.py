@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeVar
 
 from construct import ConstructError
 
@@ -26,6 +26,7 @@ from protocol.records import BatchHeader, decode_records, encode_batch, iter_hea
 
 if TYPE_CHECKING:
     from storage.log import PartitionLog
+    from storage.manager import LogManager
 
 __all__ = ["CoordinatorLog", "Record"]
 
@@ -40,11 +41,25 @@ COMPACT_SLACK = 10_000
 READ_CHUNK = 1 << 20
 
 
+Store = TypeVar("Store", bound="CoordinatorLog")
+
+
 class CoordinatorLog:
     """A store over one partition of an internal topic. Subclasses say how a record changes their
     state (`_replay`, `_reset`) and what the live state is (`live_record_list`)."""
 
     topic = ""
+    topic_configs: dict[str, str] = {}
+
+    @classmethod
+    def open(cls: type[Store], logs: LogManager, now_ms: int) -> Store:
+        """Open (creating if needed) the store's topic in `logs`, replay it, compact it if due."""
+        if logs.topic(cls.topic) is None:
+            logs.create_topic(cls.topic, 1, cls.topic_configs, now_ms)
+        store = cls(logs.log(cls.topic, 0))
+        store.load()
+        store.maybe_compact(now_ms)
+        return store
 
     def __init__(self, log: PartitionLog | None = None) -> None:
         self.log = log

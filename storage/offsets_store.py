@@ -48,7 +48,6 @@ from storage.group_records import (
 
 if TYPE_CHECKING:
     from storage.log import PartitionLog
-    from storage.manager import LogManager
 
 __all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredGroup", "StoredMember"]
 
@@ -86,6 +85,7 @@ class OffsetsStore(CoordinatorLog):
     """
 
     topic = TOPIC
+    topic_configs = TOPIC_CONFIGS
 
     def __init__(self, log: PartitionLog | None = None) -> None:
         super().__init__(log)
@@ -93,15 +93,6 @@ class OffsetsStore(CoordinatorLog):
         self.groups: dict[str, StoredGroup] = {}
         self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
-    @classmethod
-    def open(cls, logs: LogManager, now_ms: int) -> OffsetsStore:
-        """Open (creating if needed) the offsets topic in `logs` and replay it."""
-        if logs.topic(TOPIC) is None:
-            logs.create_topic(TOPIC, 1, TOPIC_CONFIGS, now_ms)
-        store = cls(logs.log(TOPIC, 0))
-        store.load()
-        store.maybe_compact(now_ms)
-        return store
 
     def _reset(self) -> None:
         self.offsets.clear()

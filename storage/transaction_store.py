@@ -27,7 +27,7 @@ from storage.transaction_records import (
 )
 
 if TYPE_CHECKING:
-    from storage.manager import LogManager
+    from storage.log import PartitionLog
 
 __all__ = ["TOPIC", "TOPIC_CONFIGS", "TransactionStore"]
 
@@ -47,20 +47,12 @@ class TransactionStore(CoordinatorLog):
     """`records[transactional_id]`: each id's last persisted state."""
 
     topic = TOPIC
+    topic_configs = TOPIC_CONFIGS
 
-    def __init__(self, log: object | None = None) -> None:
-        super().__init__(log)  # type: ignore[arg-type]
+    def __init__(self, log: PartitionLog | None = None) -> None:
+        super().__init__(log)
         self.records: dict[str, TxnRecord] = {}
 
-    @classmethod
-    def open(cls, logs: LogManager, now_ms: int) -> TransactionStore:
-        """Open (creating if needed) the transaction state topic in `logs` and replay it."""
-        if logs.topic(TOPIC) is None:
-            logs.create_topic(TOPIC, 1, TOPIC_CONFIGS, now_ms)
-        store = cls(logs.log(TOPIC, 0))
-        store.load()
-        store.maybe_compact(now_ms)
-        return store
 
     def _reset(self) -> None:
         self.records.clear()

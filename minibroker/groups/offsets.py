@@ -63,15 +63,7 @@ class OffsetMetadataManager:
         if error:
             return {tp: error for tp in offsets}
         expire_ms = now_ms + retention_ms if retention_ms >= 0 else -1
-        errors: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            metadata = metadata or ""
-            if len(metadata) > self.config.offset_metadata_max_bytes:
-                errors[tp] = ErrorCode.offset_metadata_too_large
-            else:
-                accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms, expire_ms)
-                errors[tp] = ErrorCode.none
+        errors, accepted = self._accept(offsets, now_ms, expire_ms)
         try:
             self.store.commit(group_id, accepted, now_ms)
         except OSError as exc:
@@ -108,6 +100,18 @@ class OffsetMetadataManager:
             error = ErrorCode.none  # Kafka's transactional commit is taken while the group syncs
         if error:
             return {tp: error for tp in offsets}
+        errors, accepted = self._accept(offsets, now_ms)
+        try:
+            self.store.commit_transactional(producer_id, producer_epoch, group_id, accepted, now_ms)
+        except OSError as exc:
+            log.error("group %s: a transactional offset commit failed: %s", group_id, storage_error_message(exc))
+            return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
+        return errors
+
+    def _accept(self, offsets: dict[TopicPartition, tuple[int, int, str | None]], now_ms: int,
+                expire_ms: int = -1) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+        """(an error per partition, the offsets to store): metadata over offset.metadata.max.bytes
+        is OFFSET_METADATA_TOO_LARGE for its partition."""
         errors: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, (offset, leader_epoch, metadata) in offsets.items():
@@ -115,14 +119,9 @@ class OffsetMetadataManager:
             if len(metadata) > self.config.offset_metadata_max_bytes:
                 errors[tp] = ErrorCode.offset_metadata_too_large
             else:
-                accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms)
+                accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms, expire_ms)
                 errors[tp] = ErrorCode.none
-        try:
-            self.store.commit_transactional(producer_id, producer_epoch, group_id, accepted, now_ms)
-        except OSError as exc:
-            log.error("group %s: a transactional offset commit failed: %s", group_id, storage_error_message(exc))
-            return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
-        return errors
+        return errors, accepted
 
     def complete_transaction(self, producer_id: int, commit: bool) -> int:
         """The transaction's marker is written to the offsets partition: its offsets are committed,
