@@ -28,11 +28,21 @@ if TYPE_CHECKING:
     from storage.log import PartitionLog
     from storage.manager import LogManager
 
-__all__ = ["CoordinatorLog", "Record"]
+__all__ = ["INTERNAL_TOPIC_CONFIGS", "CoordinatorLog", "Record"]
 
 log = logging.getLogger(__name__)
 
 Record = tuple[bytes | None, bytes | None]
+
+# Kafka's settings of its internal topics (offsets.topic.segment.bytes and
+# transaction.state.log.segment.bytes are 100 MiB), plus no time retention: without a cleaner, time
+# retention would delete live state.
+INTERNAL_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "segment.bytes": str(100 * 1024 * 1024),
+}
 
 # Batches written here stay well under the default max.message.bytes.
 MAX_RECORDS_PER_BATCH = 2000

@@ -30,7 +30,7 @@ from protocol.records import BatchHeader, decode_records, encode_batch, read_con
 from protocol.records.batch import ATTR_TRANSACTIONAL
 from protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT
 from protocol.records.validation import CorruptRecordError
-from storage.coordinator_log import CoordinatorLog, Record
+from storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog, Record
 from storage.group_records import (
     GROUP_KEY,
     OFFSET_KEY,
@@ -54,15 +54,7 @@ __all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "Store
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
-# Kafka's offsets topic settings (offsets.topic.segment.bytes is 100 MiB), plus no time retention:
-# without a cleaner, time retention would delete live commits.
-TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-    "segment.bytes": str(100 * 1024 * 1024),
-    "compression.type": "producer",
-}
+TOPIC_CONFIGS = {**INTERNAL_TOPIC_CONFIGS, "compression.type": "producer"}
 
 TopicPartition = tuple[str, int]
 

@@ -6,8 +6,8 @@ before it answers, and rebuilds its cache at start-up by replaying the topic, th
 transactional id winning (a tombstone, once the id expired, deletes it). This does the same on one
 partition of the broker's own storage (`__transaction_state-0`), with Kafka's record layouts
 (storage/transaction_records.py) in uncompressed v2 batches, compacted by the store itself
-(storage/coordinator_log.py). Written with Kafka's topic settings for the log
-(transaction.state.log.segment.bytes 100 MiB) and no time retention.
+(storage/coordinator_log.py), with Kafka's topic settings (transaction.state.log.segment.bytes
+100 MiB, no compression) and no time retention.
 
 No clock, no trio: callers pass `now_ms`.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from storage.coordinator_log import CoordinatorLog, Record
+from storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog, Record
 from storage.transaction_records import (
     TxnRecord,
     parse_transaction_key,
@@ -34,13 +34,7 @@ __all__ = ["TOPIC", "TOPIC_CONFIGS", "TransactionStore"]
 log = logging.getLogger(__name__)
 
 TOPIC = "__transaction_state"
-TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-    "segment.bytes": str(100 * 1024 * 1024),
-    "compression.type": "uncompressed",
-}
+TOPIC_CONFIGS = {**INTERNAL_TOPIC_CONFIGS, "compression.type": "uncompressed"}  # Kafka's ENFORCED_COMPRESSION
 
 
 class TransactionStore(CoordinatorLog):
