@@ -10,7 +10,7 @@ import time
 
 from minibroker.admin_client import AdminClient
 from tests.broker_process import BrokerProcess
-from tests.test_txn_wire import add, create, end, fetch, init, produce
+from tests.test_txn_coordinator_wire import add, create, end, fetch, init, produce
 
 
 def test_kill_9_with_an_open_and_a_committed_transaction(tmp_path, unique):

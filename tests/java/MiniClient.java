@@ -8,6 +8,10 @@
 //   create-topic BOOTSTRAP TOPIC PARTITIONS
 //   produce BOOTSTRAP TOPIC COUNT [COMPRESSION]   idempotent, acks=all, record i -> partition i % n
 //   consume BOOTSTRAP TOPIC PARTITIONS COUNT      assign() + seekToBeginning()
+//   consume-isolated BOOTSTRAP TOPIC ISOLATION    partition 0 from the beginning up to endOffsets()
+//                                                 (the LSO for read_committed); ISOLATION is
+//                                                 read_committed or read_uncommitted
+//   describe-producers BOOTSTRAP TOPIC PARTITION  Admin.describeProducers
 //   group-consume BOOTSTRAP TOPIC GROUP COUNT [MEMBERS]   subscribe() in a group, commitSync()
 //   alter-quota BOOTSTRAP ENTITY_TYPE NAME KEY VALUE      VALUE "remove" removes the key;
 //                                                  NAME "<default>" is the default entity;
@@ -129,6 +133,8 @@ public final class MiniClient {
             case "create-topic" -> createTopic(a[1], a[2], Integer.parseInt(a[3]));
             case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "none");
             case "consume" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
+            case "consume-isolated" -> consumeIsolated(a[1], a[2], a[3]);
+            case "describe-producers" -> describeProducers(a[1], a[2], Integer.parseInt(a[3]));
             case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
                     a.length > 5 ? Integer.parseInt(a[5]) : 1);
             case "alter-quota" -> alterQuota(a[1], a[2], a[3], a[4], a[5]);
@@ -745,6 +751,39 @@ public final class MiniClient {
                     printRecord(r, null);
                     got++;
                 }
+            }
+        }
+    }
+
+    /** Partition 0 of TOPIC from the beginning with isolation.level ISOLATION, until the position
+     * reaches endOffsets() (for read_committed the consumer asks ListOffsets with READ_COMMITTED:
+     * the last stable offset). Prints each record, then {"type":"end","end_offset":..,"position":..}. */
+    static void consumeIsolated(String bootstrap, String topic, String isolation) {
+        TopicPartition tp = new TopicPartition(topic, 0);
+        Properties p = consumerProps(bootstrap, "mb-java-isolated");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+            consumer.assign(List.of(tp));
+            consumer.seekToBeginning(List.of(tp));
+            long end = consumer.endOffsets(List.of(tp)).get(tp);
+            long deadline = System.nanoTime() + TIMEOUT.toNanos();
+            while (consumer.position(tp) < end && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) printRecord(r, null);
+            }
+            OUT.println("{\"type\":\"end\",\"end_offset\":" + end + ",\"position\":" + consumer.position(tp) + "}");
+        }
+    }
+
+    static void describeProducers(String bootstrap, String topic, int partition) throws Exception {
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = admin(bootstrap)) {
+            var result = admin.describeProducers(List.of(tp)).partitionResult(tp).get();
+            for (var state : result.activeProducers()) {
+                OUT.println("{\"type\":\"producer\",\"producer_id\":" + state.producerId() + ",\"epoch\":"
+                        + state.producerEpoch() + ",\"last_sequence\":" + state.lastSequence()
+                        + ",\"last_timestamp\":" + state.lastTimestamp() + ",\"coordinator_epoch\":"
+                        + state.coordinatorEpoch().orElse(-1) + ",\"txn_start_offset\":"
+                        + state.currentTransactionStartOffset().orElse(-1) + "}");
             }
         }
     }
