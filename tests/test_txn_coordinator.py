@@ -3,7 +3,8 @@ in a temporary directory: the timer task aborts a transaction past its timeout (
 markers to its partitions) at the abort interval and not before; a marker the log side refuses keeps
 the transaction prepared (answered CONCURRENT_TRANSACTIONS) until the timer writes it; a
 transaction prepared when the broker died is completed from the log at the next start; a failed
-write to the transaction log changes nothing and answers NOT_COORDINATOR.
+write to the transaction log changes nothing and answers NOT_COORDINATOR; an idle transactional id
+expires (a tombstone) at the expiration check, an open one does not.
 
 The marker writer here records the calls (the log side's markers are exercised by the client tests).
 """
@@ -36,12 +37,12 @@ class Markers:
         return {tp: E.kafka_storage_error if tp in self.fail else E.none for tp in partitions}
 
 
-def coordinator(data_dir, markers, ids=None, **kw):
+def coordinator(data_dir, markers, ids=None, config=None, **kw):
     logs = LogManager.open(data_dir, LogConfig.from_broker({}), 0)
     store = TransactionStore.open(logs, 0)
     ids = ids or itertools.count(100)
     return logs, TransactionCoordinator(store, allocate=lambda: next(ids), clock=BrokerClock(), markers=markers,
-                                        config=TxnConfig(), abort_interval_ms=kw.get("abort_interval_ms", 100))
+                                        config=config or TxnConfig(), abort_interval_ms=100, **kw)
 
 
 def run(main):
@@ -143,3 +144,25 @@ def test_a_failed_log_write_changes_nothing(tmp_path):
         logs.close(clean=False)
 
     run(main)
+
+
+def test_idle_transactional_ids_expire_with_a_tombstone(tmp_path):
+    async def main():
+        logs, c = coordinator(tmp_path, Markers(), config=TxnConfig(id_expiration_ms=1000),
+                              expiration_interval_ms=500)
+        await c.init_producer_id("idle", 60_000)
+        _, pid, _ = await c.init_producer_id("busy", 60_000)
+        c.add_partitions("busy", pid, 0, [("a", 0)])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            await trio.sleep(0.9)
+            assert set(c.txns) == {"idle", "busy"}
+            await trio.sleep(0.7)
+            nursery.cancel_scope.cancel()
+        assert set(c.txns) == {"busy"}  # an open transaction never expires
+        logs.close(clean=True)
+
+    run(main)
+    logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
+    assert set(TransactionStore.open(logs, 0).records) == {"busy"}
+    logs.close(clean=True)
