@@ -60,11 +60,19 @@ class CoordinatorLog:
 
     topic = ""
     topic_configs: dict[str, str] = {}
+    # Created at the first write rather than at open (Kafka creates __transaction_state when the
+    # first transactional id looks for its coordinator): a broker never used for it has no such topic.
+    created_lazily = False
 
     @classmethod
     def open(cls: type[Store], logs: LogManager, now_ms: int) -> Store:
-        """Open (creating if needed) the store's topic in `logs`, replay it, compact it if due."""
+        """Open (creating it now, or at the first write when `created_lazily`) the store's topic in
+        `logs`, replay it, compact it if due."""
         if logs.topic(cls.topic) is None:
+            if cls.created_lazily:
+                store = cls(None)
+                store._logs = logs
+                return store
             logs.create_topic(cls.topic, 1, cls.topic_configs, now_ms)
         store = cls(logs.log(cls.topic, 0))
         store.load()
@@ -76,6 +84,7 @@ class CoordinatorLog:
         self.records_in_log = 0  # records replayed or appended since the log start
         self.skipped_records = 0  # records that could not be decoded at load
         self.replay_complete = True  # False when the load skipped or stopped short of anything
+        self._logs: LogManager | None = None  # where to create the topic at the first write
 
     # -- what a subclass defines ------------------------------------------------------------------
 
@@ -155,6 +164,10 @@ class CoordinatorLog:
     # -- writing ----------------------------------------------------------------------------------
 
     def _append(self, records: Sequence[Record], now_ms: int) -> None:
+        if self.log is None and self._logs is not None and records:
+            if self._logs.topic(self.topic) is None:
+                self._logs.create_topic(self.topic, 1, self.topic_configs, now_ms)
+            self.log = self._logs.log(self.topic, 0)
         if self.log is None or not records:
             return
         for start in range(0, len(records), MAX_RECORDS_PER_BATCH):

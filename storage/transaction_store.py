@@ -4,7 +4,8 @@ Kafka's TransactionStateManager appends every transition of a transactional id (
 its partitions, PrepareCommit/PrepareAbort, CompleteCommit/CompleteAbort) to `__transaction_state`
 before it answers, and rebuilds its cache at start-up by replaying the topic, the last record of each
 transactional id winning (a tombstone, once the id expired, deletes it). This does the same on one
-partition of the broker's own storage (`__transaction_state-0`), with Kafka's record layouts
+partition of the broker's own storage (`__transaction_state-0`, created at the first write, as Kafka
+creates the topic when it is first needed), with Kafka's record layouts
 (storage/transaction_records.py) in uncompressed v2 batches, compacted by the store itself
 (storage/coordinator_log.py), with Kafka's topic settings (transaction.state.log.segment.bytes
 100 MiB, no compression) and no time retention.
@@ -42,6 +43,7 @@ class TransactionStore(CoordinatorLog):
 
     topic = TOPIC
     topic_configs = TOPIC_CONFIGS
+    created_lazily = True
 
     def __init__(self, log: PartitionLog | None = None) -> None:
         super().__init__(log)

@@ -82,6 +82,12 @@ def last_state(data_dir: Path):
     return last
 
 
+def stopped_state(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 def kill_inside_a_transaction(broker: BrokerProcess, wanted: str, deadline_s: float = 20.0):
     """kill -9 the broker while its last transaction state is Ongoing with a partition of the topic
     `wanted` added (a transaction the client has not ended); the state it was killed in. The broker
@@ -95,6 +101,8 @@ def kill_inside_a_transaction(broker: BrokerProcess, wanted: str, deadline_s: fl
     while time.monotonic() < deadline:
         if inside(last_state(broker.data_dir)):
             broker.proc.send_signal(signal.SIGSTOP)
+            while stopped_state(broker.proc.pid) != "T":  # the signal is delivered asynchronously
+                time.sleep(0.001)
             if inside(last_state(broker.data_dir)):
                 break
             broker.proc.send_signal(signal.SIGCONT)

@@ -47,7 +47,7 @@ from minibroker.transactions.state import (
     TxnMetadata,
     TxnState,
 )
-from protocol.errors import ErrorCode
+from protocol.errors import ApiError, ErrorCode
 from storage.errors import storage_error_message
 from storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from storage.transaction_store import TOPIC, TransactionStore
@@ -124,9 +124,9 @@ class TransactionCoordinator:
         """Persist then apply one transition; False (nothing changed) when the log refused it."""
         try:
             self.store.write(txn.transactional_id, txn.record(), self.clock.now_ms())
-        except OSError as exc:
+        except (OSError, ApiError) as exc:  # ApiError: the topic could not be created (stray data)
             log.error("%s: writing the state of transactional id %r failed: %s", TOPIC, txn.transactional_id,
-                      storage_error_message(exc))
+                      storage_error_message(exc) if isinstance(exc, OSError) else exc)
             return False
         self.state.apply(txn)
         return True
