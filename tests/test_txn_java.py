@@ -91,22 +91,18 @@ def stopped_state(pid: int) -> str:
 def kill_inside_a_transaction(broker: BrokerProcess, wanted: str, deadline_s: float = 20.0):
     """kill -9 the broker while its last transaction state is Ongoing with a partition of the topic
     `wanted` added (a transaction the client has not ended); the state it was killed in. The broker
-    is stopped (SIGSTOP) when the state is seen, and killed only if it still holds once stopped
-    (else it goes on and we look again): the client's next step is milliseconds away."""
+    is sampled: stopped (SIGSTOP), its state read, killed if the state is the one wanted, else let go
+    on (SIGCONT) for a few milliseconds (the client's steps are milliseconds apart)."""
     deadline = time.monotonic() + deadline_s
-
-    def inside(state):
-        return state is not None and state.state is TxnState.ONGOING and any(t == wanted for t, _ in state.partitions)
-
     while time.monotonic() < deadline:
-        if inside(last_state(broker.data_dir)):
-            broker.proc.send_signal(signal.SIGSTOP)
-            while stopped_state(broker.proc.pid) != "T":  # the signal is delivered asynchronously
-                time.sleep(0.001)
-            if inside(last_state(broker.data_dir)):
-                break
-            broker.proc.send_signal(signal.SIGCONT)
-        time.sleep(0.001)
+        broker.proc.send_signal(signal.SIGSTOP)
+        while stopped_state(broker.proc.pid) != "T":  # the signal is delivered asynchronously
+            time.sleep(0.0005)
+        state = last_state(broker.data_dir)
+        if state is not None and state.state is TxnState.ONGOING and any(t == wanted for t, _ in state.partitions):
+            break
+        broker.proc.send_signal(signal.SIGCONT)
+        time.sleep(0.003)
     broker.kill()
     return last_state(broker.data_dir)
 
@@ -131,7 +127,7 @@ def test_exactly_once_loop_survives_two_kill_9(java, tmp_path, unique):
             line = json.loads(raw)
             if line["type"] == "progress":
                 progress.append(line["committed"])
-                if kills < 2 and line["committed"] >= (kills + 1) * count // 3:
+                if kills < 2 and line["committed"] >= (kills + 1) * count // 4:
                     killed_in.append(kill_inside_a_transaction(broker, targets[kills]))
                     broker.restart()
                     kills += 1
