@@ -449,6 +449,11 @@ class PartitionLog:
     def iter_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one holding `from_offset` to the log end (at the time
         each segment is reached). `position` is the batch's position in its segment file."""
+        for _, header in self._segment_headers(from_offset):
+            yield header
+
+    def _segment_headers(self, from_offset: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
+        """(segment, header) of each batch from the one holding `from_offset` to the log end."""
         segments = self._loaded_segments()
         if from_offset >= self.log_end_offset:
             return
@@ -461,35 +466,22 @@ class PartitionLog:
             if position is not None:
                 for header in segment.headers(position):
                     if header.last_offset >= from_offset:
-                        yield header
+                        yield segment, header
             position = 0
 
     def iter_batches(self, from_offset: int) -> Iterator[tuple[BatchHeader, ControlRecord | None]]:
         """Like `iter_batch_headers`, with the control record of each control batch (read from the
         log: the replay of producer state needs a marker's type and coordinator epoch). A control
         batch whose record cannot be read is logged and given as None."""
-        segments = self._loaded_segments()
-        if from_offset >= self.log_end_offset:
-            return
-        segments = list(segments)
-        i = max(0, bisect_right([s.base_offset for s in segments], from_offset) - 1)
-        position = segments[i].find_position(from_offset) if from_offset > segments[i].base_offset else 0
-        for segment in segments[i:]:
-            if segment.closed:
-                return
-            if position is not None:
-                for header in segment.headers(position):
-                    if header.last_offset < from_offset:
-                        continue
-                    marker = None
-                    if header.is_control:
-                        try:
-                            marker = read_control_record(segment.read_batch(header))
-                        except CorruptRecordError as exc:
-                            logger.error("%s: the control batch at offset %d cannot be read: %s",
-                                         segment.log_path, header.base_offset, exc)
-                    yield header, marker
-            position = 0
+        for segment, header in self._segment_headers(from_offset):
+            marker = None
+            if header.is_control:
+                try:
+                    marker = read_control_record(segment.read_batch(header))
+                except CorruptRecordError as exc:
+                    logger.error("%s: the control batch at offset %d cannot be read: %s",
+                                 segment.log_path, header.base_offset, exc)
+            yield header, marker
 
     # -- transactions -----------------------------------------------------------------------------
 

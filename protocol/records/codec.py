@@ -132,22 +132,24 @@ def read_control_record(batch: bytes | bytearray | memoryview) -> ControlRecord:
     pos += 1  # attributes
     _, pos = _read_varint(batch, pos)  # timestamp delta
     _, pos = _read_varint(batch, pos)  # offset delta
-    key_size, pos = _read_varint(batch, pos)
-    if key_size < _CONTROL_KEY.size or pos + key_size > end:
-        raise CorruptRecordError(f"control record key of {key_size} bytes")
-    version, control_type = _CONTROL_KEY.unpack_from(batch, pos)
-    if version < 0:
-        raise CorruptRecordError(f"control record key version {version}")
-    pos += key_size
+    (_, control_type), pos = _control_field(batch, pos, end, _CONTROL_KEY, "control record key")
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         return ControlRecord(control_type, -1)
-    value_size, pos = _read_varint(batch, pos)
-    if value_size < _END_TXN_VALUE.size or pos + value_size > end:
-        raise CorruptRecordError(f"end transaction marker value of {value_size} bytes")
-    value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(batch, pos)
-    if value_version < 0:
-        raise CorruptRecordError(f"end transaction marker version {value_version}")
+    (_, coordinator_epoch), _ = _control_field(batch, pos, end, _END_TXN_VALUE, "end transaction marker")
     return ControlRecord(control_type, coordinator_epoch)
+
+
+def _control_field(batch: bytes | bytearray | memoryview, pos: int, end: int, layout: struct.Struct,
+                   what: str) -> tuple[tuple, int]:
+    """A control record's key or value at `pos` (its varint length, then `layout`, whose first field
+    is a version >= 0): the fields, and the position after it."""
+    size, pos = _read_varint(batch, pos)
+    if size < layout.size or pos + size > end:
+        raise CorruptRecordError(f"{what} of {size} bytes")
+    fields = layout.unpack_from(batch, pos)
+    if fields[0] < 0:
+        raise CorruptRecordError(f"{what} version {fields[0]}")
+    return fields, pos + size
 
 
 def record_timestamps(
