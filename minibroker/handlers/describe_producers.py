@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from minibroker.broker import RequestContext
 
 
-@handler(61, 0, 0, client_throttles_from=0)
+@handler(61, 0, 0)
 async def describe_producers(ctx: RequestContext, request: Any) -> Reply:
     broker = ctx.broker
     now_ms = broker.clock.now_ms()
