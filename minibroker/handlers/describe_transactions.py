@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from minibroker.broker import RequestContext
 
 
-@handler(65, 0, 0, client_throttles_from=0)
+@handler(65, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> Reply:
     states = []
     for tid in request.transactional_ids:

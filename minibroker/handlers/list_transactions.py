@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from minibroker.broker import RequestContext
 
 
-@handler(66, 0, 2, client_throttles_from=0)
+@handler(66, 0, 2)
 async def list_transactions(ctx: RequestContext, request: Any) -> Reply:
     pattern = getattr(request, "transactional_id_pattern", None)
     try:
