@@ -9,6 +9,7 @@ ApiVersions advertising exactly the versions served."""
 from __future__ import annotations
 
 from minibroker.admin_client import AdminClient
+from minibroker.metrics_http import render
 from protocol.records import encode_batch, iter_headers
 from protocol.records.batch import ATTR_TRANSACTIONAL
 
@@ -125,6 +126,9 @@ def test_fencing_and_version_mapped_codes(broker, unique):
                                                 {"name": "no-such-topic", "partitions": [0]}]}, version=3)
         codes = {t.name: int(t.results_by_partition[0].partition_error_code) for t in r.results_by_topic_v3_and_below}
         assert codes == {topic: 55, "no-such-topic": 3}  # OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION
+    metrics = broker.in_broker(render, broker.broker)
+    assert 'minibroker_transactional_ids{state="Empty"} 1' in metrics.splitlines()
+    assert "minibroker_transactions_timed_out_total 0" in metrics.splitlines()
 
 
 def test_batched_and_verify_only_add_partitions(broker, unique):
