@@ -30,6 +30,7 @@ import enum
 import struct
 from dataclasses import dataclass, field
 
+from protocol.messages import ProtocolError, read_tagged_section, write_tagged_section
 from protocol.records.varint import read_uvarint, write_uvarint
 
 __all__ = [
@@ -129,11 +130,7 @@ def transaction_value(record: TxnRecord, version: int = VALUE_VERSION) -> bytes:
             (2, _I16.pack(record.client_transaction_version), record.client_transaction_version == 0),
             (3, _I16.pack(record.next_producer_epoch), record.next_producer_epoch == NO_PRODUCER_EPOCH),
         ) if not default]
-        write_uvarint(len(tags), out)
-        for tag, data in tags:
-            write_uvarint(tag, out)
-            write_uvarint(len(data), out)
-            out += data
+        write_tagged_section(tags, out)
     return bytes(out)
 
 
@@ -168,12 +165,12 @@ class _Reader:
             raise ValueError("a topic name is null")
         return bytes(self.take(length)).decode("utf8")
 
-    def skip_tags(self) -> dict[int, memoryview]:
-        tags = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            tags[tag] = self.take(self.uvarint())
-        return tags
+    def skip_tags(self) -> dict[int, bytes]:
+        try:
+            fields, self.pos = read_tagged_section(bytes(self.data), self.pos)
+        except ProtocolError as exc:
+            raise ValueError(str(exc)) from None
+        return dict(fields)
 
     def done(self) -> None:
         if self.pos != len(self.data):
@@ -212,7 +209,7 @@ def parse_transaction_value(value: bytes) -> TxnRecord:
         if version >= 1:
             reader.skip_tags()
     last_update_ms, start_ms = reader.unpack(_TIMES)
-    tagged: dict[int, memoryview] = reader.skip_tags() if version >= 1 else {}
+    tagged: dict[int, bytes] = reader.skip_tags() if version >= 1 else {}
     reader.done()
 
     def tag(number: int, fmt: struct.Struct, default: int) -> int:
