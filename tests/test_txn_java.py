@@ -7,7 +7,8 @@ transactional.id, KafkaConsumer with isolation.level), the reference implementat
   (the broker aborts it once transaction.timeout.ms passes); a producer that outlives its
   transaction.timeout.ms (fenced: its late send and commit fail); then read_committed and
   read_uncommitted consumers, which see exactly the committed records, and every record,
-  respectively (Java drops the aborted ones itself from the aborted-transactions list);
+  respectively (Java drops the aborted ones itself from the aborted-transactions list); Java's
+  Admin.listTransactions / describeTransactions then list and describe every transactional id;
 - the issue's DONE criterion: a consume-transform-produce loop (read_committed group consumer,
   transactional producer, sendOffsetsToTransaction) run while the broker process is killed -9 twice
   and restarted on its address; a read_committed consumer then sees every input record's output
@@ -49,7 +50,7 @@ def test_commit_abort_zombie_timeout_and_isolation_levels(java, start_broker, un
             ["txn-produce", bs, topic, 2, t, "commit:1,timeout:2", 1500],
             ["consume-isolation", bs, topic, 2, "read_committed"],
         )
-        uncommitted = java.run(["consume-isolation", bs, topic, 2, "read_uncommitted"])
+        uncommitted = java.run(["consume-isolation", bs, topic, 2, "read_uncommitted"], ["list-transactions", bs])
         coordinator = broker.broker.transactions
         assert coordinator.txns[o].state.kafka_name == "CompleteAbort"
         assert coordinator.timed_out_aborts == 2  # the open one and the one that outlived its timeout
@@ -67,6 +68,16 @@ def test_commit_abort_zombie_timeout_and_isolation_levels(java, start_broker, un
     assert keys(uncommitted) == sorted(committed + aborted)
     # Both consumers stop at the same end: nothing is left open, so the last stable offset is the log end.
     assert of_type(first, "end") == of_type(uncommitted, "end")
+    # Java's Admin lists and describes the four transactional ids (KIP-664); it parses the state
+    # names (a name it did not know would read as UNKNOWN).
+    listed = {line["id"]: line["state"] for line in of_type(uncommitted, "txn-listing")}
+    assert listed == {a: "CompleteCommit", z: "CompleteCommit", o: "CompleteAbort", t: "CompleteAbort"}
+    described = {line["id"]: (line["state"], line["epoch"], line["timeout_ms"], line["partitions"])
+                 for line in of_type(uncommitted, "txn-description")}
+    # The zombie's id: two producers (epochs 0, 1), the fencing abort bumped it to 1 then the second
+    # InitProducerId to 2; the timed-out ones: the abort's bump.
+    assert described == {a: ("CompleteCommit", 0, 60000, 0), z: ("CompleteCommit", 2, 60000, 0),
+                         o: ("CompleteAbort", 1, 1000, 0), t: ("CompleteAbort", 1, 1500, 0)}
 
 
 def last_state(data_dir: Path):

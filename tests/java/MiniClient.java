@@ -49,6 +49,7 @@
 //   txn-produce BOOTSTRAP TOPIC PARTITIONS TXN_ID PLAN [TIMEOUT_MS]   transactions by PLAN, e.g.
 //                                                  "commit:3,abort:2,open:1" (see txnProduce)
 //   txn-zombie BOOTSTRAP TOPIC TXN_ID              a producer fenced by a second one with its id
+//   list-transactions BOOTSTRAP                    Admin.listTransactions, then describeTransactions
 //   consume-isolation BOOTSTRAP TOPIC PARTITIONS read_committed|read_uncommitted   up to the end offsets
 //   consume-transform-produce BOOTSTRAP IN OUT GROUP TXN_ID COUNT   the exactly-once loop
 //
@@ -164,6 +165,7 @@ public final class MiniClient {
             case "txn-produce" -> txnProduce(a[1], a[2], Integer.parseInt(a[3]), a[4], a[5],
                     a.length > 6 ? Integer.parseInt(a[6]) : 60000);
             case "txn-zombie" -> txnZombie(a[1], a[2], a[3]);
+            case "list-transactions" -> listTransactions(a[1]);
             case "consume-isolation" -> consumeIsolation(a[1], a[2], Integer.parseInt(a[3]), a[4]);
             case "consume-transform-produce" -> consumeTransformProduce(a[1], a[2], a[3], a[4], a[5], Long.parseLong(a[6]));
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
@@ -1004,6 +1006,25 @@ public final class MiniClient {
             }
             for (TopicPartition tp : tps) {
                 OUT.println("{\"type\":\"end\",\"partition\":" + tp.partition() + ",\"offset\":" + end.get(tp) + "}");
+            }
+        }
+    }
+
+    /** Admin.listTransactions (all states), then describeTransactions of each id listed. */
+    static void listTransactions(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            List<String> ids = new ArrayList<>();
+            for (var listing : admin.listTransactions().all().get()) {
+                ids.add(listing.transactionalId());
+                OUT.println("{\"type\":\"txn-listing\",\"id\":" + str(listing.transactionalId()) + ",\"producer_id\":"
+                        + listing.producerId() + ",\"state\":" + str(listing.state().toString()) + "}");
+            }
+            for (var e : admin.describeTransactions(ids).all().get().entrySet()) {
+                var d = e.getValue();
+                OUT.println("{\"type\":\"txn-description\",\"id\":" + str(e.getKey()) + ",\"state\":"
+                        + str(d.state().toString()) + ",\"producer_id\":" + d.producerId() + ",\"epoch\":"
+                        + d.producerEpoch() + ",\"timeout_ms\":" + d.transactionTimeoutMs() + ",\"partitions\":"
+                        + d.topicPartitions().size() + "}");
             }
         }
     }
