@@ -414,3 +414,30 @@ def test_a_crash_between_the_swapped_log_and_its_indexes_rebuilds_the_indexes(tm
     assert reopened.segments[0].max_timestamp == young
     reopened.enforce_retention(T0 + DAY + 1)  # the old records are past retention.ms, the young ones not
     assert latest_by_key(read_all(reopened)) == before
+
+
+def test_a_due_tombstone_goes_in_one_round_when_nothing_new_was_written(tmp_path):
+    """The round a due tombstone triggers on its own (LogToClean.tombstones_due: the dirty section is
+    empty) cleans the clean section with an empty key map: the tombstone past its horizon goes, and
+    the first dirty offset stays where it was (not reset to 0, which cleaned the whole log again)."""
+    retention = DAY
+    log = PartitionLog.open(tmp_path / "t-0", compacted(delete_retention_ms=retention), T0)
+    for i in range(30):
+        write(log, [(b"k%d" % (i % 3), b"v%d" % i)])
+    write(log, [(b"k1", None)])
+    write(log, [(b"k0", b"last")])
+    log.roll(T0)
+    write(log, [(b"active", b"v")])
+    first = T0 + 5000
+    result = clean_now(log, first)
+    checkpoint = result.end_offset
+    assert checkpoint == log.segments[-1].base_offset
+    assert latest_by_key(read_all(log))[b"k1"][1] is None
+    due = result.tombstone_horizon
+    target = log_to_clean("t", 0, log, checkpoint, due, tombstone_horizon=due)
+    assert target.tombstones_due and target.cleanable_bytes == 0
+    second = clean(CleaningRound.of(target, due), OffsetMap(1 << 20))
+    commit(second)
+    assert second.end_offset == checkpoint
+    assert b"k1" not in latest_by_key(read_all(log))
+    assert second.tombstone_horizon is None
