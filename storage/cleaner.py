@@ -543,6 +543,10 @@ def build_offset_map(round_: CleaningRound, offset_map: OffsetMap, stats: Cleani
     """Kafka's buildOffsetMap over the cleanable section, stopping when the map is full."""
     offset_map.clear()
     start, end = round_.first_dirty_offset, round_.first_uncleanable_offset
+    # Everything below the dirty section is under the map (cleaned against it) even when the dirty
+    # section is empty: a round for due tombstones alone then cleans the clean section, and ends
+    # where the dirty section starts (not at offset 0).
+    offset_map.latest_offset = start - 1
     # The records of aborted transactions never supersede a key's value (Kafka's
     # CleanedTransactionMetadata): a read_committed consumer must still find the committed one.
     aborted: dict[int, list[tuple[int, int]]] = {}
