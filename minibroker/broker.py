@@ -34,8 +34,9 @@ from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
+from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
-from minibroker.txn_markers import AllowAllTransactions, MarkerResult, TransactionVerifier, TxnMarker, write_txn_markers
+from minibroker.txn_markers import MarkerResult, TxnMarker, write_txn_markers
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
@@ -274,13 +275,18 @@ class Broker:
         if self.producer_states.mode == "lean":
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
-        # KIP-890 part 1: Produce asks it whether a transactional batch's partition is in the
-        # producer's transaction; the transaction coordinator replaces the default (allow all).
-        self.transactions: TransactionVerifier = AllowAllTransactions()
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
         self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
+        # The transaction coordinator, opened after the groups (a transaction prepared before a crash
+        # commits its pending offsets). Produce asks it whether a transactional batch's partition is
+        # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers go through
+        # `write_txn_markers`.
+        self.transactions = TransactionCoordinator.open(
+            config, self.logs, allocate=self.producer_ids.allocate, clock=self.clock, groups=self.groups,
+            markers=lambda pid, epoch, commit, coordinator_epoch, partitions: self.write_txn_markers(
+                [TxnMarker(pid, epoch, coordinator_epoch, commit, partitions)])[0])
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
