@@ -31,7 +31,7 @@ from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.log_cleaner import LogCleanerTask
-from minibroker.audit import AuditLog
+from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.transactions.coordinator import TransactionCoordinator
@@ -299,6 +299,8 @@ class Broker:
                 topic_configs={"retention.ms": str(config["audit.retention.ms"])},
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
+            # The quotas the recorded decisions are made under (the pipeline replays them).
+            self.audit.record_quota_config(self.clock.now_ms(), self.quotas.store.entities(), quota_settings(config))
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
