@@ -40,7 +40,7 @@ from minibroker.txn_markers import MarkerResult, TxnMarker, write_txn_markers
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
-from protocol.records import BatchHeader
+from protocol.records import BatchHeader, read_header
 from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from protocol.fetch_response import FrameParts, encode_fetch_response
@@ -64,6 +64,7 @@ from storage.lock import DataDirLock
 from storage.files import write_atomically
 from storage.log import PartitionLog
 from storage.manager import LogManager
+from storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
@@ -278,6 +279,7 @@ class Broker:
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
+        self.groups.shard.store.append_transactional = self._append_transactional_offsets
         self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
         # The transaction coordinator, opened after the groups (a transaction prepared before a crash
         # commits its pending offsets). Produce asks it whether a transactional batch's partition is
@@ -551,6 +553,17 @@ class Broker:
             self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
         return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
+
+    def _append_transactional_offsets(self, log: PartitionLog, batch: bytes, now_ms: int) -> None:
+        """TxnOffsetCommit's transactional batch into `__consumer_offsets`, recorded in the partition's
+        producer state as a Produce of a transactional batch is (Kafka appends it through the same
+        log path): its transaction holds the last stable offset until the marker, and an ABORT
+        marker finds it open and indexes it in `.txnindex`. No sequence check: the coordinator
+        writes it (Kafka's AppendOrigin.COORDINATOR)."""
+        psm = self.producer_states.manager(OFFSETS_TOPIC, 0, log, now_ms)  # loaded before the append
+        result = log.append(batch, now_ms)
+        self.producer_states.update(psm, read_header(batch), result, now_ms)
+        self.fetch_purgatory.check_and_complete((OFFSETS_TOPIC, 0))
 
     def write_txn_markers(self, markers: Iterable[TxnMarker | tuple]) -> list[MarkerResult]:
         """WriteTxnMarkers in process: COMMIT/ABORT markers to partitions (minibroker.txn_markers)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from construct import ConstructError
 
@@ -101,6 +101,12 @@ class OffsetsStore(CoordinatorLog):
         self.groups: dict[str, StoredGroup] = {}
         self.consumer_groups: dict[str, StoredConsumerGroup] = {}
         self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        # How a transactional batch goes into the log. The shell replaces it with an append that
+        # also records the batch in the partition's producer state, as every transactional append
+        # is: the last stable offset (where the cleaner stops) and the `.txnindex` entry of an
+        # abort (which keeps the aborted offsets from superseding committed ones) depend on it.
+        self.append_transactional: Callable[[PartitionLog, bytes, int], object] = \
+            lambda log, batch, now_ms: log.append(batch, now_ms)
 
     def _reset(self) -> None:
         self.offsets.clear()
@@ -184,7 +190,7 @@ class OffsetsStore(CoordinatorLog):
             batch = encode_batch(
                 [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms,
                 producer_id=producer_id, producer_epoch=producer_epoch, attributes=ATTR_TRANSACTIONAL)
-            self.log.append(batch, now_ms)
+            self.append_transactional(self.log, batch, now_ms)
         self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(entries)
 
     def has_pending(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> bool:

@@ -215,3 +215,14 @@ def test_add_partitions_from_an_idle_state_starts_a_transaction(state):
     h.sm.apply(h.txn().but(state=state))
     assert h.add(r.producer_id, 0, [("a", 0)]) == E.none
     assert h.txn().state is TxnState.ONGOING and h.txn().start_ms == h.now
+
+
+def test_kip360_bump_of_a_transactional_id_the_coordinator_does_not_know():
+    """A producer bumping its epoch (KIP-360: its current producer id and epoch) for a transactional id
+    the coordinator has no state for (expired, or a broker started afresh) gets a fresh producer id
+    at epoch 0, as Kafka's fresh TransactionMetadata (epoch -1) takes any expected epoch; it is not
+    fenced, which a Java producer would take as fatal."""
+    h = Harness()
+    result = h.init(pid=77, epoch=3)
+    assert (result.error, result.producer_id, result.producer_epoch) == (E.none, 1000, 0)
+    assert h.sm.txns["t"].producer_epoch == 0

@@ -156,7 +156,9 @@ class TransactionStateMachine:
         if is_epoch_exhausted(txn.producer_epoch) and (expected_pid < 0 or expected_epoch == txn.producer_epoch):
             new = txn.but(producer_id=allocate(), previous_producer_id=txn.producer_id, producer_epoch=0,
                           last_producer_epoch=NO_PRODUCER_EPOCH)
-        elif expected_pid < 0 or expected_epoch in (NO_PRODUCER_EPOCH, txn.producer_epoch):
+        elif expected_pid < 0 or NO_PRODUCER_EPOCH in (expected_epoch, txn.producer_epoch) \
+                or expected_epoch == txn.producer_epoch:
+            # A fresh id (epoch -1) takes any expected epoch, as Kafka's new TransactionMetadata.
             new = txn.but(producer_epoch=txn.producer_epoch + 1,
                           last_producer_epoch=NO_PRODUCER_EPOCH if expected_pid < 0 else txn.producer_epoch)
         elif expected_epoch == txn.last_producer_epoch:
