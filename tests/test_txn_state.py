@@ -208,6 +208,21 @@ def test_list_filters():
     assert [t.transactional_id for t in h.sm.list(duration_ms=10, now_ms=h.now + 11)[1]] == ["app-a"]
 
 
+@pytest.mark.timeout(60)
+def test_a_transactional_id_pattern_is_matched_in_linear_time_and_read_as_re2():
+    """ListTransactions v2's pattern comes from a client and runs on the event loop: a pattern that
+    makes a backtracking engine run for minutes (`(a|a)*b` against 40 a's: 2**40 paths in Python's
+    re) answers at once; RE2 refuses backreferences (the handler answers INVALID_REGULAR_EXPRESSION)."""
+    from minibroker.regex import RegexError
+
+    h = Harness()
+    h.init(tid="a" * 40)
+    h.init(tid="aab")
+    assert [t.transactional_id for t in h.sm.list(pattern="(a|a)*b", now_ms=h.now)[1]] == ["aab"]
+    with pytest.raises(RegexError):
+        h.sm.list(pattern=r"(a)\1", now_ms=h.now)
+
+
 @pytest.mark.parametrize("state", [TxnState.EMPTY, TxnState.COMPLETE_ABORT, TxnState.COMPLETE_COMMIT])
 def test_add_partitions_from_an_idle_state_starts_a_transaction(state):
     h = Harness()

@@ -41,7 +41,6 @@ Pure: `now` is monotonic seconds (deadlines), `now_ms` wall-clock milliseconds; 
 from __future__ import annotations
 
 import logging
-import re2
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Mapping
@@ -67,6 +66,7 @@ from minibroker.groups.consumer_group import (
     held_partitions,
     reconcile,
 )
+from minibroker.regex import RegexError, compile_client_regex
 from protocol.errors import ErrorCode
 from storage.errors import storage_error_message
 from storage.offsets_store import TOPIC
@@ -166,8 +166,8 @@ class ConsumerGroupManager:
                           f"{', '.join(self.config.consumer_assignors)}.")
         if req.subscribed_topic_regex:
             try:
-                _compile(req.subscribed_topic_regex)
-            except re2.error as exc:
+                compile_client_regex(req.subscribed_topic_regex)
+            except RegexError as exc:
                 raise Refused(ErrorCode.invalid_regular_expression,
                               f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid regular "
                               f"expression: {exc}.") from None
@@ -366,7 +366,7 @@ class ConsumerGroupManager:
         return names
 
     def _resolve(self, patterns: Iterable[str]) -> set[str]:
-        compiled = [_compile(p) for p in patterns]
+        compiled = [compile_client_regex(p) for p in patterns]
         return {info.name for info in self.topics.topics()
                 if not _is_internal(info.name) and any(c.fullmatch(info.name) for c in compiled)}
 
@@ -533,14 +533,3 @@ class ConsumerGroupManager:
         except OSError as exc:
             log.error("group %s: storing the consumer group's records in %s failed: %s", group.group_id,
                       TOPIC, storage_error_message(exc))
-
-
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # a client's bad pattern is answered INVALID_REGULAR_EXPRESSION, not logged by RE2
-
-
-def _compile(pattern: str) -> re2._Regexp:
-    """A subscribed topic regex, compiled by RE2 (linear-time matching, RE2/J's syntax as Kafka's);
-    re2.error when it is not one."""
-    return re2.compile(pattern, _RE2_OPTIONS)
-

@@ -5,10 +5,11 @@ expression the transactional id matches (KIP-1152; a bad one is INVALID_REGULAR_
 
 from __future__ import annotations
 
-import re
+
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
+from minibroker.regex import RegexError
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Reply:
     try:
         unknown, found = ctx.broker.transactions.list(
             request.state_filters, request.producer_id_filters, getattr(request, "duration_filter", -1), pattern)
-    except re.error:
+    except RegexError:
         return Reply({"error_code": ErrorCode.invalid_regular_expression, "unknown_state_filters": [],
                       "transaction_states": []})
     return Reply({

@@ -29,7 +29,7 @@ previous producer id, which a retry may still name.
 from __future__ import annotations
 
 import dataclasses
-import re
+from minibroker.regex import compile_client_regex
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -285,7 +285,7 @@ class TransactionStateMachine:
         unknown = [name for name in states if name not in names]
         wanted_states = {names[name] for name in states if name in names}
         wanted_pids = set(producer_ids)
-        regex = re.compile(pattern) if pattern else None
+        regex = compile_client_regex(pattern) if pattern else None
         if states and not wanted_states:
             return unknown, []
         found = [
