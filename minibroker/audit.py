@@ -20,7 +20,7 @@ events (counted in `dropped`); auditing never fails a client's request.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from protocol.records import encode_batch
 from storage.audit_format import (
@@ -30,11 +30,19 @@ from storage.audit_format import (
     AUDIT_FIELD_NAMES,
     AUDIT_TOPIC,
     HELD_BY_PID_QUOTA,
+    QUOTA_SETTING_KEYS,
     encode_event,
+    quota_config_event,
 )
 from storage.manager import LogManager
 
-__all__ = ["AuditLog"]
+__all__ = ["AuditLog", "quota_settings"]
+
+
+def quota_settings(config: Any) -> dict[str, float]:
+    """The settings a quota-configuration event carries, from the broker's config (any mapping of
+    Kafka's names to values)."""
+    return {key: float(config[key]) for key in QUOTA_SETTING_KEYS}
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +132,19 @@ class AuditLog:
             ctx.version, None, -1, 0, 0, producer_id, producer_epoch, error_code, throttle_ms,
             throttle_quota, None,
         ))
+
+    def record_quota_config(self, now_ms: int, entities: Iterable, settings: dict[str, float], ctx=None) -> None:
+        """The quota configuration (storage.audit_format's quota-configuration event): at start
+        (`ctx` None) every configured entity; after an AlterClientQuotas (its `ctx`) the entities it
+        altered. `entities`: (ClientQuotaEntity, {key: value}) pairs."""
+        quotas = [{"entity": dict(entity.entries), "values": dict(values)} for entity, values in entities]
+        if ctx is None:
+            event = quota_config_event(ts=now_ms, quotas=quotas, settings=settings)
+        else:
+            connection = ctx.connection
+            event = quota_config_event(ts=now_ms, quotas=quotas, settings=settings, principal=connection.principal,
+                                       client_id=ctx.client_id, listener=connection.listener, api_version=ctx.version)
+        self.record(event)
 
     def mark(self) -> int:
         """Where the events of the request about to be handled will start (for `amend`)."""

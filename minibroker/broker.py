@@ -31,15 +31,16 @@ from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.log_cleaner import LogCleanerTask
-from minibroker.audit import AuditLog
+from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
+from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
-from minibroker.txn_markers import AllowAllTransactions, MarkerResult, TransactionVerifier, TxnMarker, write_txn_markers
+from minibroker.txn_markers import MarkerResult, TxnMarker, write_txn_markers
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from protocol.entities import build
-from protocol.records import BatchHeader
+from protocol.records import BatchHeader, read_header
 from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from protocol.fetch_response import FrameParts, encode_fetch_response
@@ -63,6 +64,7 @@ from storage.lock import DataDirLock
 from storage.files import write_atomically
 from storage.log import PartitionLog
 from storage.manager import LogManager
+from storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
@@ -274,13 +276,19 @@ class Broker:
         if self.producer_states.mode == "lean":
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
-        # KIP-890 part 1: Produce asks it whether a transactional batch's partition is in the
-        # producer's transaction; the transaction coordinator replaces the default (allow all).
-        self.transactions: TransactionVerifier = AllowAllTransactions()
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
+        self.groups.shard.store.append_transactional = self._append_transactional_offsets
         self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
+        # The transaction coordinator, opened after the groups (a transaction prepared before a crash
+        # commits its pending offsets). Produce asks it whether a transactional batch's partition is
+        # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers go through
+        # `write_txn_markers`.
+        self.transactions = TransactionCoordinator.open(
+            config, self.logs, allocate=self.producer_ids.allocate, clock=self.clock, groups=self.groups,
+            markers=lambda pid, epoch, commit, coordinator_epoch, partitions: self.write_txn_markers(
+                [TxnMarker(pid, epoch, coordinator_epoch, commit, partitions)])[0])
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
         self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
@@ -293,6 +301,8 @@ class Broker:
                 topic_configs={"retention.ms": str(config["audit.retention.ms"])},
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
+            # The quotas the recorded decisions are made under (the pipeline replays them).
+            self.audit.record_quota_config(self.clock.now_ms(), self.quotas.store.entities(), quota_settings(config))
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
@@ -543,6 +553,17 @@ class Broker:
             self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((topic, partition))
         return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
+
+    def _append_transactional_offsets(self, log: PartitionLog, batch: bytes, now_ms: int) -> None:
+        """TxnOffsetCommit's transactional batch into `__consumer_offsets`, recorded in the partition's
+        producer state as a Produce of a transactional batch is (Kafka appends it through the same
+        log path): its transaction holds the last stable offset until the marker, and an ABORT
+        marker finds it open and indexes it in `.txnindex`. No sequence check: the coordinator
+        writes it (Kafka's AppendOrigin.COORDINATOR)."""
+        psm = self.producer_states.manager(OFFSETS_TOPIC, 0, log, now_ms)  # loaded before the append
+        result = log.append(batch, now_ms)
+        self.producer_states.update(psm, read_header(batch), result, now_ms)
+        self.fetch_purgatory.check_and_complete((OFFSETS_TOPIC, 0))
 
     def write_txn_markers(self, markers: Iterable[TxnMarker | tuple]) -> list[MarkerResult]:
         """WriteTxnMarkers in process: COMMIT/ABORT markers to partitions (minibroker.txn_markers)."""

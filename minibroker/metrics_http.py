@@ -29,6 +29,9 @@ Series:
 - Producer state: `minibroker_producer_state_bytes` (its memory, sys.getsizeof over the state's
   objects, about 135 B per entry in lean mode and 1,380 B in kafka mode; computed per scrape by
   walking every entry: 0.2 us (lean) to 5 us (kafka) each).
+- Transactions: `minibroker_transactional_ids{state=...}` (the coordinator's transactional ids by
+  Kafka's state name: Ongoing, PrepareCommit, CompleteAbort, ...),
+  `minibroker_transactions_timed_out_total` (aborted by the coordinator past their timeout).
 - The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
   `minibroker_bytes_out_total`, `minibroker_connections`, `minibroker_connections_total`,
   `minibroker_connections_closed_for_protocol_errors_total`,
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
 import trio
@@ -166,6 +170,13 @@ def render(broker: Broker) -> str:
     m = broker.metrics
     for api, count in sorted(m.requests.items()):
         out.add("minibroker_requests_total", "counter", "requests handled, by API", {"api": api}, count)
+    states = Counter(txn.state.kafka_name for txn in broker.transactions.txns.values())
+    for state, count in sorted(states.items()):
+        out.add("minibroker_transactional_ids", "gauge", "transactional ids the coordinator knows, by state",
+                {"state": state}, count)
+    out.add("minibroker_transactions_timed_out_total", "counter",
+            "transactions aborted by the coordinator because they outlived their transaction.timeout.ms", {},
+            broker.transactions.timed_out_aborts)
     out.add("minibroker_bytes_in_total", "counter", "request bytes received", {}, m.bytes_in)
     out.add("minibroker_bytes_out_total", "counter", "response bytes sent", {}, m.bytes_out)
     out.add("minibroker_connections", "gauge", "open client connections", {}, m.connections)

@@ -244,10 +244,14 @@ class ProducerIds:
         # pid -> the epoch an earlier bump handed out, only while the pid has producer state.
         self._bumped: dict[int, int] = {}
 
+    def allocate(self) -> int:
+        """A fresh producer id from the persisted block (the transaction coordinator's too)."""
+        return self._allocator.next_id()
+
     def init(self, producer_id: int, producer_epoch: int, now_ms: int, version: int) -> tuple[ErrorCode, int, int]:
         """(error_code, producer_id, epoch)."""
         if producer_id < 0:
-            return ErrorCode.none, self._allocator.next_id(), 0
+            return ErrorCode.none, self.allocate(), 0
         current = self._states.latest_epoch(producer_id, now_ms)
         if current is None:
             self._bumped.pop(producer_id, None)
@@ -255,7 +259,7 @@ class ProducerIds:
             return (ErrorCode.producer_fenced if version >= 4 else ErrorCode.invalid_producer_epoch), -1, -1
         if producer_epoch + 1 > MAX_EPOCH:
             self._bumped.pop(producer_id, None)
-            return ErrorCode.none, self._allocator.next_id(), 0
+            return ErrorCode.none, self.allocate(), 0
         if current is not None:
             self._bumped[producer_id] = producer_epoch + 1
         return ErrorCode.none, producer_id, producer_epoch + 1

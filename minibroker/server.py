@@ -302,6 +302,7 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
             nursery.start_soon(broker.run_background)
             nursery.start_soon(broker.groups.run)
             nursery.start_soon(broker.cleaner.run)
+            nursery.start_soon(broker.transactions.run)
             for name, sockets in bound:
                 for listener in sockets:
                     nursery.start_soon(_accept_loop, broker, listener, name, nursery)

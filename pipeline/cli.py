@@ -1,5 +1,14 @@
-"""`scripts/pipeline`: read the audit, run the jobs, write the report. Embedded defaults: the audit in
-./data, local Spark on every core, the report in ./report/."""
+"""`scripts/pipeline`: read the audit, run the jobs, write the report.
+
+By default it reads `__minibroker_audit` over the Kafka protocol from `--bootstrap-server`
+(127.0.0.1:9092, minibroker's default listener), on local Spark with every core, and writes
+./report/. `--data-dir` reads a broker's data directory instead (offline), `--trace` a Parquet or
+JSON-lines file. The broker's quota configuration and window settings come from the audit itself
+(pipeline.timeline); the window flags are for what-if candidates, and a flag that disagrees with
+the recorded setting is flagged in the report. Each stage prints a line with its counts and time;
+Spark's progress bar and web UI are on unless `--quiet`; `--conf key=value` passes any Spark
+setting; `--master spark://HOST:PORT` runs on a standalone cluster (scripts/spark_standalone).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +19,9 @@ from pathlib import Path
 
 from pipeline.model import StateMemoryModel, measure_entry_bytes
 from pipeline.replay import QuotaSettings
-from pipeline.whatif import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from quotas.producer_id_quota import DEFAULT_LAYER_COUNT, DEFAULT_WINDOW_SIZE_SECONDS
 from storage.audit_format import AUDIT_TOPIC
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def _rates(text: str) -> list[float]:
@@ -20,38 +29,65 @@ def _rates(text: str) -> list[float]:
         rates = sorted({float(part) for part in text.split(",") if part.strip()})
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-    if not rates or any(r <= 0 for r in rates):
-        raise argparse.ArgumentTypeError("rates must be positive")
+    if not rates or any(not (0 < r < float("inf")) for r in rates):
+        raise argparse.ArgumentTypeError("rates must be positive, finite numbers (as AlterClientQuotas accepts them)")
     return rates
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scripts/pipeline",
-        description="Summarise minibroker's audit stream and replay it under candidate producer-id quotas.",
+        description="Read minibroker's audit stream, replay it under candidate producer-id quotas, and "
+                    "answer which producer_ids_rate to set.",
     )
-    p.add_argument("--data-dir", default="data", help="broker data dir (log.dirs) to read the audit from (default ./data)")
-    p.add_argument("--trace", help="read this Parquet / JSON-lines trace instead of a data dir")
-    # Reading a data dir also replays the broker's own quotas (its client-quotas.json), as "broker's quotas".
-    p.add_argument("--topic", default=AUDIT_TOPIC, help=f"audit topic (default {AUDIT_TOPIC})")
+    source = p.add_argument_group("where the audit is (default: over the Kafka protocol)")
+    source.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        help=f"any broker holding the audit topic: minibroker, or a Kafka cluster it was copied to "
+                             f"(default {DEFAULT_BOOTSTRAP})")
+    source.add_argument("--consumer-property", metavar="KEY=VALUE", type=_key_value, action="append", default=[],
+                        help="a consumer setting (librdkafka's names, e.g. security.protocol=SASL_PLAINTEXT); repeatable")
+    source.add_argument("--command-config", metavar="FILE", type=Path,
+                        help="consumer settings from a properties file (key=value lines)")
+    source.add_argument("--data-dir", help="read a broker's data dir (log.dirs) instead, offline")
+    source.add_argument("--trace", help="read this Parquet / JSON-lines trace instead")
+    source.add_argument("--topic", default=AUDIT_TOPIC, help=f"audit topic (default {AUDIT_TOPIC})")
+    source.add_argument("--max-records-per-partition", type=int, default=None,
+                        help="records per Spark task when reading over the wire (default 500000)")
+    source.add_argument("--max-bytes-per-partition", type=int, default=None,
+                        help="bytes per Spark task when reading a data dir (default 128 MiB)")
     p.add_argument("--out", default="report", help="report directory (default ./report)")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    p.add_argument("--rates", type=_rates, default=[10.0, 50.0, 100.0],
-                   help="candidate producer_ids_rate values, new PIDs per --pid-window-seconds, fractions "
-                        "allowed as the broker accepts them (default 10,50,100)")
-    p.add_argument("--window-seconds", type=float, default=60.0, help="report window (default 60)")
-    p.add_argument("--pid-window-seconds", type=float, default=DEFAULT_WINDOW_SIZE_SECONDS,
-                   help=f"producer.id.quota.window.size.seconds (default {DEFAULT_WINDOW_SIZE_SECONDS})")
-    p.add_argument("--pid-layer-count", type=int, default=DEFAULT_LAYER_COUNT,
-                   help=f"producer.id.quota.cache.layer.count (default {DEFAULT_LAYER_COUNT})")
-    p.add_argument("--producer-byte-rate", type=float, default=None,
-                   help="also apply this producer_byte_rate (bytes/s, user default) in every candidate")
-    p.add_argument("--producer-id-expiration-ms", type=int, default=DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                   help="producer.id.expiration.ms for the producer-state model (default 86400000)")
-    p.add_argument("--measure-state-memory", action="store_true",
-                   help="measure bytes per producer-state entry on this interpreter instead of the built-in figures")
-    p.add_argument("--shuffle-partitions", type=int, default=8, help="spark.sql.shuffle.partitions (default 8)")
-    p.add_argument("--keep-decisions", action="store_true", help="also write every replay decision (large)")
+    spark = p.add_argument_group("Spark")
+    spark.add_argument("--master", default="local[*]", help="Spark master (default local[*]; spark://HOST:PORT for a "
+                                                            "standalone cluster)")
+    spark.add_argument("--conf", metavar="KEY=VALUE", type=_key_value, action="append", default=[],
+                       help="a Spark setting, as spark-submit's --conf; repeatable")
+    spark.add_argument("--quiet", action="store_true", help="no Spark progress bar and no web UI")
+    spark.add_argument("--shuffle-partitions", type=int, default=8, help="spark.sql.shuffle.partitions (default 8)")
+    what = p.add_argument_group("what to replay")
+    what.add_argument("--rates", type=_rates, default=[],
+                      help="more candidate producer_ids_rate values (new PIDs per window, fractions allowed as the "
+                           "broker accepts them), besides the two the report picks")
+    what.add_argument("--window-seconds", type=float, default=60.0, help="report window (default 60)")
+    what.add_argument("--pid-window-seconds", type=float, default=None,
+                      help="producer.id.quota.window.size.seconds for the candidates (default: as the broker recorded it)")
+    what.add_argument("--pid-layer-count", type=int, default=None,
+                      help="producer.id.quota.cache.layer.count for the candidates (default: as recorded)")
+    what.add_argument("--producer-byte-rate", type=float, default=None,
+                      help="also apply this producer_byte_rate (bytes/s, user default) in every candidate")
+    what.add_argument("--producer-id-expiration-ms", type=int, default=None,
+                      help="producer.id.expiration.ms for the producer-state model (default: as recorded, else 86400000)")
+    what.add_argument("--measure-state-memory", action="store_true",
+                      help="measure bytes per producer-state entry on this interpreter instead of the built-in figures")
+    what.add_argument("--keep-decisions", action="store_true", help="also write every replay decision (large)")
+    what.add_argument("--replay-chunk-events", type=int, default=None,
+                      help="split any user with more produce events than this by time (default: as the cores need)")
     return p
 
 
@@ -59,53 +95,117 @@ def parser() -> argparse.ArgumentParser:
 QUOTA_STORE_FILE = "client-quotas.json"
 
 
-def settings_from(args) -> list[QuotaSettings]:
-    common = dict(pid_window_size_seconds=args.pid_window_seconds, pid_layer_count=args.pid_layer_count)
-    settings = [QuotaSettings("no quota", **common)]
+def flags_from(args) -> dict:
+    """The window settings given by hand (QuotaSettings field names)."""
+    return {"pid_window_size_seconds": args.pid_window_seconds, "pid_layer_count": args.pid_layer_count}
+
+
+def candidates_from(args) -> list[QuotaSettings]:
+    flags = {k: v for k, v in flags_from(args).items() if v is not None}
+    return [QuotaSettings(f"producer_ids_rate={rate:g}", producer_ids_rate=rate, producer_byte_rate=args.producer_byte_rate,
+                          **flags) for rate in args.rates]
+
+
+def fallback_from(args) -> QuotaSettings | None:
+    """For a data dir whose audit records no quota configuration: the broker's quota store now."""
+    if args.data_dir is None:
+        return None
     store = Path(args.data_dir) / QUOTA_STORE_FILE
-    if args.trace is None and store.is_file():
-        settings.append(QuotaSettings.from_quota_store("broker's quotas", store.read_bytes(), **common))
-    for rate in args.rates:
-        settings.append(QuotaSettings(
-            f"producer_ids_rate={rate:g}", producer_ids_rate=rate,
-            producer_byte_rate=args.producer_byte_rate, **common,
-        ))
-    return settings
+    if not store.is_file():
+        return None
+    return QuotaSettings.from_quota_store("broker's quotas", store.read_bytes())
+
+
+def consumer_config(args) -> dict[str, str]:
+    config: dict[str, str] = {}
+    if args.command_config is not None:
+        try:
+            text = args.command_config.read_text()
+        except OSError as exc:
+            raise SystemExit(f"cannot read --command-config {args.command_config}: {exc.strerror}") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise SystemExit(f"{args.command_config}:{number}: expected key=value, got {line!r}")
+            config[key.strip()] = value.strip()
+    config.update(dict(args.consumer_property))
+    return config
+
+
+def _progress(name: str, what: str, seconds: float) -> None:
+    print(f"[pipeline] {name:<14} {seconds:7.1f} s  {what}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    source = args.trace if args.trace else args.data_dir
-    if args.trace is None and not Path(args.data_dir).is_dir():
-        print(f"no data dir {args.data_dir!r}: pass --data-dir or --trace", file=sys.stderr)
+    chosen = [name for name, value in (("--bootstrap-server", args.bootstrap_server), ("--data-dir", args.data_dir),
+                                       ("--trace", args.trace)) if value]
+    if len(chosen) > 1:
+        print(f"give one of {', '.join(chosen)}", file=sys.stderr)
         return 2
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        print(f"no data dir {args.data_dir!r}", file=sys.stderr)
+        return 2
+    bootstrap: str = args.bootstrap_server or DEFAULT_BOOTSTRAP  # read only when neither file source is given
+    source = args.trace or args.data_dir or f"{args.topic} on {bootstrap}"
     model = measure_entry_bytes() if args.measure_state_memory else StateMemoryModel()
 
-    from pipeline.read import read_events
+    from pipeline.read import read_data_dir, read_kafka, read_trace
     from pipeline.report import build_report
-    from pipeline.session import spark_session
+    from pipeline.session import cpu_seconds_probe, spark_session
 
     started = time.perf_counter()
-    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions)
+    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, conf=dict(args.conf),
+                          quiet=args.quiet)
     try:
-        events = read_events(spark, data_dir=args.data_dir, trace=args.trace, topic=args.topic)
+        context = spark.sparkContext
+        ui = context.uiWebUrl
+        print(f"[pipeline] reading {source} with Spark {context.master} ({context.defaultParallelism} cores"
+              + (f"; UI {ui}" if ui else "") + ")", flush=True)
+        parallel = 2 * context.defaultParallelism
+        try:
+            if args.trace:
+                parsed = read_trace(spark, args.trace)
+            elif args.data_dir:
+                parsed = read_data_dir(spark, args.data_dir, args.topic, min_partitions=parallel,
+                                       max_bytes_per_partition=args.max_bytes_per_partition)
+            else:
+                parsed = read_kafka(spark, bootstrap, args.topic, consumer_config=consumer_config(args),
+                                    min_partitions=parallel, max_records_per_partition=args.max_records_per_partition)
+        except (RuntimeError, FileNotFoundError, ValueError) as exc:
+            print(f"[pipeline] {exc}", file=sys.stderr)
+            return 1
         result = build_report(
-            events,
+            parsed,
             out=Path(args.out),
-            settings=settings_from(args),
+            candidates=candidates_from(args),
             window_ms=round(args.window_seconds * 1000),
             model=model,
             expiration_ms=args.producer_id_expiration_ms,
             source=str(source),
             keep_decisions=args.keep_decisions,
+            flags=flags_from(args),
+            fallback=fallback_from(args),
+            progress=_progress,
+            cpu=cpu_seconds_probe(spark),
+            chunk_events=args.replay_chunk_events,
+            producer_byte_rate=args.producer_byte_rate,
         )
     finally:
         spark.stop()
-    print(f"{result.events:,} audit events from {source}; report: {result.out / 'index.html'} "
+    print()
+    for line in result.headline:
+        print(line)
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"\n{result.events:,} audit events from {source}; report: {result.out / 'index.html'} "
           f"({time.perf_counter() - started:.1f} s)")
     print("stage timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()))
-    if result.recommendations is not None and not result.recommendations.empty:
-        print(result.recommendations.to_string(index=False))
+    if result.cores:
+        print("stage cores busy: " + ", ".join(f"{k} {v:.1f}" for k, v in result.cores.items()))
     return 0
 
 

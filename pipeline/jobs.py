@@ -9,22 +9,20 @@ Windows are fixed, aligned to the epoch: `window_start_ms = floor(ts / window_ms
   sighting, and again after a silence longer than `memory_ms` (the report passes
   producer.id.expiration.ms: the quota knows a PID as long as it has producer state). This is the
   demand the quota meters.
-* `recommendations`: per principal, the smallest producer_ids_rate that would not have throttled it
-  and the smallest candidate that did not, with the headroom.
+* `user_needs`: per principal, the producer_ids_rate its new producer ids need (pipeline.recommend);
+* `observed_totals`: what the broker itself decided, per principal, beside the replay's totals.
 """
 
 from __future__ import annotations
-
-from typing import Sequence
 
 import pandas as pd
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.model import needed_rate
-from pipeline.replay import PRODUCE_KEY, QuotaSettings
+from pipeline.recommend import per_window_need
+from pipeline.replay import PRODUCE_KEY
 
-__all__ = ["new_pid_events", "new_pids_per_window", "recommendations", "summary", "window_start"]
+__all__ = ["new_pid_events", "new_pids_per_window", "observed_totals", "summary", "user_needs", "window_start"]
 
 
 def window_start(window_ms: int):
@@ -98,60 +96,54 @@ def new_pids_per_window(new_pids: DataFrame, window_ms: int) -> DataFrame:
     )
 
 
-def _needed_rate_group(pdf: pd.DataFrame, window_size_seconds: float, layer_count: int) -> pd.DataFrame:
+def _needs_group(pdf: pd.DataFrame, window_size_seconds: float, layer_count: int, span_ms: int) -> pd.DataFrame:
+    needed, per_window, estimated = per_window_need(pdf["ts"].to_numpy(), window_size_seconds, layer_count, span_ms)
     return pd.DataFrame({
         "principal": [pdf["principal"].iat[0]],
         "new_pids": [len(pdf)],
-        "needed_rate": [needed_rate(pdf["ts"].to_numpy(), window_size_seconds, layer_count)],
+        "needed_rate": [needed],
+        "per_window": [per_window],
+        "estimated": [estimated],
     })
 
 
-def recommendations(
-    new_pids: DataFrame,
-    totals: pd.DataFrame,
-    candidates: Sequence[QuotaSettings],
-    window_ms: int,
-) -> pd.DataFrame:
-    """Per principal (a small pandas table): new PIDs, the peak per report window, `needed_rate`
-    (the smallest producer_ids_rate that would have admitted every new PID of the trace: no window
-    of it throttled), and `recommended_rate`: the smallest candidate under which the replay rejected
-    none of its batches (`totals`: pipeline.whatif.totals_table as pandas), with `headroom` =
-    recommended / needed."""
-    if not candidates:
-        raise ValueError("recommendations need at least one candidate setting")
-    window_size = candidates[0].pid_window_size_seconds
-    layer_count = candidates[0].pid_layer_count
-    needed = (
+def user_needs(new_pids: DataFrame, window_size_seconds: float, layer_count: int, span_ms: int) -> pd.DataFrame:
+    """Per principal with new producer ids (a small pandas table): how many, `needed_rate` (the
+    smallest producer_ids_rate that admits them all over the audit) and `per_window` (over a whole
+    window; estimated when the audit, `span_ms` long, is shorter than one), pipeline.recommend.per_window_need."""
+    return (
         new_pids.select("principal", "ts")
         .groupBy("principal")
         .applyInPandas(
-            lambda pdf: _needed_rate_group(pdf, window_size, layer_count),
-            schema="principal string, new_pids long, needed_rate double",
+            lambda pdf: _needs_group(pdf, window_size_seconds, layer_count, span_ms),
+            schema="principal string, new_pids long, needed_rate double, per_window double, estimated boolean",
         )
         .toPandas()
     )
-    peaks = (
-        new_pids_per_window(new_pids, window_ms)
-        .groupBy("principal")
-        .agg(F.max("new_pids").alias("peak_new_pids_per_window"))
-        .toPandas()
+
+
+def observed_totals(events: DataFrame) -> DataFrame:
+    """What the broker itself decided, per principal, in the replay's columns (pipeline.whatif
+    COUNTS): its producer-id verdicts (`pid_new`, batches refused for `producer_ids_rate`) and the
+    throttle time it gave each produce request (any quota)."""
+    produce = events.where(F.col("api_key") == PRODUCE_KEY)
+    is_new = F.coalesce(F.col("pid_new"), F.lit(False))
+    rejected = F.col("throttle_quota") == "producer_ids_rate"
+    per_event = produce.groupBy("principal").agg(
+        F.count(F.lit(1)).alias("produce_events"),
+        F.sum(is_new.cast("long")).alias("new_pid_events"),
+        F.countDistinct(F.when(is_new, F.col("producer_id"))).alias("new_pids"),
+        F.sum(rejected.cast("long")).alias("pid_rejected_batches"),
+        F.countDistinct(F.when(rejected, F.col("producer_id"))).alias("pid_throttled_pids"),
+        F.sum((F.col("throttle_quota") == "producer_byte_rate").cast("long")).alias("byte_throttled_events"),
     )
-    rejected = totals[totals.setting.isin([c.name for c in candidates])]
-    table = needed.merge(peaks, on="principal", how="left")
-    rows = []
-    by_rate = sorted(candidates, key=lambda c: c.producer_ids_rate or float("inf"))
-    for record in table.itertuples(index=False):
-        chosen = None
-        for candidate in by_rate:
-            hit = rejected[(rejected.setting == candidate.name) & (rejected.principal == record.principal)]
-            if hit.empty or int(hit.pid_rejected_batches.iat[0]) == 0:
-                chosen = candidate
-                break
-        rate = chosen.producer_ids_rate if chosen is not None else None
-        rows.append({
-            "recommended_rate": rate,
-            "headroom": (rate / record.needed_rate) if rate and record.needed_rate else None,
-            "note": "" if chosen is not None else "every candidate throttles it: above all candidate rates",
-        })
-    result = pd.concat([table, pd.DataFrame(rows, index=table.index)], axis=1)
-    return result.sort_values("needed_rate", ascending=False, ignore_index=True)
+    requests = (
+        produce.groupBy("principal", "client_id", "ts").agg(F.max("throttle_time_ms").alias("t"))
+        .groupBy("principal").agg(
+            F.count(F.lit(1)).alias("produce_requests"),
+            F.sum((F.col("t") > 0).cast("long")).alias("throttled_requests"),
+            F.max("t").cast("long").alias("max_throttle_ms"),
+            F.sum("t").cast("long").alias("sum_throttle_ms"),
+        )
+    )
+    return per_event.join(requests, "principal")

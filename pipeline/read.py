@@ -1,123 +1,114 @@
-"""Read audit events into a typed DataFrame (`pipeline.schema.EVENTS_SCHEMA`): from a broker's data
-directory, or from a trace file (Parquet or JSON lines).
+"""Read the audit into a typed DataFrame: over the Kafka protocol (the default), from a broker's data
+directory (offline), or from a trace file (Parquet or JSON lines).
 
-Data directory: a Spark 4 Python data source (`AuditDataSource`, format "minibroker_audit"). Its
-`partitions()` runs on the driver and lists the segment files of `__minibroker_audit-0`, one input
-partition per segment; `read()` runs on the executors, walks one segment's batches with
-`protocol.records.iter_headers` / `decode_records` (pipeline.segments), and yields pyarrow RecordBatches. Chosen over
-parallelising the file list into an RDD and decoding in mapPartitions because rows then cross from
-Python to the JVM as Arrow columns instead of pickled tuples, the schema is declared once, and the
-reader is an ordinary `spark.read.format(...)` source that works the same on a cluster (there the
-data directory must be on storage the executors can read). Safe on a live broker's files: see
-pipeline.segments.
+The broker and data-dir paths go through the Spark Python data sources in `pipeline.sources`, which
+yield the raw records as Spark's Kafka source does (key, value, offset, ...), split into offset or
+byte ranges; `parse_records` then parses the values in Spark with `from_json` and the declared
+schema (`pipeline.schema.AUDIT_SCHEMA`, the fields of `storage.audit_format`). The result,
+`PARSED_SCHEMA`, adds `seq` (the record's offset in the audit topic: the order in which the broker
+made its decisions; a trace's own `seq` column, else its row order) and `config_json`: for a
+quota-configuration event only, its JSON text (a handful of records, parsed on the driver by
+`quota_records`; no nested column is carried through the 10M-row cache). A value that is not an
+audit event (a client may produce anything to the topic) parses to nulls and is counted as skipped.
 
-`seq` is the record's offset in the audit topic: the order in which the broker made its decisions.
-For a trace, `seq` comes from the file's own `seq` column when it has one (`scripts/gen_trace` writes
-it), else from the row order.
+`decision_events` keeps the decisions (`pipeline.schema.EVENTS_SCHEMA`: Produce, Fetch,
+InitProducerId); `quota_records` collects the quota-configuration events for `pipeline.timeline`.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from pipeline.schema import AUDIT_SCHEMA, EVENTS_SCHEMA
-from pipeline.segments import audit_segment_files, iter_segment_events
-from storage.audit_format import AUDIT_FIELD_NAMES, AUDIT_TOPIC
+from pipeline.sources import (
+    KAFKA_FORMAT,
+    SEGMENTS_FORMAT,
+    KafkaRecordsSource,
+    SegmentRecordsSource,
+    kafka_offset_ranges,
+    segment_byte_ranges,
+)
+from storage.audit_format import API_ALTER_CLIENT_QUOTAS, API_QUOTA_CONFIG, AUDIT_TOPIC
 
 __all__ = [
-    "AuditDataSource",
+    "PARSED_SCHEMA",
+    "decision_events",
+    "is_quota_config",
+    "parse_records",
+    "quota_records",
     "read_data_dir",
-    "read_events",
+    "read_kafka",
     "read_trace",
 ]
 
-FORMAT_NAME = "minibroker_audit"
-ARROW_BATCH_ROWS = 65_536
+PARSED_SCHEMA = StructType([*EVENTS_SCHEMA.fields, StructField("config_json", StringType(), True)])
+CONFIG_APIS = (API_QUOTA_CONFIG[0], API_ALTER_CLIENT_QUOTAS[0])
 
 
-# -- Spark: the data source -----------------------------------------------------------------------
+def _empty(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], PARSED_SCHEMA)
 
 
-class _Segment(InputPartition):
-    def __init__(self, path: str, log_start_offset: int) -> None:
-        super().__init__(path)
-        self.path = path
-        self.log_start_offset = log_start_offset
+def parse_json(frame: DataFrame, text, seq) -> DataFrame:
+    """JSON event texts (a string column of `frame`) and their `seq` -> PARSED_SCHEMA, parsed by
+    Spark: once per record (the struct is parsed in one projection and taken apart in the next; one
+    `from_json` per field would parse every record 18 times)."""
+    parsed = frame.select(F.from_json(text, AUDIT_SCHEMA).alias("_e"), text.alias("_text"), seq.alias("seq"))
+    config = F.col("_e.api").isin(*CONFIG_APIS)
+    return parsed.select("_e.*", "seq", F.when(config, F.col("_text")).alias("config_json"))
 
 
-class _AuditReader(DataSourceReader):
-    def __init__(self, data_dir: str, topic: str) -> None:
-        self.data_dir = data_dir
-        self.topic = topic
-
-    def partitions(self) -> list[_Segment]:
-        return [_Segment(path, start) for path, start in audit_segment_files(self.data_dir, self.topic)]
-
-    def read(self, partition: _Segment):
-        import pyarrow as pa
-
-        arrow_schema = _arrow_schema()
-        columns: list[list] = [[] for _ in range(len(AUDIT_FIELD_NAMES) + 1)]
-        appenders = [column.append for column in columns]
-        seq_append = appenders[-1]
-        field_appenders = list(zip(AUDIT_FIELD_NAMES, appenders))
-        rows = 0
-        for offset, event in iter_segment_events(partition.path, partition.log_start_offset):
-            for name, append in field_appenders:
-                append(event[name])
-            seq_append(offset)
-            rows += 1
-            if rows == ARROW_BATCH_ROWS:
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema)], schema=arrow_schema
-                )
-                for column in columns:
-                    column.clear()
-                rows = 0
-        if rows:
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema)], schema=arrow_schema
-            )
+def parse_records(raw: DataFrame) -> DataFrame:
+    """Raw records (pipeline.sources.RAW_SCHEMA) -> PARSED_SCHEMA."""
+    return parse_json(raw, F.col("value").cast("string"), F.col("offset"))
 
 
-def _arrow_schema():
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(EVENTS_SCHEMA)
-
-
-class AuditDataSource(DataSource):
-    """`spark.read.format("minibroker_audit").option("path", data_dir).load()`; option `topic`
-    (default `__minibroker_audit`)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def schema(self) -> StructType:
-        return EVENTS_SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        path = self.options.get("path")
-        if not path:
-            raise ValueError("minibroker_audit needs option('path', <broker data dir>)")
-        return _AuditReader(str(Path(path).resolve()), self.options.get("topic", AUDIT_TOPIC))
+def read_kafka(spark: SparkSession, bootstrap_servers: str, topic: str = AUDIT_TOPIC, *,
+               consumer_config: dict[str, str] | None = None, min_partitions: int | None = None,
+               max_records_per_partition: int | None = None) -> DataFrame:
+    """The audit topic on any broker, as it is now (offsets fixed when this is called); empty when
+    the topic does not exist yet. `consumer_config`: librdkafka settings (security, ...)."""
+    options = {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic}
+    options.update({f"kafka.{k}": v for k, v in (consumer_config or {}).items()})
+    config = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    config.setdefault("group.id", "minibroker-pipeline")
+    ranges = kafka_offset_ranges(config, topic)
+    if not any(r.size for r in ranges):
+        return _empty(spark)
+    # Spark's JSON offsets: the snapshot just taken, so planning again cannot move it.
+    options["startingOffsets"] = _offsets_json(topic, {r.partition: r.start for r in ranges})
+    options["endingOffsets"] = _offsets_json(topic, {r.partition: r.end for r in ranges})
+    options.update(_splits(minPartitions=min_partitions, maxRecordsPerPartition=max_records_per_partition))
+    spark.dataSource.register(KafkaRecordsSource)
+    return parse_records(spark.read.format(KAFKA_FORMAT).options(**options).load())
 
 
-def read_data_dir(spark: SparkSession, data_dir: str | Path, topic: str = AUDIT_TOPIC) -> DataFrame:
+def _splits(**options: int | None) -> dict[str, str]:
+    """The split options that are set, as strings."""
+    return {name: str(value) for name, value in options.items() if value}
+
+
+def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
+    return json.dumps({topic: {str(p): o for p, o in offsets.items()}})
+
+
+def read_data_dir(spark: SparkSession, data_dir: str | Path, topic: str = AUDIT_TOPIC, *,
+                  min_partitions: int | None = None, max_bytes_per_partition: int | None = None) -> DataFrame:
     """The audit events a broker wrote into `data_dir` (its `log.dirs`); empty when there are none."""
-    if not audit_segment_files(data_dir, topic):
-        return spark.createDataFrame([], EVENTS_SCHEMA)
-    spark.dataSource.register(AuditDataSource)
-    return spark.read.format(FORMAT_NAME).option("path", str(data_dir)).option("topic", topic).load()
+    if not segment_byte_ranges(data_dir, topic):
+        return _empty(spark)
+    options = {"path": str(Path(data_dir).resolve()), "subscribe": topic}
+    options.update(_splits(minPartitions=min_partitions, maxBytesPerPartition=max_bytes_per_partition))
+    spark.dataSource.register(SegmentRecordsSource)
+    return parse_records(spark.read.format(SEGMENTS_FORMAT).options(**options).load())
 
 
-# -- Spark: traces --------------------------------------------------------------------------------
+# -- traces ---------------------------------------------------------------------------------------
 
 
 def _trace_format(path: Path) -> str:
@@ -132,29 +123,61 @@ def _trace_format(path: Path) -> str:
 
 
 def read_trace(spark: SparkSession, path: str | Path) -> DataFrame:
-    """Audit events from a Parquet file or a JSON-lines file (or a directory of either)."""
+    """Audit events from a Parquet file or a JSON-lines file (or a directory of either), e.g. the
+    audit topic dumped by a console consumer, or `scripts/gen_trace`'s output. Spark splits the file
+    (a Parquet file by row groups: one big row group is one task)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"trace {path} does not exist")
-    if _trace_format(path) == "parquet":
-        raw = spark.read.parquet(str(path))
+    if _trace_format(path) == "json":
+        lines = spark.read.text(str(path))
+        # the line's own "seq" when it has one, else its place in the file
+        seq = F.coalesce(F.get_json_object("value", "$.seq").cast("long"), F.monotonically_increasing_id())
+        parsed = parse_json(lines, F.col("value"), seq)
     else:
-        raw = spark.read.schema(EVENTS_SCHEMA).json(str(path))
-    missing = [f.name for f in AUDIT_SCHEMA.fields if f.name not in raw.columns]
-    if missing:
-        raise ValueError(f"trace {path} lacks the audit field(s) {', '.join(missing)}")
-    seq = F.col("seq").cast("long") if "seq" in raw.columns else F.lit(None).cast("long")
-    columns = [F.col(f.name).cast(f.dataType).alias(f.name) for f in AUDIT_SCHEMA.fields]
-    return raw.select(*columns, F.coalesce(seq, F.monotonically_increasing_id()).alias("seq"))
+        raw = spark.read.parquet(str(path))
+        missing = [f.name for f in AUDIT_SCHEMA.fields if f.name not in raw.columns]
+        if missing:
+            raise ValueError(f"trace {path} lacks the audit field(s) {', '.join(missing)}")
+        seq = F.col("seq").cast("long") if "seq" in raw.columns else F.lit(None).cast("long")
+        columns = [F.col(f.name).cast(f.dataType).alias(f.name) for f in AUDIT_SCHEMA.fields]
+        parsed = raw.select(*columns, F.coalesce(seq, F.monotonically_increasing_id()).alias("seq"),
+                            F.lit(None).cast("string").alias("config_json"))
+    return parsed
 
 
-def read_events(
-    spark: SparkSession, *, data_dir: str | Path | None = None, trace: str | Path | None = None,
-    topic: str = AUDIT_TOPIC,
-) -> DataFrame:
-    """A trace when one is given, else the audit in `data_dir`."""
-    if trace is not None:
-        return read_trace(spark, trace)
-    if data_dir is None:
-        raise ValueError("give a data dir or a trace")
-    return read_data_dir(spark, data_dir, topic)
+# -- the two kinds of events ----------------------------------------------------------------------
+
+
+def is_quota_config():
+    return F.col("config_json").isNotNull()
+
+
+def is_audit_event():
+    """A value that parsed as an audit event (anything else a client wrote to the topic is not)."""
+    return F.col("ts").isNotNull() & F.col("api").isNotNull() & F.col("principal").isNotNull()
+
+
+def decision_events(parsed: DataFrame) -> DataFrame:
+    """The decisions (EVENTS_SCHEMA): every audit event but the quota-configuration ones."""
+    return parsed.where(is_audit_event() & ~is_quota_config()).select(*EVENTS_SCHEMA.fieldNames())
+
+
+def quota_records(parsed: DataFrame) -> list[dict]:
+    """The quota-configuration events, in stream order: dicts of ts, seq, api, principal, quotas
+    ([{"entity": {...}, "values": {...}}]) and quota_settings ({key: value})."""
+    rows = parsed.where(is_audit_event() & is_quota_config()).select("seq", "config_json").collect()
+    out = []
+    for row in rows:
+        try:
+            event = json.loads(row.config_json)
+        except ValueError:
+            continue
+        quotas = [
+            {"entity": dict(q.get("entity") or {}), "values": dict(q.get("values") or {})}
+            for q in (event.get("quotas") or []) if isinstance(q, dict)
+        ]
+        out.append({"ts": int(event["ts"]), "seq": row.seq, "api": event.get("api"),
+                    "principal": event.get("principal") or "", "quotas": quotas,
+                    "quota_settings": dict(event.get("quota_settings") or {})})
+    return sorted(out, key=lambda r: (r["ts"], r["seq"]))

@@ -1,15 +1,21 @@
 """Run the jobs and write the report: Parquet tables, PNG plots (matplotlib, Agg) and `index.html`.
 
-Everything a reader needs is on the page: what was read, the settings compared, a recommendation
-per user, what each candidate would have throttled, and three plots, each with a sentence saying how
-to read it. Tables (Parquet, one directory each, readable by Spark, pandas, DuckDB ...):
+The page's first lines answer the question the pipeline exists for: "a default producer_ids_rate
+of X throttles only carol (N batches); Y throttles nobody" (pipeline.recommend picks X and Y, the
+replay counts what they do). Then everything a reader needs: what was read, the broker's quota
+configuration as recorded (and any disagreement with the flags given), what each setting would have
+done beside what the broker did ("observed"), per user, and three plots, each with a sentence saying
+how to read it. Tables (Parquet, one directory each, readable by Spark, pandas, DuckDB ...):
 
 * `summary/`: per window, principal and client id (pipeline.jobs.summary);
 * `new_pids_per_window/`: the producer-id quota's demand per principal and window;
 * `replay_decisions/` (only with `--keep-decisions`): one row per Produce event per setting;
-* `replay_windows/`, `replay_totals.parquet`: the what-if replay, per window and in total;
+* `replay_windows/`, `replay_totals.parquet`: the what-if replay, per window and in total (with the
+  "observed" rows: what the broker decided);
 * `state_over_time/`: producer-state entries and bytes, lean vs kafka, per setting;
-* `recommendations.parquet`: per principal.
+* `user_needs.parquet`: per principal, the producer_ids_rate it needs.
+
+`build_report` reports each stage's counts and time through `progress` as it goes.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import matplotlib
 
@@ -34,18 +40,17 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from pipeline import jobs  # noqa: E402
 from pipeline.model import StateMemoryModel  # noqa: E402
+from pipeline.read import decision_events, is_audit_event, is_quota_config, quota_records  # noqa: E402
+from pipeline.recommend import Answer, answer  # noqa: E402
 from pipeline.replay import QuotaSettings, replay  # noqa: E402
-from pipeline.whatif import (  # noqa: E402
-    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    state_table,
-    totals_table,
-    whatif,
-    windows_table,
-)
+from pipeline.timeline import QuotaTimeline, WindowSettings  # noqa: E402
+from pipeline.whatif import COUNTS, state_table, totals_table, whatif, windows_table  # noqa: E402
 
-__all__ = ["ReportResult", "build_report"]
+__all__ = ["OBSERVED", "ReportResult", "build_report", "candidate"]
 
 MAX_PANELS = 4
+OBSERVED = "observed"  # the setting name of what the broker itself decided
+BROKERS_QUOTAS = "broker's quotas"
 
 
 @dataclass
@@ -53,25 +58,52 @@ class ReportResult:
     out: Path
     events: int
     timings: dict[str, float] = field(default_factory=dict)
-    recommendations: pd.DataFrame | None = None
+    cores: dict[str, float] = field(default_factory=dict)  # cores kept busy per stage, when measured
+    headline: list[str] = field(default_factory=list)
+    answer: Answer | None = None
     totals: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    settings: list[QuotaSettings] = field(default_factory=list)
+    timeline: QuotaTimeline | None = None
 
 
-class _Timer:
-    def __init__(self) -> None:
+class _Stages:
+    """Times each stage and reports it (`progress(name, what, seconds)`) when it ends; with a
+    `cpu` probe (pipeline.session.cpu_seconds_probe) also how many cores it kept busy on average."""
+
+    def __init__(self, progress: Callable[[str, str, float], None] | None, cpu: Callable[[], float] | None = None) -> None:
         self.timings: dict[str, float] = {}
+        self.cores: dict[str, float] = {}
+        self.progress = progress
+        self.cpu = cpu
 
     def __call__(self, name: str):
-        timer = self
+        stages = self
 
-        class _Span:
+        class _Stage:
+            note = ""
+
             def __enter__(self):
+                self.cpu = stages.cpu() if stages.cpu is not None else None
                 self.start = time.perf_counter()
+                return self
 
             def __exit__(self, *exc):
-                timer.timings[name] = time.perf_counter() - self.start
+                elapsed = time.perf_counter() - self.start
+                stages.timings[name] = elapsed
+                note = self.note
+                if self.cpu is not None and elapsed > 0:
+                    stages.cores[name] = (stages.cpu() - self.cpu) / elapsed
+                    note = f"{note} [{stages.cores[name]:.1f} cores busy]"
+                if stages.progress is not None and exc[0] is None:
+                    stages.progress(name, note, elapsed)
 
-        return _Span()
+        return _Stage()
+
+
+def candidate(rate: float, windows: dict | None = None) -> QuotaSettings:
+    """A uniform candidate: this producer_ids_rate for every user (the user default)."""
+    return QuotaSettings(f"producer_ids_rate={rate:g}", producer_ids_rate=float(rate), **(windows or {}))
 
 
 EPOCH_2000_MS = 946_684_800_000
@@ -116,39 +148,78 @@ def _elapsed(value: float, _position=None) -> str:
 
 
 def build_report(
-    events: DataFrame,
+    parsed: DataFrame,
     *,
     out: Path,
-    settings: Sequence[QuotaSettings],
+    candidates: Sequence[QuotaSettings] = (),
     window_ms: int = 60_000,
     model: StateMemoryModel | None = None,
-    expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    expiration_ms: int | None = None,
     source: str = "",
     keep_decisions: bool = False,
+    flags: dict | None = None,
+    fallback: QuotaSettings | None = None,
+    auto: bool = True,
+    producer_byte_rate: float | None = None,
+    progress: Callable[[str, str, float], None] | None = None,
+    cpu: Callable[[], float] | None = None,
+    chunk_events: int | None = None,
 ) -> ReportResult:
-    """`settings[0]` is the baseline (normally "no quota"); the others are the candidates."""
+    """The report of the audit in `parsed` (pipeline.read.PARSED_SCHEMA).
+
+    `candidates`: settings to replay besides "no quota", the broker's recorded quotas and (with
+    `auto`) the two the answer picks. `flags`: window settings given by hand (QuotaSettings field
+    names: pid_window_size_seconds, ...), used by the candidates instead of the recorded ones and
+    flagged where they differ. `fallback`: the broker's quotas when the audit recorded none (its
+    quota store). `expiration_ms`: producer.id.expiration.ms (default: as recorded, else 24 h).
+    `producer_byte_rate`: applied in the picked candidates too."""
     model = model or StateMemoryModel()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    timer = _Timer()
-    baseline, candidates = settings[0], list(settings[1:])
-    # Uniform candidates (one producer_ids_rate for every user) are what a recommendation picks from.
-    uniform = [c for c in candidates if c.producer_ids_rate is not None and not c.user_producer_ids_rates]
-    # A PID stays known to the quota as long as it has producer state: producer.id.expiration.ms.
-    memory_ms = expiration_ms
+    stages = _Stages(progress, cpu)
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    result = ReportResult(out, 0)
 
-    with timer("read"):
-        events = events.persist(StorageLevel.MEMORY_AND_DISK)
-        n_events = events.count()
-    result = ReportResult(out, n_events)
+    with stages("read") as stage:
+        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        kinds = (
+            parsed.select(F.when(~is_audit_event(), "skipped").when(is_quota_config(), "quota")
+                          .otherwise("event").alias("kind"))
+            .groupBy("kind").count().collect()
+        )
+        counts = {row.kind: row["count"] for row in kinds}
+        timeline = QuotaTimeline.from_records(quota_records(parsed) if counts.get("quota") else [])
+        n_events = counts.get("event", 0)
+        stage.note = (f"{n_events:,} audit events, {counts.get('quota', 0):,} quota record(s)"
+                      + (f", {counts['skipped']:,} record(s) that are not audit events skipped"
+                         if counts.get("skipped") else ""))
+    result.events, result.timeline = n_events, timeline
+    recorded = timeline.first_windows()
+    windows = recorded or WindowSettings()
+    if expiration_ms is None:
+        expiration_ms = windows.producer_id_expiration_ms
+    notes = list(timeline.notes) + _window_notes(timeline, flags)
+    if not timeline.recorded:
+        notes.append("The audit does not record the broker's quota configuration (written by an older broker, or "
+                     "a synthetic trace): the window settings are "
+                     + ("the flags given" if flags else "the broker's defaults")
+                     + (" and \"broker's quotas\" are those of its quota store now"
+                        if fallback is not None else "") + ".")
+    pid_window = flags.get("pid_window_size_seconds", windows.pid_window_size_seconds)
+    layers = flags.get("pid_layer_count", windows.pid_layer_count)
+    result.notes = notes
+
+    events = decision_events(parsed)
     if n_events == 0:
-        (out / "index.html").write_text(_page_empty(source))
-        result.timings = timer.timings
+        (out / "index.html").write_text(_page_empty(source, timeline, notes))
+        result.headline = ["The audit holds no decisions yet: nothing to answer."]
+        result.timings = stages.timings
+        parsed.unpersist()
         return result
     span = events.agg(F.min("ts").alias("first"), F.max("ts").alias("last")).first()
     clock = _Clock(span["first"])
 
-    with timer("summary"):
+    with stages("summary") as stage:
         summary = jobs.summary(events, window_ms)
         summary.write.mode("overwrite").parquet(str(out / "summary"))
         pids = (
@@ -158,6 +229,7 @@ def build_report(
         principals = (
             events.groupBy("principal")
             .agg(F.count(F.lit(1)).alias("events"),
+                 F.sum((F.col("api_key") == 0).cast("long")).alias("produce_events"),
                  F.sum(F.when(F.col("api_key") == 0, F.col("bytes")).otherwise(0)).alias("produce_bytes"),
                  F.sum((F.col("throttle_time_ms") > 0).cast("long")).alias("throttled_events"))
             .join(pids, "principal", "left")
@@ -165,7 +237,7 @@ def build_report(
             .orderBy(F.desc("events"))
             .toPandas()
         )
-        observed = (
+        observed_windows = (
             events.where(F.col("throttle_time_ms") > 0)
             .groupBy("principal", "client_id", "api_key", "ts")  # one throttle per request
             .agg(F.max("throttle_time_ms").alias("throttle_time_ms"))
@@ -175,52 +247,180 @@ def build_report(
                  F.sum("throttle_time_ms").alias("sum_throttle_ms"))
             .toPandas()
         )
+        n_produce = int(principals["produce_events"].sum())
+        stage.note = (f"{len(principals):,} user(s), {n_produce:,} produce batches, "
+                      f"{int(principals['distinct_pids'].sum()):,} producer ids")
 
-    with timer("new_pids"):
-        new_pids = jobs.new_pid_events(events, memory_ms).persist(StorageLevel.MEMORY_AND_DISK)
+    with stages("new_pids") as stage:
+        new_pids = jobs.new_pid_events(events, expiration_ms).persist(StorageLevel.MEMORY_AND_DISK)
         per_window = jobs.new_pids_per_window(new_pids, window_ms)
         per_window.write.mode("overwrite").parquet(str(out / "new_pids_per_window"))
         per_window_pd = per_window.toPandas()
+        needs = jobs.user_needs(new_pids, pid_window, layers, int(span["last"] - span["first"]))
+        needs.to_parquet(out / "user_needs.parquet", index=False)
+        found = answer(needs, pid_window, int(span["last"] - span["first"]))
+        new_pids.unpersist()
+        stage.note = (f"{int(needs['new_pids'].sum()) if len(needs) else 0:,} new producer ids; "
+                      + (f"answer: X={found.throttle_rate:g}, " if found.throttle_rate is not None else "")
+                      + (f"Y={found.nobody_rate:g}" if found.nobody_rate is not None else "no producer ids"))
 
-    with timer("replay"):
-        if keep_decisions:
-            replay(events, settings).write.mode("overwrite").parquet(str(out / "replay_decisions"))
-        aggregates = whatif(events, settings, window_ms, model, expiration_ms).persist(StorageLevel.MEMORY_AND_DISK)
-        aggregates.count()
-    with timer("replay_tables"):
-        windows = windows_table(aggregates)
-        windows.write.mode("overwrite").parquet(str(out / "replay_windows"))
-        windows_pd = windows.toPandas()
-        totals_pd = totals_table(aggregates).toPandas()
+    settings = _settings(timeline, fallback, found if auto else None, candidates,
+                         {**flags, **({"producer_byte_rate": producer_byte_rate} if producer_byte_rate else {})})
+    with stages("replay") as stage:
+        plan: dict = {}
+        if n_produce:
+            if keep_decisions:
+                replay(events, settings, timeline).write.mode("overwrite").parquet(str(out / "replay_decisions"))
+            aggregates = whatif(events, settings, window_ms, model, expiration_ms, timeline,
+                                chunk_events=chunk_events, plan=plan,
+                                user_counts=dict(zip(principals["principal"], principals["produce_events"].astype(int))))
+        else:
+            aggregates = events.sparkSession.createDataFrame([], "setting string")
+        hot = {u: k for u, k in plan.get("chunks", {}).items() if k > 1}
+        stage.note = (f"{len(settings)} setting(s) x {len(plan.get('groups', {})):,} (user, chunk) group(s) = "
+                      f"{len(settings) * len(plan.get('groups', {})):,} tasks"
+                      + (f"; split by time: {', '.join(f'{u} in {k}' for u, k in hot.items())}" if hot else ""))
+    with stages("replay_tables") as stage:
+        if n_produce:
+            windows_df = windows_table(aggregates)
+            windows_df.write.mode("overwrite").parquet(str(out / "replay_windows"))
+            windows_pd = windows_df.toPandas()
+            totals_pd = totals_table(aggregates).toPandas()
+            state = state_table(aggregates, model)
+            state.write.mode("overwrite").parquet(str(out / "state_over_time"))
+            state_pd = state.toPandas()
+            aggregates.unpersist()
+        else:
+            windows_pd = pd.DataFrame(columns=["setting", "principal", "window_start_ms", *COUNTS])
+            totals_pd = pd.DataFrame(columns=["setting", "principal", *COUNTS, "mismatched_events"])
+            state_pd = pd.DataFrame(columns=["setting", "window_start_ms", "entries", "lean_bytes", "kafka_batches",
+                                             "kafka_bytes"])
+        observed = jobs.observed_totals(events).toPandas()
+        observed.insert(0, "setting", OBSERVED)
+        observed["mismatched_events"] = 0
+        totals_pd = pd.concat([observed[totals_pd.columns], totals_pd], ignore_index=True) if len(observed) else totals_pd
         totals_pd.to_parquet(out / "replay_totals.parquet", index=False)
-        state = state_table(aggregates, model)
-        state.write.mode("overwrite").parquet(str(out / "state_over_time"))
-        state_pd = state.toPandas()
-    with timer("recommendations"):
-        recs = (
-            jobs.recommendations(new_pids, totals_pd, uniform, window_ms)
-            if uniform else pd.DataFrame()
-        )
-        if not recs.empty:
-            recs.to_parquet(out / "recommendations.parquet", index=False)
-    aggregates.unpersist()
-    new_pids.unpersist()
-    events.unpersist()
+        stage.note = f"{len(totals_pd):,} (setting, user) totals, {len(windows_pd):,} window rows"
+    parsed.unpersist()
 
-    with timer("plots"):
+    result.headline = _headline(found, totals_pd, settings, n_produce)
+    mismatch = _replay_check(totals_pd, settings)
+    if mismatch:
+        notes.append(mismatch)
+    with stages("plots") as stage:
+        uniform = [c for c in settings if c.producer_ids_rate is not None and not c.user_producer_ids_rates
+                   and not c.recorded]
         figures = [
-            _plot_new_pids(clock, per_window_pd, recs, uniform, window_ms, out / "pids_per_window.png"),
-            _plot_throttle(clock, windows_pd, observed, candidates, window_ms, out / "throttle_over_time.png"),
+            _plot_new_pids(clock, per_window_pd, found, uniform, pid_window, window_ms, out / "pids_per_window.png"),
+            _plot_throttle(clock, windows_pd, observed_windows, settings[1:], window_ms, span,
+                           out / "throttle_over_time.png"),
             _plot_state(clock, state_pd, settings, model, expiration_ms, window_ms, out / "state_size.png"),
         ]
         (out / "index.html").write_text(
-            _page(source, n_events, clock.describe(span["first"], span["last"]), settings, window_ms, model,
-                  expiration_ms, principals, recs, totals_pd, figures)
+            _page(source, n_events, clock.describe(span["first"], span["last"]), settings, timeline, windows,
+                  flags, window_ms, model, expiration_ms, principals, found, totals_pd, result.headline, notes,
+                  figures)
         )
-    result.timings = timer.timings
-    result.recommendations = recs
-    result.totals = totals_pd
+        stage.note = f"{out / 'index.html'}"
+    result.timings, result.cores = stages.timings, stages.cores
+    result.answer, result.totals, result.settings = found, totals_pd, settings
     return result
+
+
+def _window_notes(timeline: QuotaTimeline, flags: dict) -> list[str]:
+    """Disagreements between the flags given and the recorded window settings, and changes of the
+    recorded settings over time."""
+    notes = []
+    recorded = timeline.window_settings()
+    if len(recorded) > 1:
+        notes.append(f"The broker restarted with different window settings during the audit ({len(recorded)} "
+                     "sets recorded): every setting is replayed with the ones in force at each time.")
+    if flags and recorded:
+        given = WindowSettings(**{**recorded[0].__dict__, **flags})
+        differences = given.differences(recorded[0])
+        if differences:
+            notes.append("MISMATCH: the flags differ from the broker's recorded settings: " + ", ".join(differences)
+                         + ". The candidates use the flags; \"broker's quotas\" and \"observed\" use the "
+                         "broker's own, so they are not comparable with the candidates.")
+    return notes
+
+
+def _settings(timeline: QuotaTimeline, fallback: QuotaSettings | None, found: Answer | None,
+              candidates: Sequence[QuotaSettings], flags: dict) -> list[QuotaSettings]:
+    windows_only = {k: v for k, v in flags.items() if k != "producer_byte_rate"}
+    settings = [QuotaSettings("no quota", **windows_only)]
+    if timeline.recorded:
+        settings.append(QuotaSettings(BROKERS_QUOTAS, recorded=True))
+    elif fallback is not None:
+        settings.append(fallback)
+    rates = []
+    if found is not None:
+        rates += [r for r in (found.throttle_rate, found.nobody_rate) if r is not None]
+    named = {s.name for s in settings}
+    for rate in rates:
+        c = candidate(rate, flags)
+        if c.name not in named:
+            settings.append(c)
+            named.add(c.name)
+    for c in candidates:
+        if c.name not in named:
+            settings.append(c)
+            named.add(c.name)
+    return settings
+
+
+def _user(principal: str) -> str:
+    return principal[5:] if principal.startswith("User:") else principal
+
+
+def _headline(found: Answer, totals: pd.DataFrame, settings, n_produce: int) -> list[str]:
+    """The report's first lines (see the module docstring)."""
+    unit = f"new producer ids per {found.window_size_seconds:g} s"
+    if n_produce == 0:
+        return ["No produce requests in this audit: producer_ids_rate has nothing to throttle."]
+    if found.nobody_rate is None:
+        return [f"No producer ids in this audit ({n_produce:,} produce batches, none from an idempotent producer): "
+                "a producer_ids_rate throttles nobody, whatever its value."]
+
+    def rejected(rate: float) -> dict[str, int]:
+        rows = totals[(totals.setting == candidate(rate).name) & (totals.pid_rejected_batches > 0)]
+        return {_user(r.principal): int(r.pid_rejected_batches)
+                for r in rows.sort_values("pid_rejected_batches", ascending=False).itertuples()}
+
+    def listing(hit: dict[str, int]) -> str:
+        parts = [f"{u} ({n:,} batch{'es' if n != 1 else ''})" for u, n in hit.items()]
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+    y = found.nobody_rate
+    y_hit = rejected(y)
+    y_text = (f"{y:,g} throttles nobody" if not y_hit else f"{y:,g} still throttles {listing(y_hit)}")
+    if found.throttle_rate is None:
+        first = (f"No user creates producer ids far faster than the others: a default producer_ids_rate of "
+                 f"{y_text.replace(' throttles', ' throttles', 1)}.")
+    else:
+        x = found.throttle_rate
+        x_hit = rejected(x)
+        outliers = ", ".join(_user(u) for u in found.outliers)
+        if x_hit:
+            only = "only " if set(x_hit) <= {_user(u) for u in found.outliers} else ""
+            first = f"A default producer_ids_rate of {x:,g} throttles {only}{listing(x_hit)}; {y_text}."
+        else:
+            first = (f"A default producer_ids_rate of {x:,g} throttles nobody in this audit but would throttle only "
+                     f"{outliers} over a whole window; {y_text}.")
+    return [first, f"Rates in the broker's unit ({unit}), values it accepts; {found.basis()}."]
+
+
+def _replay_check(totals: pd.DataFrame, settings) -> str | None:
+    """Whether replaying the broker's recorded quotas reproduced the broker's own decisions."""
+    if not any(s.recorded for s in settings) or totals.empty:
+        return None
+    mine = totals[totals.setting == BROKERS_QUOTAS]
+    mismatched = int(mine["mismatched_events"].sum())
+    if mismatched:
+        return (f"MISMATCH: replaying the broker's recorded quotas differs from the broker's own producer-id decisions "
+                f"on {mismatched:,} event(s): producer state from before the audit, or a broker whose settings the "
+                "audit does not show, can explain it.")
+    return None
 
 
 # -- plots ----------------------------------------------------------------------------------------
@@ -235,20 +435,32 @@ def _window_label(window_ms: int) -> str:
     return f"{seconds:g} s"
 
 
-def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, recs: pd.DataFrame, candidates, window_ms, path: Path):
+def _no_data(path: Path, title: str, text: str):
+    fig, ax = plt.subplots(figsize=(8, 2))
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="gray")
+    ax.set_axis_off()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name, title, text
+
+
+def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, found: Answer, candidates, pid_window_s: float,
+                   window_ms: int, path: Path):
+    title = "New producer IDs per window"
+    if per_window.empty:
+        return _no_data(path, title, "No producer IDs in this audit: no idempotent producer sent anything.")
     # producer_ids_rate is per quota window (pid_window_size_seconds); the plot's windows may differ.
-    per_report_window = {c.name: c.producer_ids_rate * window_ms / (c.pid_window_size_seconds * 1000)
-                         for c in candidates}
-    if not recs.empty:
-        order = list(recs["principal"])
+    allowance = {c.name: c.producer_ids_rate * window_ms / (pid_window_s * 1000) for c in candidates}
+    if not found.users.empty:
+        order = list(found.users["principal"])
     else:
         order = list(per_window.groupby("principal")["new_pids"].sum().sort_values(ascending=False).index)
     shown = order[:MAX_PANELS]
     cols = 2 if len(shown) > 1 else 1
     rows = max(1, math.ceil(len(shown) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.2 * rows), squeeze=False, sharex=True)
-    start, end = per_window["window_start_ms"].min(), per_window["window_start_ms"].max()
-    grid = pd.Series(range(int(start), int(end) + window_ms, window_ms), name="window_start_ms")
+    start, end = int(per_window["window_start_ms"].min()), int(per_window["window_start_ms"].max())
+    grid = pd.Series(range(start, end + window_ms, window_ms), name="window_start_ms")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, principal in zip(axes.flat, shown):
         data = per_window[per_window.principal == principal].set_index("window_start_ms")["new_pids"]
@@ -256,14 +468,13 @@ def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, recs: pd.DataFrame, 
         edges = pd.Series([*data.index, data.index[-1] + window_ms])
         ax.step(clock.times(edges), [*data.values, data.values[-1]], where="post", color="black", lw=1.2,
                 label="new producer IDs")
-        for i, candidate in enumerate(candidates):
-            ax.axhline(per_report_window[candidate.name], color=colors[(i + 1) % len(colors)], ls="--",
-                       lw=1.2, label=f"producer_ids_rate={candidate.producer_ids_rate:g} per "
-                                     f"{_window_label(round(candidate.pid_window_size_seconds * 1000))} "
-                                     f"(= {per_report_window[candidate.name]:g} per window)")
+        for i, c in enumerate(candidates):
+            ax.axhline(allowance[c.name], color=colors[(i + 1) % len(colors)], ls="--", lw=1.2,
+                       label=f"producer_ids_rate={c.producer_ids_rate:g} per {_window_label(round(pid_window_s * 1000))}"
+                             f" (= {allowance[c.name]:.3g} per window)")
         ax.set_title(principal, fontsize=10)
         ax.set_ylabel(f"new PIDs per {_window_label(window_ms)}")
-        top = max(float(data.max()), max(per_report_window.values(), default=1))
+        top = max(float(data.max()), max(allowance.values(), default=1))
         if top > 50 * max(1.0, float(data[data > 0].min()) if (data > 0).any() else 1.0):
             ax.set_yscale("symlog", linthresh=1)
         ax.set_ylim(bottom=0)
@@ -274,10 +485,10 @@ def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, recs: pd.DataFrame, 
     for ax in list(axes.flat)[len(shown):]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
     fig.suptitle(f"New producer IDs per {_window_label(window_ms)} window, per user, against each "
                  "candidate quota's steady allowance", fontsize=11)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     caption = (
@@ -285,22 +496,25 @@ def _plot_new_pids(clock: _Clock, per_window: pd.DataFrame, recs: pd.DataFrame, 
         f"{_window_label(window_ms)} window; the dashed lines are what each candidate producer_ids_rate "
         "admits per window in the long run. A user whose black line stays above a dashed line uses up "
         "its allowance and is then throttled under that candidate (next plot). The first and last "
-        "windows may be partial. Up to "
-        f"{MAX_PANELS} users, those needing the highest rate first."
+        f"windows may be partial. Up to {MAX_PANELS} users, those needing the highest rate first."
     )
-    return path.name, "New producer IDs per window", caption
+    return path.name, title, caption
 
 
-def _plot_throttle(clock: _Clock, windows: pd.DataFrame, observed: pd.DataFrame, candidates, window_ms, path: Path):
+def _plot_throttle(clock: _Clock, windows: pd.DataFrame, observed: pd.DataFrame, candidates, window_ms, span,
+                   path: Path):
     panels = []
     if not observed.empty:
         panels.append(("observed: what the broker decided", observed))
-    for candidate in candidates:
-        data = windows[(windows.setting == candidate.name) & (windows.sum_throttle_ms > 0)]
-        panels.append((f"what-if: {candidate.name}", data[["principal", "window_start_ms", "sum_throttle_ms",
+    for c in candidates:
+        data = windows[(windows.setting == c.name) & (windows.sum_throttle_ms > 0)]
+        panels.append((f"what-if: {c.name}", data[["principal", "window_start_ms", "sum_throttle_ms",
                                                            "max_throttle_ms"]]))
+    if not panels:
+        return _no_data(path, "Throttle time over time", "No produce requests to replay.")
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.7 * len(panels)), squeeze=False, sharex=True)
-    start, end = windows["window_start_ms"].min(), windows["window_start_ms"].max()
+    start = span["first"] // window_ms * window_ms
+    end = span["last"] // window_ms * window_ms
     for ax, (title, data) in zip(axes.flat, panels):
         if data.empty:
             ax.text(0.5, 0.5, "no request throttled", transform=ax.transAxes, ha="center", va="center",
@@ -337,6 +551,9 @@ def _plot_throttle(clock: _Clock, windows: pd.DataFrame, observed: pd.DataFrame,
 
 
 def _plot_state(clock: _Clock, state: pd.DataFrame, settings, model: StateMemoryModel, expiration_ms, window_ms, path: Path):
+    if state.empty or not (state["entries"] > 0).any():
+        return _no_data(path, "Producer state over time",
+                        "No producer state: no idempotent producer's batch was appended in this audit.")
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, setting in enumerate(settings):
@@ -347,14 +564,12 @@ def _plot_state(clock: _Clock, state: pd.DataFrame, settings, model: StateMemory
         times = clock.times(pd.concat([data["window_start_ms"].iloc[:1], data["window_start_ms"] + window_ms]))
         color = colors[i % len(colors)]
         label = setting.name
-
-        def at(column):
-            return [0.0, *data[column].astype(float)]
-
-        axes[0].plot(times, [v / 1e6 for v in at("lean_bytes")], color=color, lw=1.6, label=f"{label}, lean")
-        axes[0].plot(times, [v / 1e6 for v in at("kafka_bytes")], color=color, lw=1.2, ls="--",
-                     label=f"{label}, kafka")
-        axes[1].plot(times, at("entries"), color=color, lw=1.6, label=label)
+        # Each series starts from nothing at the first window's start.
+        lean_mb, kafka_mb, entries = ([0.0, *data[column].astype(float)] for column in
+                                      ("lean_bytes", "kafka_bytes", "entries"))
+        axes[0].plot(times, [v / 1e6 for v in lean_mb], color=color, lw=1.6, label=f"{label}, lean")
+        axes[0].plot(times, [v / 1e6 for v in kafka_mb], color=color, lw=1.2, ls="--", label=f"{label}, kafka")
+        axes[1].plot(times, entries, color=color, lw=1.6, label=label)
     axes[0].set_title("producer-state memory", fontsize=10)
     axes[0].set_ylabel("memory (MB)")
     axes[1].set_title("producer-state entries (live producer ID x partition)", fontsize=10)
@@ -389,6 +604,8 @@ th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1.5em 0; } img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.92em; color: #444; max-width: 900px; }
 .note { color: #555; font-size: 0.92em; max-width: 900px; }
+.answer { font-size: 1.15em; max-width: 900px; }
+.flag { color: #a00; font-weight: bold; max-width: 900px; }
 """
 
 
@@ -415,49 +632,84 @@ def _table(frame: pd.DataFrame, columns: dict[str, str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _page_empty(source: str) -> str:
+def _quota_record(timeline: QuotaTimeline) -> str:
+    """The recorded quota configuration, as the page shows it."""
+    if not timeline.recorded:
+        return ""
+    rows = []
+    for step in timeline.steps:
+        when = pd.to_datetime(step.ts, unit="ms", utc=True).strftime("%Y-%m-%d %H:%M:%S")
+        what = "broker start" if step.start else f"AlterClientQuotas by {step.principal}"
+        values = ", ".join(
+            f"{'default user' if user is None else 'user ' + user}: {key}="
+            + ("removed" if value is None else f"{value:g}")
+            for user, key, value in step.quotas
+        ) or ("no user quotas" if step.start else "no user-level change")
+        settings = ""
+        if step.start and step.windows is not None:
+            w = step.windows
+            settings = (f"window {w.pid_window_size_seconds:g} s in {w.pid_layer_count} layers, "
+                        f"false-positive rate {w.false_positive_rate:g}; byte rates over {w.quota_window_num} x "
+                        f"{w.quota_window_size_seconds:g} s")
+        rows.append({"when": when, "what": what, "quotas": values, "settings": settings})
+    return ("<h2>The broker's quota configuration, as recorded</h2>"
+            + _table(pd.DataFrame(rows), {"when": "time (UTC)", "what": "event", "quotas": "user-level quotas",
+                                          "settings": "window settings"}))
+
+
+def _notes_html(notes: list[str]) -> str:
+    return "".join(f"<p class='{'flag' if n.startswith('MISMATCH') else 'note'}'>{html.escape(n)}</p>" for n in notes)
+
+
+def _page_empty(source: str, timeline: QuotaTimeline, notes: list[str]) -> str:
     return (f"<!doctype html><meta charset=utf-8><title>minibroker audit report</title><style>{_STYLE}</style>"
-            f"<h1>minibroker audit report</h1><p>No audit events in {html.escape(source)}. Start the broker "
-            "with <code>--override audit.enable=true</code> and produce something first.</p>")
+            f"<h1>minibroker audit report</h1><p class=answer>No decisions in the audit of {html.escape(source)} yet: "
+            "nothing to answer. Start the broker with <code>--override audit.enable=true</code> and produce "
+            "something first.</p>" + _notes_html(notes) + _quota_record(timeline))
 
 
-def _page(source, n_events, span, settings, window_ms, model, expiration_ms, principals, recs, totals,
-          figures) -> str:
-    baseline = settings[0]
-    window_s = baseline.pid_window_size_seconds
+def _page(source, n_events, span, settings, timeline, windows, flags, window_ms, model, expiration_ms,
+          principals, found: Answer, totals, headline, notes, figures) -> str:
+    window_s = flags.get("pid_window_size_seconds", windows.pid_window_size_seconds)
     parts = [
         "<!doctype html><meta charset=utf-8><title>minibroker audit report</title>",
         f"<style>{_STYLE}</style><h1>minibroker audit report</h1>",
-        f"<p>{n_events:,} audit events from <code>{html.escape(source)}</code>, "
-        f"{span}. "
+        "".join(f"<p class=answer>{html.escape(line)}</p>" for line in headline),
+    ]
+    if found.nobody_rate is not None:
+        rate = found.throttle_rate if found.throttle_rate is not None else found.nobody_rate
+        parts.append(
+            "<p class=note>To set it: <code>minibroker configs --bootstrap-server HOST:PORT --alter --entity-type users "
+            f"--entity-default --add-config producer_ids_rate={rate:g}</code> (or AlterClientQuotas from any admin "
+            "client).</p>")
+    parts += [
+        _notes_html(notes),
+        f"<p>{n_events:,} audit events from <code>{html.escape(source)}</code>, {span}. "
         f"Report windows: {_window_label(window_ms)}.</p>",
         "<p class=note>Producer-id quota (KIP-936) as the broker implements it: <code>producer_ids_rate</code> is "
         f"the number of new producer IDs a user may introduce per window of {window_s:g} s "
         "(producer.id.quota.window.size.seconds): at most floor(rate) in any such window, one per "
         "window / rate below 1. A producer ID with producer state is never new; a new "
         "producer ID over the quota is rejected, not appended, and its batch is answered with a throttle "
-        "time. Each candidate below replays every user's produce requests through the broker's own quota "
-        "classes.</p>",
+        "time. Each setting below replays every user's produce requests through the broker's own quota "
+        "classes; \"observed\" is what the broker itself decided.</p>",
     ]
-    if not recs.empty:
+    if not found.users.empty:
+        users = found.users.assign(user=found.users["principal"].map(_user),
+                                   kind=found.users["outlier"].map({True: "far above the others", False: ""}))
         parts += [
-            "<h2>Recommendation per user</h2>",
-            "<p class=note><b>needed rate</b>: the smallest producer_ids_rate that would not have throttled "
-            "this user in any window of the trace (the quota's own slot arithmetic on its new producer "
-            "IDs). <b>recommended</b>: the smallest candidate under which the replay rejected none of its "
-            "batches; <b>headroom</b> = recommended / needed. A user no candidate covers is creating "
-            "producers far faster than the others: fix the client (reuse one producer) rather than raise "
+            "<h2>What each user needs</h2>",
+            f"<p class=note><b>needed over the audit</b>: the smallest producer_ids_rate under which the quota (its "
+            f"own slot arithmetic) admits every new producer ID this user introduced. <b>needed per window</b>: "
+            f"over a whole {window_s:g} s window: {html.escape(found.basis())}. A user far above the others is "
+            "creating producers per batch or crash-looping: fix the client (reuse one producer) rather than raise "
             "the quota for it.</p>",
-            _table(recs, {
-                "principal": "user", "new_pids": "new producer IDs",
-                "peak_new_pids_per_window": f"peak per {_window_label(window_ms)}",
-                "needed_rate": f"needed rate (PIDs per {window_s:g} s)",
-                "recommended_rate": f"recommended (PIDs per {window_s:g} s)",
-                "headroom": "headroom (x)", "note": "note",
-            }),
+            _table(users, {"user": "user", "new_pids": "new producer IDs",
+                           "needed_rate": "needed over the audit", "per_window": "needed per window",
+                           "kind": ""}),
         ]
     if not totals.empty:
-        order = {s.name: i for i, s in enumerate(settings)}
+        order = {OBSERVED: -1, **{s.name: i for i, s in enumerate(settings)}}
         by_setting = (
             totals.groupby("setting", as_index=False)
             .agg(produce_requests=("produce_requests", "sum"), pid_rejected_batches=("pid_rejected_batches", "sum"),
@@ -465,6 +717,9 @@ def _page(source, n_events, span, settings, window_ms, model, expiration_ms, pri
                  max_throttle_ms=("max_throttle_ms", "max"))
             .sort_values("setting", key=lambda s: s.map(order))
         )
+        by_setting["setting"] = by_setting["setting"].map(
+            lambda n: "observed (what the broker decided)" if n == OBSERVED
+            else "broker's quotas (replayed, as recorded)" if n == BROKERS_QUOTAS else n)
         parts += [
             "<h2>What each setting would have done</h2>",
             _table(by_setting, {
@@ -485,12 +740,13 @@ def _page(source, n_events, span, settings, window_ms, model, expiration_ms, pri
         parts.append(f"<h2>{html.escape(title)}</h2><figure><img src='{name}' alt='{html.escape(title)}'>"
                      f"<figcaption>{html.escape(caption)}</figcaption></figure>")
     parts += [
+        _quota_record(timeline),
         "<h2>Users in the audit</h2>",
         _table(principals, {"principal": "user", "events": "events", "produce_bytes": "produced bytes",
                             "distinct_pids": "distinct producer IDs", "throttled_events": "throttled events"}),
         "<h2>Tables</h2><p class=note>Parquet, next to this page: <code>summary/</code> (per window, user "
         "and client id: requests, bytes, records, distinct producer IDs exact and approximate, throttle "
         "percentiles), <code>new_pids_per_window/</code>, <code>replay_windows/</code>, "
-        "<code>replay_totals.parquet</code>, <code>state_over_time/</code>, <code>recommendations.parquet</code>.</p>",
+        "<code>replay_totals.parquet</code>, <code>state_over_time/</code>, <code>user_needs.parquet</code>.</p>",
     ]
     return "\n".join(parts)

@@ -1,86 +1,129 @@
-"""Audit events straight from a broker's data directory, in plain Python (no Spark): the segment
-files of `__minibroker_audit-0`, their whole batches (`protocol.records.iter_headers`), their records
-(`decode_records`) and the JSON values (`storage.audit_format.decode_event`).
+"""The audit topic's records straight from a broker's data directory, in plain Python: the segment
+files of each `__minibroker_audit-N` partition (`storage.log_dir`), their whole batches
+(`storage.batch_scan.scan_headers`) and records (`protocol.records.decode_records`).
+`pipeline.sources.SegmentRecordsSource` reads byte ranges of them for Spark; `iter_audit_events`
+decodes the JSON values here too (`storage.audit_format.decode_event`), for tests and tools that
+want the events without Spark.
 
 Never opens the log through `storage.log.PartitionLog` (that would run recovery on a live broker's
 files); reads the files as they are and, like a fetch, only whole batches, so a batch being written
-is not seen. Records below the partition's log start offset (DeleteRecords) are skipped.
+is not seen. Records below the partition's log start offset (DeleteRecords, retention) are skipped;
+control and compressed batches (the broker writes neither; a client could) are skipped and counted.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from protocol.records import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
     InvalidRecordError,
     decode_records,
     iter_headers,
     read_header,
 )
+from storage import log_dir
 from storage.audit_format import AUDIT_TOPIC, decode_event
-from storage.log_dir import read_log_start_offset, segment_files
+from storage.batch_scan import scan_headers
 
-__all__ = ["audit_segment_files", "iter_audit_events", "iter_segment_events"]
+__all__ = ["SegmentFile", "batch_positions", "iter_audit_events", "iter_batches", "iter_records", "segment_files"]
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 8 * 1024 * 1024
 
 
-def audit_segment_files(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> list[tuple[str, int]]:
-    """(segment path, log start offset) for each segment of the topic's partition 0, oldest first.
-    Empty when the topic does not exist (nothing was audited yet)."""
-    directory = Path(data_dir).resolve() / f"{topic}-0"
-    if not directory.is_dir():
+class SegmentFile(NamedTuple):
+    path: str
+    partition: int
+    log_start_offset: int  # of its partition
+
+
+def segment_files(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> list[SegmentFile]:
+    """Every segment file of the topic's partitions, by partition, oldest first. Empty when the topic
+    does not exist (nothing was audited yet)."""
+    data_dir = Path(data_dir).resolve()
+    if not data_dir.is_dir():
         return []
-    start = read_log_start_offset(directory) or 0
-    return [(str(directory / name), start) for name, _ in sorted(segment_files(directory))]
+    prefix = topic + "-"
+    partitions = sorted(
+        (int(entry.name[len(prefix):]), entry) for entry in data_dir.iterdir()
+        if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit() and entry.is_dir()
+    )
+    out: list[SegmentFile] = []
+    for partition, directory in partitions:
+        start = log_dir.read_log_start_offset(directory) or 0
+        out.extend(SegmentFile(str(directory / name), partition, start)
+                   for name, _ in sorted(log_dir.segment_files(directory)))
+    return out
 
 
-def _iter_batches(path: str) -> Iterator[bytes]:
-    """The whole batches of one segment file, read in chunks; a torn tail is not yielded."""
+def batch_positions(path: str) -> list[int]:
+    """Where each whole batch of a segment file starts and, last, where the last whole one ends (a
+    batch being written, or a torn tail, is left out)."""
     with open(path, "rb") as file:
+        fd = file.fileno()
+        headers = scan_headers(lambda size, position: os.pread(fd, size, position), 0, os.fstat(fd).st_size)
+        return [0, *(header.position + header.size for header in headers)]
+
+
+def iter_batches(path: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+    """The whole batches of a segment file between byte positions `start` (a batch boundary) and
+    `end` (default: the end of the file), read in chunks; a torn tail is not yielded."""
+    with open(path, "rb") as file:
+        file.seek(start)
+        remaining = (os.fstat(file.fileno()).st_size if end is None else end) - start
         pending = b""
-        while True:
-            chunk = file.read(READ_CHUNK)
+        while remaining > 0:
+            chunk = file.read(min(READ_CHUNK, remaining))
             if not chunk:
                 return
+            remaining -= len(chunk)
             buf = pending + chunk if pending else chunk
-            end = 0
+            done = 0
             for header in iter_headers(buf):
-                end = header.position + header.size
-                yield buf[header.position : end]
-            pending = buf[end:]
+                done = header.position + header.size
+                yield buf[header.position:done]
+            pending = buf[done:]
 
 
-def iter_segment_events(path: str, log_start_offset: int = 0) -> Iterator[tuple[int, dict]]:
-    """(offset, event) for each audit record of one segment file at or above `log_start_offset`.
-    Control batches, compressed batches (the broker writes none; a client could) and values that
-    are not JSON objects are skipped with a warning."""
-    skipped = 0
-    for batch in _iter_batches(path):
-        if read_header(batch).attributes & (ATTR_CONTROL | ATTR_COMPRESSION_MASK):
-            skipped += 1
+def iter_records(path: str, start: int = 0, end: int | None = None, log_start_offset: int = 0,
+                 skipped: list[int] | None = None) -> Iterator[tuple[int, int, bytes | None, bytes | None, int]]:
+    """(offset, timestamp, key, value, timestamp type: 0 create, 1 log append) of each data record in
+    the batches of [start, end) at or above `log_start_offset`. Batches that cannot be read here
+    add one to `skipped[0]`."""
+    for batch in iter_batches(path, start, end):
+        attributes = read_header(batch).attributes
+        if attributes & (ATTR_CONTROL | ATTR_COMPRESSION_MASK):
+            if skipped is not None:
+                skipped[0] += 1
             continue
+        kind = 1 if attributes & ATTR_TIMESTAMP_TYPE else 0
         try:
-            for offset, _ts, _key, value in decode_records(batch):
-                if offset < log_start_offset or value is None:
-                    continue
-                try:
-                    yield offset, decode_event(value)
-                except ValueError:
-                    skipped += 1
+            for offset, ts, key, value in decode_records(batch):
+                if offset >= log_start_offset:
+                    yield offset, ts, key, value, kind
         except InvalidRecordError:
-            skipped += 1
-    if skipped:
-        log.warning("%s: skipped %d batch(es) or record(s) that are not audit events", path, skipped)
+            if skipped is not None:
+                skipped[0] += 1
 
 
 def iter_audit_events(data_dir: str | Path, topic: str = AUDIT_TOPIC) -> Iterator[tuple[int, dict]]:
-    """(offset, event) for every audit event in a data directory, in offset order (no Spark)."""
-    for path, start in audit_segment_files(data_dir, topic):
-        yield from iter_segment_events(path, start)
+    """(offset, event) for every audit event in a data directory, partition by partition in offset
+    order (no Spark). Values that are not JSON objects are skipped with a warning."""
+    for segment in segment_files(data_dir, topic):
+        skipped = [0]
+        for offset, _ts, _key, value, _kind in iter_records(segment.path, 0, None, segment.log_start_offset, skipped):
+            if value is None:
+                continue
+            try:
+                yield offset, decode_event(value)
+            except ValueError:
+                skipped[0] += 1
+        if skipped[0]:
+            log.warning("%s: skipped %d batch(es) or record(s) that are not audit events", segment.path, skipped[0])

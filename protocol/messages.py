@@ -22,7 +22,7 @@ import io
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
@@ -266,8 +266,9 @@ def _read_tag_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     return read_uvarint(buf, pos, max_bits=35, what="tagged field", error=ProtocolError)
 
 
-def _read_tagged_section(buf: bytes, pos: int) -> tuple[list[tuple[int, bytes]], int]:
-    """The (tag, raw value) pairs of a tagged section starting at `pos`, and where it ends."""
+def read_tagged_section(buf: bytes, pos: int) -> tuple[list[tuple[int, bytes]], int]:
+    """The (tag, raw value) pairs of a KIP-482 tagged section starting at `pos`, and where it ends
+    (ProtocolError when it runs past the end of `buf`)."""
     count, pos = _read_tag_uvarint(buf, pos)
     fields = []
     for _ in range(count):
@@ -295,7 +296,7 @@ def read_entity(cls: type[Entity], buf: bytes, offset: int) -> tuple[Any, int, d
         if not cls.__flexible__:
             raise
     values, pos = _untagged_size(cls, buf, offset)
-    fields, end = _read_tagged_section(buf, pos)
+    fields, end = read_tagged_section(buf, pos)
     known = _field_plan(cls)[1]
     unknown: dict[int, bytes] = {}
     for tag, raw in fields:
@@ -312,20 +313,24 @@ def add_tagged_fields(cls: type, body: bytes, extra: Mapping[int, bytes]) -> byt
     section, all fields in ascending tag order as KIP-482 requires. A tag the schema defines, or
     one already present, is refused (ValueError): these are additions, never replacements."""
     _values, pos = _untagged_size(cls, body, 0)
-    fields, end = _read_tagged_section(body, pos)
+    fields, end = read_tagged_section(body, pos)
     if end != len(body):
         raise ValueError(f"{cls.__name__}: {len(body) - end} bytes after the tagged section")
     clash = set(extra) & (set(_field_plan(cls)[1]) | {tag for tag, _ in fields})
     if clash:
         raise ValueError(f"{cls.__name__} already defines tagged field(s) {sorted(clash)}")
-    merged = sorted([*fields, *extra.items()])
     out = bytearray(body[:pos])
-    write_uvarint(len(merged), out)
-    for tag, raw in merged:
+    write_tagged_section(sorted([*fields, *extra.items()]), out)
+    return bytes(out)
+
+
+def write_tagged_section(fields: Sequence[tuple[int, bytes]], out: bytearray) -> None:
+    """Append a KIP-482 tagged section of (tag, raw value) pairs, given in ascending tag order."""
+    write_uvarint(len(fields), out)
+    for tag, raw in fields:
         write_uvarint(tag, out)
         write_uvarint(len(raw), out)
         out += raw
-    return bytes(out)
 
 
 def encode_response(schema: ApiSchema, correlation_id: int, response: Any,

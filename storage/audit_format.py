@@ -1,7 +1,8 @@
 """The audit event: the contract between the broker's audit stream and the pipeline that reads it.
 
 The broker (`minibroker.audit.AuditLog`, opt-in with `audit.enable`) records ONE event per quota
-decision: per produced partition batch, per fetched partition, per InitProducerId. Events are stored
+decision: per produced partition batch, per fetched partition, per InitProducerId; and its quota
+configuration, at start and at each change (below). Events are stored
 as records of the internal topic `__minibroker_audit` (partition 0), in ordinary uncompressed v2
 batches, so any Kafka client can consume them and `pipeline/` can read the data directory directly:
 
@@ -15,8 +16,8 @@ batches, so any Kafka client can consume them and `pipeline/` can read the data 
 | `principal` | string | `"User:alice"` (`"User:ANONYMOUS"` without authentication) |
 | `client_id` | string | the request header's client id (`""` when absent) |
 | `listener` | string | the listener the connection came in on (`"PLAINTEXT"`) |
-| `api` | string | `"Produce"`, `"Fetch"`, `"InitProducerId"` |
-| `api_key` | int | 0, 1, 22 |
+| `api` | string | `"Produce"`, `"Fetch"`, `"InitProducerId"` (and `"QuotaConfig"`, `"AlterClientQuotas"`: below) |
+| `api_key` | int | 0, 1, 22 (-1, 49) |
 | `api_version` | int | the request's version |
 | `topic` | string or null | the partition's topic; null for InitProducerId |
 | `partition` | int | the partition; -1 when none |
@@ -29,13 +30,31 @@ batches, so any Kafka client can consume them and `pipeline/` can read the data 
 | `throttle_quota` | string | which quota set it: `""`, `"producer_byte_rate"`, `"consumer_byte_rate"`, `"request_percentage"`, `"producer_ids_rate"`; `"producer_ids_rate:held"` for a batch refused because an earlier batch of its producer id to the same partition was throttled and has not come back yet (the quota is not asked) |
 | `pid_new` | boolean or null | Produce with a producer id under a `producer_ids_rate`: true when the PID quota saw the PID as new (admitted or rejected), false when known; null when not tracked |
 
+Quota-configuration events. The broker also records its client-quota configuration, so a reader
+knows which quotas made the decisions it sees, and when they changed: one event at start (`api`
+`"QuotaConfig"`, `api_key` -1, `principal`, `client_id` and `listener` `""`, `api_version` -1): the
+whole configuration; and one per AlterClientQuotas that changes something (`api` `"AlterClientQuotas"`,
+`api_key` 49, the requester's `principal`, `client_id`, `listener` and `api_version`): the entities
+it altered. Their decision fields keep the defaults (`topic` null, `partition` -1, counts 0, ids -1,
+`throttle_quota` ""). Two more fields, present only in these events:
+
+| field | type | meaning |
+|---|---|---|
+| `quotas` | array of objects | one `{"entity": {TYPE: NAME}, "values": {KEY: VALUE}}` per quota entity: TYPE `"user"`, `"client-id"` or `"ip"`, NAME null for the default (`{"user": null}` is the user default); VALUE a double. At start: every configured entity; at AlterClientQuotas: each entity the request changed, with its values after the change (`{}` when its last key was removed) |
+| `quota_settings` | object | the broker settings the quotas are measured with, as doubles: `producer.id.quota.window.size.seconds`, `producer.id.quota.cache.layer.count`, `producer.id.quota.cache.false.positive.rate`, `quota.window.num`, `quota.window.size.seconds`, `producer.id.expiration.ms` (`QUOTA_SETTING_KEYS`) |
+
+A start event also means the broker (re)started: its quota managers began empty then (the
+producer-id quota's admission counts and Bloom layers live in memory only; producer state survives).
+
 Replay contract (what `pipeline.replay` relies on to reproduce the broker's decisions exactly): the
 broker calls `ProducerIdQuotaManager.track(user, producer_id, ts)` for exactly the Produce events with
 `producer_id >= 0` (transactional batches included: issue 14 appends them after the quota like any
 batch with a producer id; except batches held back behind a throttled earlier one, `throttle_quota`
 HELD_BY_PID_QUOTA),
 once per event, in the order the events are recorded, with `user` = the principal
-without its `User:` prefix; and events are recorded in the order the decisions were made.
+without its `User:` prefix; and events are recorded in the order the decisions were made. A
+quota-configuration event is recorded when its change takes effect: the decisions recorded after it
+were made under it.
 
 Pure: no I/O, no clock. Both the broker and the pipeline import this module.
 """
@@ -56,10 +75,15 @@ __all__ = [
     "API_FETCH",
     "API_INIT_PRODUCER_ID",
     "API_PRODUCE",
+    "API_QUOTA_CONFIG",
+    "API_ALTER_CLIENT_QUOTAS",
+    "QUOTA_CONFIG_FIELDS",
+    "QUOTA_SETTING_KEYS",
     "THROTTLE_QUOTAS",
     "audit_event",
     "decode_event",
     "encode_event",
+    "quota_config_event",
     "user_of",
 ]
 
@@ -101,6 +125,22 @@ HELD_BY_PID_QUOTA: Final = "producer_ids_rate:held"
 API_PRODUCE: Final = ("Produce", 0)
 API_FETCH: Final = ("Fetch", 1)
 API_INIT_PRODUCER_ID: Final = ("InitProducerId", 22)
+# Quota-configuration events: at broker start, and for each AlterClientQuotas that changed something.
+API_QUOTA_CONFIG: Final = ("QuotaConfig", -1)
+API_ALTER_CLIENT_QUOTAS: Final = ("AlterClientQuotas", 49)
+
+# The fields only quota-configuration events carry: (name, type). "quotas": array of
+# {"entity": map<string, string|null>, "values": map<string, double>}; "quota_settings":
+# map<string, double>.
+QUOTA_CONFIG_FIELDS: Final = (("quotas", "quota_entries"), ("quota_settings", "settings"))
+QUOTA_SETTING_KEYS: Final = (
+    "producer.id.quota.window.size.seconds",
+    "producer.id.quota.cache.layer.count",
+    "producer.id.quota.cache.false.positive.rate",
+    "quota.window.num",
+    "quota.window.size.seconds",
+    "producer.id.expiration.ms",
+)
 
 # Produce errors given before the producer-id quota is asked (the batch's PID is not tracked): none
 # since transactional batches are accepted (issue 14; before, INVALID_TXN_STATE was one).
@@ -151,6 +191,26 @@ def audit_event(
     }
 
 
+def quota_config_event(
+    *,
+    ts: int,
+    quotas: list[dict[str, Any]],
+    settings: dict[str, float],
+    principal: str = "",
+    client_id: str = "",
+    listener: str = "",
+    api_version: int = -1,
+) -> dict[str, Any]:
+    """A quota-configuration event: at start without a requester (`principal` ""), else an
+    AlterClientQuotas by `principal`. `quotas`: [{"entity": {type: name or None}, "values": {key: value}}]."""
+    api, api_key = API_QUOTA_CONFIG if not principal else API_ALTER_CLIENT_QUOTAS
+    event = audit_event(ts=ts, principal=principal, client_id=client_id, listener=listener, api=api,
+                        api_key=api_key, api_version=api_version)
+    event["quotas"] = quotas
+    event["quota_settings"] = settings
+    return event
+
+
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
@@ -160,12 +220,16 @@ def encode_event(event: dict[str, Any]) -> bytes:
 
 
 def decode_event(value: bytes | bytearray | memoryview) -> dict[str, Any]:
-    """A record value back to an event; a missing field reads as None. Raises ValueError on a value
-    that is not a JSON object."""
+    """A record value back to an event; a missing field reads as None (a quota-configuration event
+    keeps its two extra fields). Raises ValueError on a value that is not a JSON object."""
     event = json.loads(bytes(value))
     if not isinstance(event, dict):
         raise ValueError(f"audit value is a JSON {type(event).__name__}, not an object")
-    return {name: event.get(name) for name in AUDIT_FIELD_NAMES}
+    decoded = {name: event.get(name) for name in AUDIT_FIELD_NAMES}
+    for name, _ in QUOTA_CONFIG_FIELDS:
+        if name in event:
+            decoded[name] = event[name]
+    return decoded
 
 
 def user_of(principal: str) -> str:

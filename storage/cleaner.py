@@ -99,6 +99,7 @@ from storage.segment import LogSegment, segment_paths, txn_index_path
 
 if TYPE_CHECKING:
     from storage.log import PartitionLog
+    from storage.producer_state.txns import AbortedTxn
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -325,6 +326,9 @@ class CleaningRound:
     max_message_bytes: int
     # Producer id -> the last offset of its last data batch; None: read from the log by `clean`.
     producer_last_offsets: Mapping[int, int] | None
+    # Segment base offset -> the aborted transactions in its `.txnindex`, read (and rebuilt if
+    # damaged) on the owner's thread: a rebuild writes to the log, which only its owner may do.
+    txn_entries: Mapping[int, list[AbortedTxn]] = field(default_factory=dict)
     aborted: bool = False  # set by the owner to stop the round at its next batch
 
     @classmethod
@@ -341,7 +345,8 @@ class CleaningRound:
                    target.first_dirty_offset, target.first_uncleanable_offset, now_ms,
                    config.delete_retention_ms, config.segment_bytes, config.segment_index_bytes,
                    config.max_message_bytes,
-                   None if producer_last_offsets is None else dict(producer_last_offsets))
+                   None if producer_last_offsets is None else dict(producer_last_offsets),
+                   {s.base_offset: list(log.txn_index_entries(s)) for s in inactive})
 
 
 @dataclass
@@ -543,11 +548,17 @@ def build_offset_map(round_: CleaningRound, offset_map: OffsetMap, stats: Cleani
     """Kafka's buildOffsetMap over the cleanable section, stopping when the map is full."""
     offset_map.clear()
     start, end = round_.first_dirty_offset, round_.first_uncleanable_offset
+    # Everything below the dirty section is under the map (cleaned against it) even when the dirty
+    # section is empty: a round for due tombstones alone then cleans the clean section, and ends
+    # where the dirty section starts (not at offset 0).
+    offset_map.latest_offset = start - 1
     # The records of aborted transactions never supersede a key's value (Kafka's
     # CleanedTransactionMetadata): a read_committed consumer must still find the committed one.
     aborted: dict[int, list[tuple[int, int]]] = {}
-    for txn in round_.log.aborted_transactions(start, end):
-        aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+    for entries in round_.txn_entries.values():
+        for txn in entries:
+            if txn.last_offset >= start and txn.first_offset < end:  # Kafka's collectAbortedTxns overlap
+                aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
     for segment, next_offset in zip(round_.segments, round_.next_offsets):
         if next_offset <= start or segment.base_offset >= end:
             continue
@@ -686,7 +697,7 @@ def _clean_group(round_: CleaningRound, old: list[LogSegment], offset_map: Offse
         cleaned.rebuild_indexes()
         # Every control batch is kept (see the module docstring), so every aborted transaction the
         # old segments' indexes hold still ends in the cleaned one: their entries carry over.
-        cleaned.txn_index.replace([entry for segment in old for entry in round_.log.txn_index_entries(segment)])
+        cleaned.txn_index.replace([entry for segment in old for entry in round_.txn_entries.get(segment.base_offset, ())])
         if cleaned.size:
             cleaned.time_index.maybe_append(cleaned.max_timestamp, cleaned.offset_of_max_timestamp)
         cleaned.flush()  # the indexes, fsynced: the segment is complete before it is swapped in

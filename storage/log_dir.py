@@ -13,7 +13,9 @@
   cleaned segment and begun to swap it in) is swapped in, as Kafka's LogLoader does: the `.log`
   files whose base offset lies in the swap's offset range (its base offset to the offset after its
   last batch) are the ones it replaces and go, then the swap is renamed to `.log` and its indexes
-  are rebuilt from it (storage.cleaner describes the sequence and why every crash point is safe).
+  are rebuilt from it (storage.cleaner describes the sequence and why every crash point is safe);
+  an index `.swap` left without its `.log.swap` (the swap's log renamed, its indexes not yet) takes
+  the indexes under the final names with it, as they are the replaced segment's: rebuilt at load.
 """
 
 from __future__ import annotations
@@ -70,6 +72,17 @@ def list_segments(directory: Path) -> list[int]:
     if any(name.endswith(LOG_SUFFIX + SWAP_SUFFIX) for name in names):
         _complete_swaps(directory, names)
         names = os.listdir(directory)
+    for name in names:
+        stem = name.partition(".")[0]
+        if name.endswith((INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX)) and stem.isdigit():
+            # A swap cut short between its `.log`'s rename and its indexes' (LogSegment.change_suffix):
+            # the indexes under the final names are the replaced segment's. They go with the `.swap`
+            # ones and are rebuilt from the log (Kafka's LogLoader deletes a base's indexes when it
+            # finds an index `.swap`). The `.txnindex` is renamed before the log, so it is the new one.
+            logger.warning("%s: found %s of an interrupted swap; the indexes of segment %s are rebuilt",
+                           directory, name, stem)
+            for path in segment_paths(directory, int(stem))[1:]:
+                unlink_if_exists(path)
     for name in names:
         stem, dot, suffix = name.partition(".")
         if name in _OWN_TEMP_FILES:

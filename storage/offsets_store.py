@@ -14,9 +14,11 @@ batches, so the log stays readable by any Kafka client and by Kafka's offsets to
 The topic is an ordinary compacted topic (cleanup.policy=compact, Kafka's settings): the broker's
 log cleaner (storage.cleaner) keeps the last record of each key and removes tombstones once
 delete.retention.ms has passed, as Kafka's does for its offsets topic; the records are designed for
-that (each key holds the whole of what it describes, so any cleaned log replays to the same state).
-A record the replay cannot read (damage) is skipped and logged, and stays in the log unless a later
-record of the same key supersedes it, where a person can still recover it.
+that (each key holds the whole of what it describes, so any cleaned log replays to the same state;
+the cleaner stops at the last stable offset and keeps transaction markers, so pending transactional
+offsets replay the same too). The replay and the appends are storage/coordinator_log.py's, shared
+with `__transaction_state`. A record the replay cannot read (damage) is skipped and logged, and stays
+in the log unless a later record of the same key supersedes it, where a person can still recover it.
 
 This module does no I/O of its own beyond the PartitionLog it is given, never reads a clock and
 never imports trio (it sits in storage/, below the shell): callers pass `now_ms` (wall-clock
@@ -27,11 +29,14 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from construct import ConstructError
 
-from protocol.records import decode_records, encode_batch, iter_headers
+from protocol.records import BatchHeader, decode_records, encode_batch, read_control_record
+from protocol.records.batch import ATTR_TRANSACTIONAL
+from protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT
+from protocol.records.validation import CorruptRecordError
 from storage.consumer_group_records import (
     CONSUMER_RECORD_TYPES,
     StoredConsumerGroup,
@@ -39,6 +44,7 @@ from storage.consumer_group_records import (
     diff_records,
     parse_consumer_key,
 )
+from storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog
 from storage.group_records import (
     GROUP_KEY,
     OFFSET_KEY,
@@ -56,7 +62,6 @@ from storage.group_records import (
 
 if TYPE_CHECKING:
     from storage.log import PartitionLog
-    from storage.manager import LogManager
 
 __all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredConsumerGroup", "StoredGroup",
            "StoredMember"]
@@ -64,18 +69,7 @@ __all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "Store
 log = logging.getLogger(__name__)
 
 TOPIC = "__consumer_offsets"
-# Kafka's offsets topic settings (offsets.topic.segment.bytes is 100 MiB). A compact-only topic
-# loses nothing to time or size retention (storage.retention).
-TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "segment.bytes": str(100 * 1024 * 1024),
-    "compression.type": "producer",
-}
-
-# Batches written here stay well under the default max.message.bytes.
-MAX_RECORDS_PER_BATCH = 2000
-READ_CHUNK = 1 << 20
-
+TOPIC_CONFIGS = {**INTERNAL_TOPIC_CONFIGS, "compression.type": "producer"}
 
 TopicPartition = tuple[str, int]
 
@@ -83,81 +77,68 @@ TopicPartition = tuple[str, int]
 # --- the store ---------------------------------------------------------------------------------
 
 
-class OffsetsStore:
+class OffsetsStore(CoordinatorLog):
     """Committed offsets and group records, in memory and (when given a log) on disk.
 
     `offsets[group][(topic, partition)]`, `groups[group]` (classic groups) and
     `consumer_groups[group]` (KIP-848 groups) are the live state; every change goes to the log
     first, then to memory, so what a client was told is committed is on disk.
+
+    Transactional offsets (TxnOffsetCommit) are written as Kafka writes them: a transactional batch
+    carrying the producer id and epoch, held in `pending[producer_id][group]` until the transaction's
+    marker, a control batch on this partition, commits them (`complete_transaction`) or drops them.
+    The replay does the same with the batches and markers it meets, so offsets of a transaction
+    committed before a crash are committed after it, and those of an open one stay pending until the
+    coordinator aborts it.
     """
 
+    topic = TOPIC
+    topic_configs = TOPIC_CONFIGS
+
     def __init__(self, log: PartitionLog | None = None) -> None:
-        self.log = log
+        super().__init__(log)
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.groups: dict[str, StoredGroup] = {}
         self.consumer_groups: dict[str, StoredConsumerGroup] = {}
-        self.skipped_records = 0  # records that could not be decoded at load
-        self.replay_complete = True  # False when the load skipped or stopped short of anything
+        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        # How a transactional batch goes into the log. The shell replaces it with an append that
+        # also records the batch in the partition's producer state, as every transactional append
+        # is: the last stable offset (where the cleaner stops) and the `.txnindex` entry of an
+        # abort (which keeps the aborted offsets from superseding committed ones) depend on it.
+        self.append_transactional: Callable[[PartitionLog, bytes, int], object] = \
+            lambda log, batch, now_ms: log.append(batch, now_ms)
 
-    @classmethod
-    def open(cls, logs: LogManager, now_ms: int) -> OffsetsStore:
-        """Open (creating if needed) the offsets topic in `logs` and replay it."""
-        if logs.topic(TOPIC) is None:
-            logs.create_topic(TOPIC, 1, TOPIC_CONFIGS, now_ms)
-        store = cls(logs.log(TOPIC, 0))
-        store.load()
-        return store
-
-    # -- loading ----------------------------------------------------------------------------------
-
-    def load(self) -> None:
+    def _reset(self) -> None:
         self.offsets.clear()
         self.groups.clear()
         self.consumer_groups.clear()
-        self.skipped_records = 0
-        self.replay_complete = True
-        if self.log is None:
-            return
-        position = self.log.log_start_offset
-        while position < self.log.log_end_offset:
-            data = self.log.read(position, READ_CHUNK)
-            if not data:
-                break
-            advanced = False
-            for header in iter_headers(data):
-                if header.last_offset < position:
-                    continue
-                batch = memoryview(data)[header.position : header.position + header.size]
-                self._replay_batch(batch, header.base_offset)
-                position = header.last_offset + 1
-                advanced = True
-            if not advanced:
-                log.error("%s: cannot read past offset %d; stopping the replay", TOPIC, position)
-                self.replay_complete = False
-                break
-        if self.skipped_records:
-            self.replay_complete = False
-        if not self.replay_complete:
-            log.error("%s: the replay was incomplete (%d unreadable record(s)); they stay in the log "
-                      "unless a later record of the same key supersedes them", TOPIC, self.skipped_records)
+        self.pending.clear()
 
-    def _replay_batch(self, batch: memoryview, base_offset: int) -> None:
-        records: list[tuple[bytes, bytes | None]] = []
-        try:
-            for _, _, key, value in decode_records(batch):
-                if key is None:
-                    raise ValueError("record without a key")
-                records.append((key, value))
-        except (ValueError, struct.error) as exc:
-            log.warning("%s: skipping unreadable batch at offset %d: %s", TOPIC, base_offset, exc)
-            self.skipped_records += 1
-            return
-        for key, value in records:
+    def _replay_batch(self, batch: memoryview, header: BatchHeader) -> None:
+        if header.is_control:
             try:
-                self._replay(key, value)
-            except (ConstructError, ValueError) as exc:
+                control = read_control_record(batch)
+            except CorruptRecordError as exc:
+                log.warning("%s: skipping unreadable marker at offset %d: %s", TOPIC, header.base_offset, exc)
                 self.skipped_records += 1
-                log.warning("%s: skipping unreadable record near offset %d: %s", TOPIC, base_offset, exc)
+                return
+            if control.type in (CONTROL_ABORT, CONTROL_COMMIT):
+                self._complete(header.producer_id, control.type == CONTROL_COMMIT)
+            return
+        if not header.is_transactional:
+            super()._replay_batch(batch, header)
+            return
+        try:
+            records = [(key, value) for _, _, key, value in decode_records(batch)]
+            pending = self.pending.setdefault(header.producer_id, {})
+            for key, value in records:
+                body = RECORD_KEY.parse(key or b"").key
+                if value is not None:
+                    pending.setdefault(body.group, {})[(body.topic, body.partition)] = parse_offset_value(value)
+        except (ConstructError, ValueError, struct.error) as exc:
+            log.warning("%s: skipping unreadable transactional batch at offset %d: %s",
+                        TOPIC, header.base_offset, exc)
+            self.skipped_records += 1
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         if len(key) >= 2 and (record_type := int.from_bytes(key[:2], "big", signed=True)) in CONSUMER_RECORD_TYPES:
@@ -191,13 +172,6 @@ class OffsetsStore:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def _append(self, records: Sequence[tuple[bytes | None, bytes | None]], now_ms: int) -> None:
-        if self.log is None or not records:
-            return
-        for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
-            chunk = list(records[start : start + MAX_RECORDS_PER_BATCH])
-            self.log.append(encode_batch(chunk, now_ms), now_ms)
-
     def commit(self, group: str, entries: dict[TopicPartition, OffsetAndMetadata], now_ms: int) -> None:
         """Store one OffsetCommit's offsets (one batch, as Kafka appends a commit atomically)."""
         if not entries:
@@ -206,6 +180,38 @@ class OffsetsStore:
             [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms
         )
         self.offsets.setdefault(group, {}).update(entries)
+
+    def commit_transactional(self, producer_id: int, producer_epoch: int, group: str,
+                             entries: dict[TopicPartition, OffsetAndMetadata], now_ms: int) -> None:
+        """Store one TxnOffsetCommit's offsets as pending for `producer_id` (one transactional batch)."""
+        if not entries:
+            return
+        if self.log is not None:
+            batch = encode_batch(
+                [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms,
+                producer_id=producer_id, producer_epoch=producer_epoch, attributes=ATTR_TRANSACTIONAL)
+            self.append_transactional(self.log, batch, now_ms)
+        self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(entries)
+
+    def has_pending(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> bool:
+        """Whether an open transaction holds offsets of `group` (of any of `partitions`)."""
+        for groups in self.pending.values():
+            offsets = groups.get(group)
+            if offsets and (partitions is None or any(tp in offsets for tp in partitions)):
+                return True
+        return False
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> int:
+        """The transaction's marker is in the log: its pending offsets become committed offsets, or are
+        dropped. Returns how many offsets it held."""
+        return self._complete(producer_id, commit)
+
+    def _complete(self, producer_id: int, commit: bool) -> int:
+        groups = self.pending.pop(producer_id, {})
+        if commit:
+            for group, entries in groups.items():
+                self.offsets.setdefault(group, {}).update(entries)
+        return sum(len(entries) for entries in groups.values())
 
     def remove_offsets(self, group: str, partitions: Iterable[TopicPartition], now_ms: int) -> None:
         partitions = list(partitions)

@@ -39,15 +39,16 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
 
-    def start(self) -> str:
-        """Start and wait for the ready line; the bootstrap address."""
+    def start(self, listen: str = "127.0.0.1:0") -> str:
+        """Start and wait for the ready line; the bootstrap address. `listen`: the address to bind
+        (a restart on the port the broker had, as a real broker restarts: `restart()`)."""
         nofile = self.nofile
 
         def limit() -> None:
             if nofile is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-        args = [sys.executable, "-m", "minibroker.cli", "serve", "--listen", "127.0.0.1:0",
+        args = [sys.executable, "-m", "minibroker.cli", "serve", "--listen", listen,
                 "--data-dir", str(self.data_dir), "--log-level", self.log_level]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
@@ -81,6 +82,10 @@ class BrokerProcess:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+    def restart(self) -> str:
+        """Start again on the address it had (its clients reconnect to the same bootstrap)."""
+        return self.start(self.bootstrap)
 
     def __enter__(self) -> BrokerProcess:
         self.start()

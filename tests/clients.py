@@ -44,10 +44,10 @@ class KafkaPython:
         finally:
             producer.close(timeout=10)
 
-    def consume(self, bootstrap, topic, partitions, count, timeout=60) -> list[Record]:
+    def consume(self, bootstrap, topic, partitions, count, timeout=60, **config) -> list[Record]:
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **config,
                                  auto_offset_reset="earliest")
         try:
             consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
@@ -116,11 +116,11 @@ class Confluent:
         assert remaining == 0, f"{remaining} message(s) undelivered after 60 s"
         return offsets
 
-    def consume(self, bootstrap, topic, partitions, count, timeout=60) -> list[Record]:
+    def consume(self, bootstrap, topic, partitions, count, timeout=60, **config) -> list[Record]:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"assign-{topic}",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest", **config})
         try:
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
             got: list[Record] = []
@@ -168,12 +168,12 @@ class AioKafka:
                 await producer.stop()
         return asyncio.run(run())
 
-    def consume(self, bootstrap, topic, partitions, count, timeout=60) -> list[Record]:
+    def consume(self, bootstrap, topic, partitions, count, timeout=60, **config) -> list[Record]:
         async def run():
             from aiokafka import AIOKafkaConsumer, TopicPartition
 
             consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                        enable_auto_commit=False, auto_offset_reset="earliest")
+                                        enable_auto_commit=False, auto_offset_reset="earliest", **config)
             await consumer.start()
             try:
                 tps = [TopicPartition(topic, p) for p in range(partitions)]

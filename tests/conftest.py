@@ -45,6 +45,17 @@ def java(tmp_path_factory):
     return client
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One small local Spark (2 cores, 1 GB) for every pipeline test of the run."""
+    from pipeline.session import spark_session
+
+    session = spark_session("local[2]", "minibroker-tests", shuffle_partitions=4, quiet=True,
+                            conf={"spark.driver.memory": "1g"})
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def start_broker(tmp_path):
     """start_broker(data_dir=None, **overrides) -> context manager; for restarts on one data dir."""

@@ -38,11 +38,22 @@ class JavaClient:
         self.classpath = f"{classes}{os.pathsep}{LIBS}{os.sep}*"
         self.fail = fail  # called with the message when a run fails (pytest.fail in tests)
 
-    def run(self, *commands: list, timeout: float = 120) -> list[dict]:
-        """Run MiniClient commands in one JVM; returns its output lines as dicts."""
+    @staticmethod
+    def _args(commands: tuple[list, ...]) -> list[str]:
         args: list[str] = []
         for command in commands:
             args += (["--"] if args else []) + [str(a) for a in command]
+        return args
+
+    def popen(self, *commands: list, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+        """Start MiniClient commands in one JVM without waiting: its stdout (text) gives the output
+        lines as they come (for a test that acts on the client's progress)."""
+        return subprocess.Popen(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *self._args(commands)],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+    def run(self, *commands: list, timeout: float = 120) -> list[dict]:
+        """Run MiniClient commands in one JVM; returns its output lines as dicts."""
+        args = self._args(commands)
         proc = subprocess.run(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *args],
                               capture_output=True, text=True, timeout=timeout)
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -5,6 +5,7 @@ and InitProducerId decisions appear with their producer ids."""
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
 from pipeline.segments import iter_audit_events
+from protocol.errors import ErrorCode
 from protocol.records import encode_batch
 
 
@@ -39,3 +40,44 @@ def test_audit_records_fetch_throttles_and_producer_ids(tmp_path, unique):
     (fetch_event,) = [e for e in events if e["api"] == "Fetch"]
     assert fetch_event["throttle_quota"] == "consumer_byte_rate" and fetch_event["throttle_time_ms"] > 0
     assert fetch_event["bytes"] == 0 and fetch_event["records"] == 0
+
+
+def test_audit_records_the_quota_configuration_at_start_and_at_each_change(tmp_path):
+    """A start event with every configured entity and the window settings; one event per
+    AlterClientQuotas that altered something, naming the requester, in order with the decisions;
+    nothing for validate_only or a refused entry; a restart records the configuration again."""
+    data_dir = tmp_path / "data"
+    window = {"producer_id_quota_window_size_seconds": "60", "producer_id_quota_cache_layer_count": "3"}
+    alice = [{"entity_type": "user", "entity_name": "alice"}]
+    default_user = [{"entity_type": "user", "entity_name": None}]
+    with running_broker(data_dir, audit_enable="true", **window) as broker:
+        with AdminClient(broker.bootstrap, client_id="operator") as c:
+            def alter(entries, validate_only=False):
+                return c.call(49, {"entries": entries, "validate_only": validate_only})
+
+            alter([{"entity": alice, "ops": [{"key": "producer_ids_rate", "value": 2.5, "remove": False}]},
+                   {"entity": default_user, "ops": [{"key": "producer_ids_rate", "value": 10.0, "remove": False}]}])
+            alter([{"entity": alice, "ops": [{"key": "producer_ids_rate", "value": 99.0, "remove": False}]}],
+                  validate_only=True)
+            refused = alter([{"entity": alice, "ops": [{"key": "producer_ids_rate", "value": -1.0, "remove": False}]}])
+            assert [e.error_code for e in refused.entries] == [ErrorCode.invalid_request]
+            c.call(22, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+            alter([{"entity": alice, "ops": [{"key": "producer_ids_rate", "value": 0.0, "remove": True}]}])
+    with running_broker(data_dir, audit_enable="true", producer_id_quota_window_size_seconds="120"):
+        pass
+    events = [event for _, event in iter_audit_events(data_dir)]
+    assert [e["api"] for e in events] == [
+        "QuotaConfig", "AlterClientQuotas", "InitProducerId", "AlterClientQuotas", "QuotaConfig"
+    ]
+    start, first, _, removal, restart = events
+    settings = start["quota_settings"]
+    assert settings["producer.id.quota.window.size.seconds"] == 60 and settings["producer.id.quota.cache.layer.count"] == 3
+    assert settings["producer.id.quota.cache.false.positive.rate"] == 0.001 and settings["quota.window.num"] == 11
+    assert (start["quotas"], start["principal"], start["api_key"]) == ([], "", -1)
+    assert (first["principal"], first["client_id"], first["api_key"]) == ("User:ANONYMOUS", "operator", 49)
+    assert first["quotas"] == [{"entity": {"user": "alice"}, "values": {"producer_ids_rate": 2.5}},
+                               {"entity": {"user": None}, "values": {"producer_ids_rate": 10.0}}]
+    assert removal["quotas"] == [{"entity": {"user": "alice"}, "values": {}}]
+    assert restart["quotas"] == [{"entity": {"user": None}, "values": {"producer_ids_rate": 10.0}}]
+    assert restart["quota_settings"]["producer.id.quota.window.size.seconds"] == 120
+    assert start["ts"] <= first["ts"] <= removal["ts"] <= restart["ts"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minibroker.audit import AuditLog
-from pipeline.segments import audit_segment_files, iter_audit_events
+from pipeline.segments import iter_audit_events, segment_files
 from protocol.records import decode_records, iter_headers
 from storage.audit_format import (
     AUDIT_FIELD_NAMES,
@@ -39,7 +39,7 @@ def make_event(i: int, **changes) -> dict:
 
 def segment_batches(data_dir) -> list[bytes]:
     batches = []
-    for path, _ in audit_segment_files(data_dir):
+    for path, _, _ in segment_files(data_dir):
         data = Path(path).read_bytes()
         batches += [data[h.position : h.position + h.size] for h in iter_headers(data)]
     return batches

@@ -358,6 +358,26 @@ def test_a_regex_subscription_follows_the_topics_it_matches():
     assert h.group.group_epoch == epoch + 1 and topics.id("orders-asia") in result.assignment
 
 
+@pytest.mark.timeout(60)
+def test_a_regex_is_matched_in_linear_time_and_read_as_re2():
+    """Kafka matches subscribed regexes with RE2/J, in time linear in the topic name. A pattern that
+    backtracks catastrophically in a backtracking engine (`(.*)*x` against a long name that does not
+    match) must not stall the event loop the coordinator runs on; a backreference, which RE2 has
+    not, is INVALID_REGULAR_EXPRESSION as in Kafka."""
+    long_name = "topic-" + "a" * 80
+    topics = FakeTopics(**{long_name: 1, "topic-x": 1})
+    h = Harness(topics)
+    request = SimConsumer(GROUP, "A", ()).request()
+    result = h.send(ConsumerGroupHeartbeatRequest(**{**request.__dict__, "subscribed_topic_names": None,
+                                                     "subscribed_topic_regex": "(.*)*x"}))
+    assert result.error == ErrorCode.none
+    assert set(result.assignment) == {topics.id("topic-x")}
+    refused = h.send(ConsumerGroupHeartbeatRequest(**{**SimConsumer(GROUP, "B", ()).request().__dict__,
+                                                      "subscribed_topic_names": None,
+                                                      "subscribed_topic_regex": r"(topic)-\1"}))
+    assert refused.error == ErrorCode.invalid_regular_expression
+
+
 # --- coexisting with classic groups -------------------------------------------------------------
 
 

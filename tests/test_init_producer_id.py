@@ -34,7 +34,9 @@ def test_epoch_bump_fencing_and_the_new_epoch_in_the_partition(broker, unique):
         assert produce(c, topic, pid, 1, 5) == 45  # a new epoch must start at sequence 0
         assert produce(c, topic, pid, 1, 0) == 0
         assert produce(c, topic, pid, 0, 1) == 47  # the partition fences the old epoch too
-        assert init(c, transactional_id="txn")[0] == 42  # transactions are not supported
+        # A transactional id gets its own producer id from the same never-reused allocator.
+        code, txn_pid, txn_epoch = init(c, transactional_id="txn")
+        assert (code, txn_epoch) == (0, 0) and txn_pid > pid
 
 
 def test_epoch_exhaustion_gives_a_fresh_pid(broker):

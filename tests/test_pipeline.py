@@ -1,39 +1,25 @@
-"""The PySpark pipeline on small inputs with answers worked out by hand: reading (broker data dir and
-traces), the summary, the what-if replay through the project's own quota classes, the producer-state
-model, recommendations, and the whole report. One SparkSession (local[2]) for the module."""
+"""The PySpark pipeline on small inputs with answers worked out by hand: reading traces, the summary,
+the what-if replay through the project's own quota classes, the producer-state model, the answer,
+and the whole report. One SparkSession (local[2]) for the run (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from minibroker.audit import AuditLog
 from pipeline import jobs
 from pipeline.gen import generate, write_trace
 from pipeline.model import KAFKA_BYTES_BY_BATCHES, StateMemoryModel
-from pipeline.read import read_data_dir, read_trace
+from pipeline.read import decision_events, read_data_dir, read_trace
 from pipeline.replay import QuotaSettings, replay
 from pipeline.report import build_report
 from pipeline.schema import EVENTS_SCHEMA
 from pipeline.whatif import state_table, totals_table, whatif, windows_table
-from storage.audit_format import AUDIT_FIELD_NAMES, AUDIT_TOPIC, audit_event
-from storage.config import LogConfig
-from storage.manager import LogManager
+from storage.audit_format import AUDIT_FIELD_NAMES, audit_event
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a whole number of seconds and minutes
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from pipeline.session import spark_session
-
-    session = spark_session("local[2]", "minibroker-tests", shuffle_partitions=4,
-                            conf={"spark.driver.memory": "1g"})
-    yield session
-    session.stop()
 
 
 def ev(ts, principal, pid=-1, *, api="Produce", client="c1", topic="t", partition=0, nbytes=100, records=1,
@@ -85,40 +71,12 @@ def rows_by(df, *key):
 # -- reading --------------------------------------------------------------------------------------
 
 
-def test_data_dir_reader_returns_exactly_what_the_audit_log_wrote(spark, tmp_path):
-    """AuditLog -> segment files (tiny segments, so several Spark partitions) -> DataFrame: the same
-    events, in order, `seq` = the record offset; a non-event record in the topic is skipped."""
-    logs = LogManager.open(tmp_path, LogConfig.from_broker({}), T0)
-    audit = AuditLog(logs, topic_configs={"internal.segment.bytes": "4000"})
-    written = []
-    for i, event in enumerate(HAND * 5):
-        event = {k: v for k, v in event.items() if k != "seq"}
-        event["ts"] += i
-        audit.record(event)
-        written.append(event)
-        if i % 7 == 6:
-            audit.flush(T0 + i)
-    audit.close(T0 + 1000)
-    logs.close()
-    assert len(list((tmp_path / f"{AUDIT_TOPIC}-0").glob("*.log"))) > 2
-
-    df = read_data_dir(spark, tmp_path)
-    assert df.schema == EVENTS_SCHEMA
-    rows = sorted((r.asDict() for r in df.collect()), key=lambda r: r["seq"])
-    assert [r["seq"] for r in rows] == list(range(len(written)))
-    assert [{k: r[k] for k in AUDIT_FIELD_NAMES} for r in rows] == written
-
-
-def test_data_dir_without_audit_is_empty(spark, tmp_path):
-    assert read_data_dir(spark, tmp_path).count() == 0
-
-
 def test_trace_readers_parquet_and_json_lines_agree_with_the_generator(spark, tmp_path):
     table = generate(3000, seed=3)
     expected = table.to_pylist()
     for name in ("trace.parquet", "trace.jsonl"):
         path = write_trace(table, tmp_path / name)
-        df = read_trace(spark, path)
+        df = decision_events(read_trace(spark, path))
         assert types(df.schema) == types(EVENTS_SCHEMA)
         rows = sorted((r.asDict() for r in df.collect()), key=lambda r: r["seq"])
         assert rows == expected, name
@@ -128,7 +86,7 @@ def test_trace_without_seq_keeps_file_order(spark, tmp_path):
     path = tmp_path / "plain.jsonl"
     events = [{k: v for k, v in e.items() if k != "seq"} for e in HAND]
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    rows = sorted(read_trace(spark, path).collect(), key=lambda r: r["seq"])
+    rows = sorted(decision_events(read_trace(spark, path)).collect(), key=lambda r: r["seq"])
     assert [{k: r[k] for k in AUDIT_FIELD_NAMES} for r in rows] == events
 
 
@@ -185,6 +143,7 @@ def test_replay_totals_and_windows_by_hand(spark):
         "new_pid_events": 7, "new_pids": 5, "pid_throttled_pids": 2,  # PIDs 4 and 5
         "pid_rejected_batches": 4, "byte_throttled_events": 0,
         "throttled_requests": 3, "max_throttle_ms": 1499, "sum_throttle_ms": 1499 + 999 + 499,
+        "mismatched_events": 0,
     }
     bob = totals[("all=3", "User:bob")]  # PID 7: new at 0, then known (it has producer state)
     assert (bob["new_pid_events"], bob["new_pids"], bob["pid_rejected_batches"]) == (1, 1, 0)
@@ -241,61 +200,63 @@ def test_rejected_pids_hold_no_state(spark):
     assert entries[("alice=3", T0 + 1000)] == 4
 
 
-def test_recommendations_by_hand(spark):
+def test_user_needs_by_hand(spark):
     """alice's new PIDs: 1-4 at 0 and 5 at 1000 (PID 4's retries are not new: it was seen 500 ms
     before, within the memory given). With W = 1 s in slots of 500 ms, PID 5 at 1000 still counts
-    slot 0 (it overlaps (0, 1000]), which holds 4: the rate that admits them all is 5. Candidate 3
-    rejects some of her batches, 6 none: recommended 6, headroom 6 / 5."""
-    candidates = [QuotaSettings("3", producer_ids_rate=3.0, **PID_WINDOW),
-                  QuotaSettings("6", producer_ids_rate=6.0, **PID_WINDOW)]
-    events = frame(spark, HAND)
-    new_pids = jobs.new_pid_events(events, memory_ms=1000)
-    totals = totals_table(whatif(events, candidates, 1000, StateMemoryModel())).toPandas()
-    recs = jobs.recommendations(new_pids, totals, candidates, window_ms=1000).set_index("principal")
-    alice = recs.loc["User:alice"]
-    assert alice.new_pids == 5 and alice.peak_new_pids_per_window == 4
-    assert alice.needed_rate == 5
-    assert alice.recommended_rate == 6.0 and alice.headroom == pytest.approx(6 / 5)
-    bob = recs.loc["User:bob"]  # one new PID: any rate admits it
-    assert bob.new_pids == 1 and bob.needed_rate == 0
-    assert bob.recommended_rate == 3.0
+    slot 0 (it overlaps (0, 1000]), which holds 4: the rate that admits them all is 5; the audit
+    (1.2 s) is longer than W, so that is measured, not estimated. bob: one PID, any rate admits it."""
+    new_pids = jobs.new_pid_events(frame(spark, HAND), memory_ms=1000)
+    needs = jobs.user_needs(new_pids, 1.0, 2, span_ms=1200).set_index("principal")
+    alice, bob = needs.loc["User:alice"], needs.loc["User:bob"]
+    assert (alice.new_pids, alice.needed_rate, alice.per_window, alice.estimated) == (5, 5, 5, False)
+    assert (bob.new_pids, bob.needed_rate) == (1, 0)
 
 
 # -- the whole report -----------------------------------------------------------------------------
 
 
 def test_report_end_to_end(spark, tmp_path):
-    """A small synthetic trace with quota windows short enough for the burst to run out: the
-    new-producer-per-batch user is throttled under every candidate and flagged, the long-lived
-    producers never are, and the page, plots and tables are all written."""
+    """A small synthetic trace with a quota window (1 s) short enough for the burst to run out. The
+    first lines answer the question: the new-producer-per-batch user is far above the others, a
+    default rate X throttles only it, Y nobody (both values the broker accepts, counted by the
+    replay); the candidates given and the "observed" row are replayed beside them; page, plots and
+    tables are all written."""
+    from pipeline.recommend import accepted
+    from pipeline.report import OBSERVED
+
     trace = write_trace(generate(8000, seed=11), tmp_path / "trace.parquet")
-    settings = [QuotaSettings("no quota", pid_window_size_seconds=1.0)] + [
-        QuotaSettings(f"producer_ids_rate={r}", producer_ids_rate=r, pid_window_size_seconds=1.0) for r in (3, 30)
-    ]
     out = tmp_path / "report"
-    result = build_report(read_trace(spark, trace), out=out, settings=settings, window_ms=2000,
-                          source=str(trace))
+    candidates = [QuotaSettings(f"producer_ids_rate={r}", producer_ids_rate=r, pid_window_size_seconds=1.0)
+                  for r in (3, 30)]
+    result = build_report(read_trace(spark, trace), out=out, candidates=candidates, window_ms=2000,
+                          source=str(trace), flags={"pid_window_size_seconds": 1.0})
     assert result.events == 8000
+    found = result.answer
+    assert found.outliers == ["User:lambda-ingest"] and not found.estimated  # 12 s of audit, W = 1 s
+    x, y = found.throttle_rate, found.nobody_rate
+    assert accepted(x) and accepted(y) and x < y
+    totals = result.totals.set_index(["setting", "principal"])
+    rejected = totals["pid_rejected_batches"]
+    lam = rejected[(f"producer_ids_rate={x:g}", "User:lambda-ingest")]
+    assert lam > 0 and rejected.xs(f"producer_ids_rate={x:g}").drop("User:lambda-ingest").sum() == 0
+    assert rejected.xs(f"producer_ids_rate={y:g}").sum() == 0
+    assert result.headline[0] == (f"A default producer_ids_rate of {x:,g} throttles only lambda-ingest "
+                                  f"({lam:,} batches); {y:,g} throttles nobody.")
+    assert "new producer ids per 1 s" in result.headline[1] and "measured, not estimated" in result.headline[1]
+    assert rejected.xs(OBSERVED).sum() == 0 and rejected[("producer_ids_rate=3", "User:lambda-ingest")] > 0
+    assert rejected.xs("no quota").sum() == 0
+
     page = (out / "index.html").read_text()
-    for text in ("Recommendation per user", "producer_ids_rate=3", "producer_ids_rate=30",
-                 "pids_per_window.png", "throttle_over_time.png", "state_size.png"):
-        assert text in page
+    assert page.index(result.headline[0].split(";")[0]) < page.index("What each setting would have done")
+    for text in ("observed (what the broker decided)", "producer_ids_rate=3", "producer_ids_rate=30",
+                 "pids_per_window.png", "throttle_over_time.png", "state_size.png", "does not record"):
+        assert text in page, text
     for png in ("pids_per_window.png", "throttle_over_time.png", "state_size.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
-    for table in ("summary", "new_pids_per_window", "replay_windows", "replay_totals.parquet", "state_over_time"):
+    for table in ("summary", "new_pids_per_window", "replay_windows", "replay_totals.parquet", "state_over_time",
+                  "user_needs.parquet"):
         assert pq.read_table(out / table).num_rows > 0, table
-
-    recs = result.recommendations.set_index("principal")
-    assert recs.index[0] == "User:lambda-ingest"  # the highest needed rate first
-    assert recs.loc["User:lambda-ingest", "note"] and recs.loc["User:lambda-ingest", "recommended_rate"] != 3.0
-    svc = recs[recs.index.str.startswith("User:svc-")]
-    assert len(svc) == 10 and (svc.recommended_rate == 3.0).all()
-    totals = result.totals
-    assert totals[totals.principal.str.startswith("User:svc-")].pid_rejected_batches.sum() == 0
-    lam = totals[(totals.principal == "User:lambda-ingest")].set_index("setting")
-    assert lam.loc["producer_ids_rate=3", "pid_rejected_batches"] > 0
-    assert lam.loc["no quota", "pid_rejected_batches"] == 0
     state = pq.read_table(out / "state_over_time").to_pandas()
     last = state.sort_values("window_start_ms").groupby("setting").last()
     assert last.loc["no quota", "entries"] > last.loc["producer_ids_rate=3", "entries"]
@@ -303,15 +264,15 @@ def test_report_end_to_end(spark, tmp_path):
 
 
 def test_report_of_an_empty_audit(spark, tmp_path):
-    result = build_report(read_data_dir(spark, tmp_path), out=tmp_path / "r",
-                          settings=[QuotaSettings("no quota")], source=str(tmp_path))
+    result = build_report(read_data_dir(spark, tmp_path), out=tmp_path / "r", source=str(tmp_path))
     assert result.events == 0
-    assert "No audit events" in (tmp_path / "r" / "index.html").read_text()
+    assert "No decisions in the audit" in (tmp_path / "r" / "index.html").read_text()
 
 
 def test_settings_from_the_brokers_quota_store(tmp_path):
-    """scripts/pipeline on a data dir also replays the broker's own user-level quotas."""
-    from pipeline.cli import QUOTA_STORE_FILE, parser, settings_from
+    """scripts/pipeline on a data dir whose audit records no quota configuration falls back on the
+    broker's quota store (user-level quotas only)."""
+    from pipeline.cli import QUOTA_STORE_FILE, fallback_from, parser
     from quotas.config import QuotaConfigStore
 
     store = QuotaConfigStore()
@@ -323,23 +284,29 @@ def test_settings_from_the_brokers_quota_store(tmp_path):
     ])
     assert [code for _, code, _ in results] == [0, 0, 0, 0]
     (tmp_path / QUOTA_STORE_FILE).write_text(store.to_json())
-    settings = settings_from(parser().parse_args(["--data-dir", str(tmp_path), "--rates", "10"]))
-    assert [s.name for s in settings] == ["no quota", "broker's quotas", "producer_ids_rate=10"]
-    own = settings[1]
+    own = fallback_from(parser().parse_args(["--data-dir", str(tmp_path)]))
+    assert own.name == "broker's quotas"
     assert own.producer_ids_rate == 1.0 and own.user_producer_ids_rates == (("alice", 2.0),)
     assert own.producer_byte_rate is None and own.user_producer_byte_rates == (("bob", 1e6),)
     assert own.pid_rate_for("alice") == 2.0 and own.pid_rate_for("carol") == 1.0
+    assert fallback_from(parser().parse_args([])) is None
 
 
-def test_cli_settings():
-    from pipeline.cli import parser, settings_from
+def test_cli_options():
+    from pipeline.cli import DEFAULT_BOOTSTRAP, candidates_from, consumer_config, parser
 
-    args = parser().parse_args(["--rates", "50,0.5,10", "--pid-window-seconds", "60", "--producer-byte-rate", "1e6"])
-    settings = settings_from(args)
-    assert [s.name for s in settings] == ["no quota", "producer_ids_rate=0.5", "producer_ids_rate=10",
-                                          "producer_ids_rate=50"]
-    assert settings[0].producer_ids_rate is None and settings[0].producer_byte_rate is None
-    assert settings[1].producer_ids_rate == 0.5  # per window, fractions as the broker accepts them
-    assert settings[2].producer_ids_rate == 10 and settings[2].producer_byte_rate == 1e6
-    assert all(s.pid_window_size_seconds == 60 and s.pid_layer_count == 4 for s in settings)
-    assert Path(args.data_dir) == Path("data") and args.out == "report" and args.master == "local[*]"
+    args = parser().parse_args(["--rates", "50,0.5,10", "--pid-window-seconds", "60", "--producer-byte-rate", "1e6",
+                                "--conf", "spark.executor.memory=2g", "--conf", "spark.ui.port=4050",
+                                "--consumer-property", "security.protocol=SASL_PLAINTEXT"])
+    candidates = candidates_from(args)
+    assert [s.name for s in candidates] == ["producer_ids_rate=0.5", "producer_ids_rate=10", "producer_ids_rate=50"]
+    assert candidates[0].producer_ids_rate == 0.5  # per window, fractions as the broker accepts them
+    assert candidates[1].producer_byte_rate == 1e6
+    assert all(s.pid_window_size_seconds == 60 and s.pid_layer_count is None for s in candidates)
+    assert dict(args.conf) == {"spark.executor.memory": "2g", "spark.ui.port": "4050"}
+    assert consumer_config(args) == {"security.protocol": "SASL_PLAINTEXT"}
+    defaults = parser().parse_args([])
+    assert defaults.bootstrap_server is None and DEFAULT_BOOTSTRAP == "127.0.0.1:9092"
+    assert defaults.out == "report" and defaults.master == "local[*]" and not defaults.quiet
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--rates", "0"])  # the broker refuses a rate <= 0

@@ -15,6 +15,14 @@ from quotas.producer_id_quota import ProducerIdQuotaManager
 WINDOW_S, LAYERS = 2.0, 4  # W = 2 s in slots of 500 ms
 
 
+def frame_of(**columns) -> pd.DataFrame:
+    """One principal's Produce events (pipeline.replay.INPUT_COLUMNS), defaults for what is not given."""
+    n = len(columns["seq"])
+    base = {"principal": "User:u", "client_id": "c", "topic": "t", "partition": 0, "producer_id": -1, "bytes": 10,
+            "error_code": 0, "throttle_quota": "", "pid_new": None, "throttle_time_ms": 0}
+    return pd.DataFrame({**{k: [v] * n for k, v in base.items()}, **columns})
+
+
 def rejections(times_ms, rate) -> int:
     """New PIDs (all distinct, none with producer state) at these times through the broker's own
     quota class."""
@@ -120,14 +128,13 @@ def test_generated_trace_has_the_advertised_population():
 def test_aggregates_of_a_principal_without_producer_ids():
     """Non-idempotent producers (producer id -1): counted, never tracked, no producer state."""
     from pipeline.model import StateMemoryModel
-    from pipeline.whatif import TOTAL, aggregate_decisions
+    from pipeline.replay import UserEvents
+    from pipeline.timeline import QuotaTimeline
+    from pipeline.whatif import TOTAL, run_chunk
 
-    pdf = pd.DataFrame({
-        "principal": "User:u", "client_id": "c", "seq": [0, 1, 2], "ts": [0, 10, 1500], "topic": "t",
-        "partition": [0, 1, 0], "producer_id": -1, "bytes": 10, "error_code": 0, "throttle_quota": "",
-    })
-    decisions = replay_principal(pdf, [QuotaSettings("q", producer_ids_rate=1.0)])
-    rows = aggregate_decisions(decisions, 1000, StateMemoryModel(), 60_000).set_index("window_start_ms")
+    pdf = frame_of(seq=[0, 1, 2], ts=[0, 10, 1500], partition=[0, 1, 0], producer_id=-1)
+    rows = run_chunk(UserEvents.from_pandas(pdf), QuotaSettings("q", producer_ids_rate=1.0), QuotaTimeline(), None,
+                     window_ms=1000, model=StateMemoryModel(), expiration_ms=60_000).set_index("window_start_ms")
     assert list(rows.index) == [0, 1000, TOTAL]
     assert list(rows.produce_events) == [2, 1, 3] and list(rows.produce_requests) == [2, 1, 3]
     assert (rows.new_pid_events == 0).all() and (rows.d_entries == 0).all() and (rows.d_kafka_bytes == 0).all()
@@ -144,3 +151,129 @@ def test_replay_tracks_batches_refused_after_the_quota():
     out = replay_principal(pdf, [QuotaSettings("q", producer_ids_rate=1.0)])
     assert out.pid_new.iat[0] and not out.pid_new.isna().iat[1]
     assert list(out.producer_id) == [1, 2] and not out.appended.iat[0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_replay_without_a_bloom_filter_decides_as_the_brokers_manager(seed):
+    """The replay's ProducerIdQuotaManager holds no Bloom filter: with producer state as the
+    authority (has_state), the filter never changes a decision. The broker's manager (real layered
+    filter, here with a false-positive rate of 0.3 so that its claims without state happen often)
+    and the replay's give the same known / throttle verdict for every call."""
+    from pipeline.replay import ReplayPidQuota
+
+    rng = np.random.default_rng(seed)
+    real = ProducerIdQuotaManager(window_size_seconds=2.0, layer_count=4, false_positive_rate=0.3,
+                                  min_layer_capacity=1)
+    mine = ReplayPidQuota(window_size_seconds=2.0, layer_count=4, false_positive_rate=0.3, min_layer_capacity=1)
+    rate = float(rng.integers(1, 8))
+    for manager in (real, mine):
+        manager.update_quota("u", rate)
+    state: set[int] = set()
+    false_positives = 0
+    for t in np.sort(rng.integers(0, 30_000, 3000)).tolist():
+        pid = int(rng.integers(0, 400))
+        a = real.track("u", pid, t, lambda: pid in state)  # noqa: B023
+        b = mine.track("u", pid, t, lambda: pid in state)  # noqa: B023
+        assert (a.known, a.throttle_time_ms) == (b.known, b.throttle_time_ms)
+        false_positives += a.false_positive
+        if a.throttle_time_ms == 0 and rng.random() < 0.9:  # most admitted batches are appended
+            state.add(pid)
+    assert false_positives > 0 and mine.memory_bytes() == 0
+
+
+def _random_user(rng, n):
+    ts = np.sort(rng.integers(0, 20_000, n))
+    return frame_of(seq=np.arange(n), ts=ts, client_id=rng.choice(["a", "b"], n), topic=rng.choice(["t1", "t2"], n),
+                    partition=rng.integers(0, 3, n), producer_id=rng.integers(-1, 25, n),
+                    bytes=rng.integers(10, 1000, n), error_code=rng.choice([0, 0, 0, 45], n))
+
+
+def _combined(frames):
+    from pipeline.whatif import COUNTS, DELTAS, TOTAL
+
+    rows = pd.concat(frames, ignore_index=True)
+    totals = rows[rows.window_start_ms == TOTAL]
+    total = totals[[c for c in COUNTS if c != "max_throttle_ms"] + ["mismatched_events"]].sum()
+    total["max_throttle_ms"] = totals.max_throttle_ms.max()
+    windows = rows[rows.window_start_ms != TOTAL].groupby("window_start_ms")[COUNTS + DELTAS + ["d_kafka_bytes"]].sum()
+    return total.sort_index().to_dict(), windows.sort_index().round(6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_user_split_by_time_replays_exactly_as_in_one_pass(seed):
+    """Cut a user's history at random window boundaries: the chunks, each starting from the carry
+    of the ones before (quota managers, producer-state model, counted PIDs, open producer-state
+    sessions, place in the quota record), add up to exactly the aggregates of one pass: counts,
+    distinct PIDs, throttles, producer-state deltas. With quota changes and broker restarts in the
+    record, and a byte-rate quota."""
+    import pickle
+
+    from pipeline.model import StateMemoryModel
+    from pipeline.replay import UserEvents
+    from pipeline.timeline import QuotaTimeline
+    from pipeline.whatif import replay_chunks, run_chunk
+
+    rng = np.random.default_rng(seed)
+    events = UserEvents.from_pandas(_random_user(rng, int(rng.integers(100, 500))))
+    records = [
+        {"ts": 0, "seq": -10, "api": "QuotaConfig", "principal": "", "quota_settings": {
+            "producer.id.quota.window.size.seconds": 2.0, "producer.id.quota.cache.layer.count": 4.0},
+         "quotas": [{"entity": {"user": None}, "values": {"producer_ids_rate": 3.0}}]},
+        {"ts": int(rng.integers(2000, 8000)), "seq": 10**6, "api": "AlterClientQuotas", "principal": "User:admin",
+         "quotas": [{"entity": {"user": "u"}, "values": {"producer_ids_rate": 1.0, "producer_byte_rate": 3000.0}}],
+         "quota_settings": None},
+        {"ts": int(rng.integers(9000, 15000)), "seq": 10**6 + 1, "api": "QuotaConfig", "principal": "",
+         "quotas": [{"entity": {"user": "u"}, "values": {"producer_ids_rate": 2.0}}],
+         "quota_settings": {"producer.id.quota.window.size.seconds": 3.0}},
+    ]
+    timeline = QuotaTimeline.from_records(records)
+    assert timeline.complete and timeline.restarts() == 2
+    model, window_ms, expiration_ms = StateMemoryModel(), 1000, int(rng.integers(500, 5000))
+    for setting in (QuotaSettings("broker", recorded=True),
+                    QuotaSettings("candidate", producer_ids_rate=float(rng.integers(1, 5)), producer_byte_rate=5000.0)):
+        whole = run_chunk(events, setting, timeline, None, window_ms=window_ms, model=model,
+                          expiration_ms=expiration_ms)
+        windows = np.unique(events.ts // window_ms * window_ms)
+        cuts = np.sort(rng.choice(windows[1:], size=min(int(rng.integers(1, 5)), len(windows) - 1), replace=False))
+        chunk_of = np.searchsorted(cuts, events.ts, side="right")
+        carries = [pickle.loads(pickle.dumps(c)) for c in replay_chunks(events, chunk_of, setting, timeline,
+                                                                         expiration_ms)]
+        assert len(carries) == len(cuts) + 1
+        bounds = np.searchsorted(chunk_of, np.arange(len(carries) + 1))
+        parts = [run_chunk(events.slice(bounds[c], bounds[c + 1]), setting, timeline, carries[c], window_ms=window_ms,
+                           model=model, expiration_ms=expiration_ms) for c in range(len(carries))]
+        (total_a, windows_a), (total_b, windows_b) = _combined([whole]), _combined(parts)
+        assert total_a == total_b
+        pd.testing.assert_frame_equal(windows_a, windows_b)
+        assert total_a["new_pid_events"] > 0
+
+
+def test_the_broker_s_quotas_are_replayed_as_they_changed():
+    """Recorded: the broker starts with no quota (W = 1 s in 2 slots); at 1000 alice gets
+    producer_ids_rate 1; the broker restarts at 3000 (its admission counts start empty). PIDs:
+    1 at 500 (untracked: null), 2 at 1100 (new, admitted), 3 at 1200 (new, throttled until slot
+    1000-1499 leaves the lookback, when now - 1000 + 1 reaches 1500: 2499 - 1200 = 1299 ms), 1 at 1300
+    (known: it has producer state), 4 at 2900 (admitted: 2's slot left the lookback), 5 at 3100
+    (admitted: the restart emptied the counts), 6 at 3200 (throttled, 4499 - 3200 ms). A candidate with rate 1 throughout also counts PID 1 at 500 and,
+    restarting with the broker, admits 5 too."""
+    from pipeline.replay import UserEvents, replay_user
+    from pipeline.timeline import QuotaTimeline
+
+    settings = {"producer.id.quota.window.size.seconds": 1.0, "producer.id.quota.cache.layer.count": 2.0}
+    timeline = QuotaTimeline.from_records([
+        {"ts": 0, "seq": 0, "api": "QuotaConfig", "principal": "", "quotas": [], "quota_settings": settings},
+        {"ts": 1000, "seq": 5, "api": "AlterClientQuotas", "principal": "User:admin", "quota_settings": None,
+         "quotas": [{"entity": {"user": "alice"}, "values": {"producer_ids_rate": 1.0}},
+                    {"entity": {"client-id": "x"}, "values": {"producer_byte_rate": 10.0}}]},
+        {"ts": 3000, "seq": 20, "api": "QuotaConfig", "principal": "", "quota_settings": settings,
+         "quotas": [{"entity": {"user": "alice"}, "values": {"producer_ids_rate": 1.0}}]},
+    ])
+    events = UserEvents.from_pandas(frame_of(
+        principal="User:alice", seq=[1, 6, 7, 8, 9, 21, 22], ts=[500, 1100, 1200, 1300, 2900, 3100, 3200],
+        producer_id=[1, 2, 3, 1, 4, 5, 6]))
+    broker = replay_user(events, QuotaSettings("broker's quotas", recorded=True), timeline)
+    assert broker.pid_new.tolist() == [-1, 1, 1, 0, 1, 1, 1]
+    assert broker.pid_throttle_ms.tolist() == [0, 0, 1299, 0, 0, 0, 1299]
+    candidate = replay_user(events, QuotaSettings("1", producer_ids_rate=1.0), timeline)
+    assert candidate.pid_new.tolist() == [1, 1, 1, 0, 1, 1, 1]
+    assert (candidate.pid_throttle_ms > 0).tolist() == [False, True, True, False, False, False, True]

@@ -1,17 +1,22 @@
-"""The strongest check of the pipeline: a live broker's own audit, replayed through the pipeline with
-the broker's own settings, reproduces the broker's producer-id quota decisions exactly.
+"""The strongest check of the pipeline: a live broker's own audit, read over the Kafka protocol and
+replayed with the quota configuration the broker recorded in it, reproduces the broker's
+producer-id quota decisions exactly, also across a quota change in the middle.
 
 1. A broker with `audit.enable=true`, SASL users, and producer_ids_rate = 3 new PIDs per window of
    1 s for alice (set with AlterClientQuotas over SASL, as an operator would): the long-lived
    producer and two short-lived ones are admitted, the other short-lived ones rejected.
 2. Real idempotent clients (confluent-kafka / librdkafka) authenticated as alice: one long-lived
    producer sending throughout (its PID stays known) and a string of short-lived ones (each a new
-   PID), some of which the quota rejects; and bob, who has no quota.
-3. The broker is stopped (the audit is flushed at close) and its data dir read by the pipeline, with
-   the quota settings taken from the broker's own quota store (client-quotas.json).
+   PID), some of which the quota rejects; and bob, who has no quota. Then alice's quota is raised to
+   100 and a second storm is admitted whole (under 3 it would not have been).
+3. While the broker still runs, the pipeline reads its audit over SASL (consumer settings as
+   `--consumer-property` passes them) in several offset ranges, and takes the quotas and window
+   settings from the audit's own quota-configuration events: no setting is given by hand.
 4. Per Produce event (joined on the audit offset): the replay's `pid_new` equals the broker's; the
-   batches the replay rejects are exactly those the broker refused; and each request's throttle time
-   equals the broker's.
+   batches the replay rejects are exactly those the broker refused; each request's throttle time
+   equals the broker's. The aggregated replay, with alice's history split by time into chunks that
+   carry the quota state over, counts no event that differs; a replay that ignores the recorded
+   change does.
 """
 
 from __future__ import annotations
@@ -21,20 +26,16 @@ import time
 import pytest
 
 from minibroker.config import BROKER_CONFIGS
-from pipeline.cli import QUOTA_STORE_FILE
-from pipeline.read import read_data_dir
+from pipeline.model import StateMemoryModel
+from pipeline.read import decision_events, quota_records, read_kafka
 from pipeline.replay import QuotaSettings, replay
-from tests.test_pipeline import spark  # noqa: F401  (the module's SparkSession fixture)
+from pipeline.timeline import QuotaTimeline
+from pipeline.whatif import totals_table, whatif
 
 WIRED = "audit.enable" in BROKER_CONFIGS
 pytestmark = [
     pytest.mark.interop,
-    pytest.mark.skipif(
-        not WIRED,
-        reason="waits for the broker wiring: the `audit.enable` config key, Broker.audit = "
-        "minibroker.audit.AuditLog(self.logs, ...) when it is true, and audit.close(now) in Broker.close "
-        "(the Produce handler already calls broker.audit.record_produce)",
-    ),
+    pytest.mark.skipif(not WIRED, reason="needs the broker's audit.enable"),
 ]
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -62,7 +63,7 @@ def send(producer, topic: str, n: int) -> None:
     producer.flush(10)
 
 
-def drive(bootstrap: str, topic: str) -> None:
+def drive(bootstrap: str, topic: str, alter) -> None:
     long_lived = idempotent_producer(bootstrap, "alice", "alice-long-lived")
     send(long_lived, topic, 4)
     # Short-lived producers all at once: a storm of new PIDs, more than the burst admits.
@@ -79,45 +80,63 @@ def drive(bootstrap: str, topic: str) -> None:
     late = idempotent_producer(bootstrap, "alice", "alice-late")
     send(late, topic, 2)
     send(long_lived, topic, 2)
+    alter(RAISED)  # the operator raises alice's quota: the next storm is admitted whole
+    after = [idempotent_producer(bootstrap, "alice", f"alice-after-{k}") for k in range(SHORT_LIVED)]
+    for producer in after:
+        producer.produce(topic, b"a", partition=0)
+    for producer in after:
+        producer.flush(10)
 
 
-def test_replaying_the_broker_audit_reproduces_its_pid_quota_decisions(spark, tmp_path):  # noqa: F811
+RAISED = 100.0
+
+
+def test_replaying_the_broker_audit_reproduces_its_pid_quota_decisions(spark, tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from minibroker.admin_client import AdminClient as MiniAdmin
     from minibroker.testing import running_broker
 
-    data_dir = tmp_path / "data"
     topic = "audited"
     with running_broker(
-        data_dir, sasl_users=USERS, audit_enable="true",
+        tmp_path / "data", sasl_users=USERS, audit_enable="true", audit_flush_interval_ms="100",
         producer_id_quota_window_size_seconds=str(WINDOW_SIZE_S), producer_id_quota_cache_layer_count=str(LAYERS),
         # 89: librdkafka does not retry it, so each short-lived producer's fate is settled at once (with
         # the default, 19, they would retry into the late producer's window).
         producer_id_quota_error_code="89",
     ) as broker:
-        with MiniAdmin(broker.sasl_bootstrap, sasl_mechanism="PLAIN", sasl_username="alice",
-                       sasl_password=USERS["alice"]) as admin:
-            response = admin.call(49, {
-                "entries": [{"entity": [{"entity_type": "user", "entity_name": "alice"}],
-                             "ops": [{"key": "producer_ids_rate", "value": RATE, "remove": False}]}],
-                "validate_only": False,
-            })
-            assert [e.error_code for e in response.entries] == [0]
+        def alter(rate: float) -> None:
+            with MiniAdmin(broker.sasl_bootstrap, sasl_mechanism="PLAIN", sasl_username="alice",
+                           sasl_password=USERS["alice"]) as admin:
+                response = admin.call(49, {
+                    "entries": [{"entity": [{"entity_type": "user", "entity_name": "alice"}],
+                                 "ops": [{"key": "producer_ids_rate", "value": rate, "remove": False}]}],
+                    "validate_only": False,
+                })
+                assert [e.error_code for e in response.entries] == [0]
+
+        alter(RATE)
         admin = AdminClient({"bootstrap.servers": broker.sasl_bootstrap, **auth("alice")})
         for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
             future.result(timeout=30)
-        drive(broker.sasl_bootstrap, topic)
-    # The broker is closed: its audit is complete on disk.
+        drive(broker.sasl_bootstrap, topic, alter)
+        broker.in_broker(lambda: broker.broker.audit.flush(0))
+        # The broker still runs: its audit, over the wire, in ranges of 10 records.
+        parsed = read_kafka(spark, broker.sasl_bootstrap, consumer_config={
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "bob",
+            "sasl.password": USERS["bob"]}, max_records_per_partition=10).cache()
+        assert parsed.rdd.getNumPartitions() > 3
+        events = decision_events(parsed).cache()
+        timeline = QuotaTimeline.from_records(quota_records(parsed))
 
-    events = read_data_dir(spark, data_dir).cache()
-    # The settings come from the broker's own quota store, as scripts/pipeline reads them.
-    setting = QuotaSettings.from_quota_store(
-        "broker's quotas", (data_dir / QUOTA_STORE_FILE).read_bytes(),
-        pid_window_size_seconds=WINDOW_SIZE_S, pid_layer_count=LAYERS,
-    )
-    assert setting.user_producer_ids_rates == (("alice", RATE),) and setting.producer_ids_rate is None
-    decisions = {r.seq: r for r in replay(events, [setting]).collect()}
+    # The quotas and the window, as the broker recorded them: no setting given by hand.
+    assert timeline.complete and [s.quotas for s in timeline.changes()] == [
+        (("alice", "producer_ids_rate", RATE), ("alice", "producer_byte_rate", None)),
+        (("alice", "producer_ids_rate", RAISED), ("alice", "producer_byte_rate", None)),
+    ]
+    assert timeline.first_windows().pid_window_size_seconds == WINDOW_SIZE_S
+    setting = QuotaSettings("broker's quotas", recorded=True)
+    decisions = {r.seq: r for r in replay(events, [setting], timeline).collect()}
     audit = {r.seq: r for r in events.where("api_key = 0 AND producer_id >= 0").collect()}
     assert set(audit) <= set(decisions) and audit
 
@@ -136,6 +155,8 @@ def test_replaying_the_broker_audit_reproduces_its_pid_quota_decisions(spark, tm
     assert any(audit[s].pid_new is False for s in alice), "the long-lived producer's PID stays known"
     late = [s for s in alice if audit[s].client_id == "alice-late"]
     assert late and audit[min(late)].pid_new and audit[min(late)].error_code == 0, "a token came back"
+    after = [s for s in alice if audit[s].client_id.startswith("alice-after-")]
+    assert len(after) == SHORT_LIVED and all(audit[s].error_code == 0 for s in after), "the raise applied"
     # Each request's throttle time (a request = one client's batches at one ts) is the broker's.
     requests: dict[tuple, list[int]] = {}
     for s in alice:
@@ -144,3 +165,16 @@ def test_replaying_the_broker_audit_reproduces_its_pid_quota_decisions(spark, tm
         assert max(audit[s].throttle_time_ms for s in seqs) == max(decisions[s].pid_throttle_ms for s in seqs)
         if any(decisions[s].pid_throttle_ms for s in seqs):
             assert {audit[s].throttle_quota for s in seqs if audit[s].error_code} == {"producer_ids_rate"}
+
+    # The report's replay: alice split by time (chunks of 8 events, state carried over) still
+    # reproduces every decision; ignoring the recorded raise does not.
+    static = QuotaSettings("alice=3 throughout", user_producer_ids_rates=(("alice", RATE),))
+    plan: dict = {}
+    totals = totals_table(whatif(events, [setting, static], 1000, StateMemoryModel(), timeline=timeline,
+                                 chunk_events=8, plan=plan)).toPandas().set_index(["setting", "principal"])
+    assert plan["chunks"]["User:alice"] > 2 and plan["carries"] > 0
+    assert totals.loc[("broker's quotas", "User:alice"), "pid_rejected_batches"] == len(broker_rejected)
+    assert totals["mismatched_events"].sum() == 0  # only "broker's quotas" is compared, and it agrees
+    assert totals.loc[("alice=3 throughout", "User:alice"), "pid_rejected_batches"] > len(broker_rejected)
+    events.unpersist()
+    parsed.unpersist()

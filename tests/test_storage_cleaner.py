@@ -374,3 +374,70 @@ def test_property_cleaned_log_reads_the_latest_value_of_each_key_at_its_original
     # Superseded records are gone (a group's last batch may keep a few for its offsets).
     superseded = [r for r in after if r[0] not in last_offsets]
     assert len(superseded) <= per_batch * len(log.segments)
+
+
+def test_a_crash_between_the_swapped_log_and_its_indexes_rebuilds_the_indexes(tmp_path):
+    """A kill -9 inside the last rename of a swap (LogSegment.change_suffix("")): the cleaned `.log`
+    has taken the old base segment's name, its `.index` / `.timeindex` are still `.swap`. The old
+    base segment's index files must not be taken for the cleaned segment's (Kafka's LogLoader deletes
+    a base's indexes when it finds one of them `.swap`): here the old first segment's time index
+    would give the cleaned segment (which holds the younger segments' records too) the first
+    segment's largest timestamp, and time retention would delete the younger records with it."""
+    directory = tmp_path / "t-0"
+    config = compacted(cleanup_policy="compact,delete", segment_bytes=1 << 20, retention_ms=DAY)
+    log = PartitionLog.open(directory, config, T0)
+    for i in range(6):  # the old first segment: records two days older than the rest
+        write(log, [(b"old%d" % i, b"v")], now_ms=T0)
+    log.roll(T0)
+    young = T0 + 2 * DAY
+    for segment in range(2):
+        for i in range(6):
+            write(log, [(b"k%d" % (i % 2), b"v%d.%d" % (segment, i))], now_ms=young)
+        log.roll(young)
+    write(log, [(b"active", b"v")], now_ms=young)
+    target = log_to_clean("t", 0, log, None, young)
+    result = clean(CleaningRound.of(target, young), OffsetMap(1 << 20))
+    assert len(result.swaps) == 1  # the three old segments into one
+    cleaned, old = result.swaps[0]
+    assert len(old) == 3
+    cleaned.change_suffix(SWAP_SUFFIX)
+    for segment in old[1:]:
+        segment.change_suffix(DELETED_SUFFIX)
+    # change_suffix("") cut short after the log's rename (the transaction index, renamed before it,
+    # does not exist: no transaction here).
+    os.replace(cleaned.log_path, directory / cleaned.log_path.name.removesuffix(SWAP_SUFFIX))
+
+    reopened = PartitionLog.open(directory, config, young)
+    before = latest_by_key(read_all(reopened))
+    assert set(before) == {b"old%d" % i for i in range(6)} | {b"k0", b"k1", b"active"}
+    assert not leftovers(directory)
+    assert reopened.segments[0].max_timestamp == young
+    reopened.enforce_retention(T0 + DAY + 1)  # the old records are past retention.ms, the young ones not
+    assert latest_by_key(read_all(reopened)) == before
+
+
+def test_a_due_tombstone_goes_in_one_round_when_nothing_new_was_written(tmp_path):
+    """The round a due tombstone triggers on its own (LogToClean.tombstones_due: the dirty section is
+    empty) cleans the clean section with an empty key map: the tombstone past its horizon goes, and
+    the first dirty offset stays where it was (not reset to 0, which cleaned the whole log again)."""
+    retention = DAY
+    log = PartitionLog.open(tmp_path / "t-0", compacted(delete_retention_ms=retention), T0)
+    for i in range(30):
+        write(log, [(b"k%d" % (i % 3), b"v%d" % i)])
+    write(log, [(b"k1", None)])
+    write(log, [(b"k0", b"last")])
+    log.roll(T0)
+    write(log, [(b"active", b"v")])
+    first = T0 + 5000
+    result = clean_now(log, first)
+    checkpoint = result.end_offset
+    assert checkpoint == log.segments[-1].base_offset
+    assert latest_by_key(read_all(log))[b"k1"][1] is None
+    due = result.tombstone_horizon
+    target = log_to_clean("t", 0, log, checkpoint, due, tombstone_horizon=due)
+    assert target.tombstones_due and target.cleanable_bytes == 0
+    second = clean(CleaningRound.of(target, due), OffsetMap(1 << 20))
+    commit(second)
+    assert second.end_offset == checkpoint
+    assert b"k1" not in latest_by_key(read_all(log))
+    assert second.tombstone_horizon is None

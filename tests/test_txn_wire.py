@@ -29,6 +29,16 @@ from tests.broker_process import BrokerProcess
 from tests.wire import create_topic_with
 
 A, B, C = 9001, 9002, 9003
+# These tests drive the data side alone, with made-up producer ids and markers written by hand: the
+# coordinator's KIP-890 check is off, as Kafka's transaction.partition.verification.enable=false
+# turns it off (tests/test_txn_coordinator_wire.py has the whole flow with it on).
+NO_VERIFICATION = {"transaction.partition.verification.enable": "false"}
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with running_broker(tmp_path / "data", **{k.replace(".", "_"): v for k, v in NO_VERIFICATION.items()}) as running:
+        yield running
 UNCOMMITTED = [b"a0", b"p1", b"b0", b"a1", b"p2", b"c0", b"p3"]
 COMMITTED_BEFORE = [b"p1", b"b0", b"p2"]
 COMMITTED_AFTER = [b"p1", b"b0", b"p2", b"c0", b"p3"]
@@ -251,7 +261,7 @@ def test_java_consumers_list_offsets_and_describe_producers(broker, scenario, ja
 @pytest.mark.parametrize("mode", ["lean", "kafka"])
 def test_kill_9_with_a_transaction_open_keeps_the_lso_at_its_first_offset(tmp_path, unique, mode):
     topic = unique("txn-kill")
-    process = BrokerProcess(tmp_path / "data", log_level="WARNING", overrides={"producer.state.mode": mode})
+    process = BrokerProcess(tmp_path / "data", log_level="WARNING", overrides={"producer.state.mode": mode, **NO_VERIFICATION})
     try:
         process.start()
         with AdminClient(process.bootstrap) as client:
@@ -289,11 +299,11 @@ def test_an_in_process_restart_keeps_transactions_from_the_snapshot(tmp_path, un
     """A clean shutdown snapshots producer state at the log end: the open transaction comes back
     from the snapshot's current_txn_first_offset, with no log to replay."""
     topic = unique("txn-restart")
-    with running_broker(tmp_path / "data") as running:
+    with running_broker(tmp_path / "data", transaction_partition_verification_enable="false") as running:
         with AdminClient(running.bootstrap) as client:
             create_topic_with(client, topic)
             write_scenario(running, client, topic)
-    with running_broker(tmp_path / "data") as running:
+    with running_broker(tmp_path / "data", transaction_partition_verification_enable="false") as running:
         with AdminClient(running.bootstrap) as client:
             part = fetch(client, topic, 0, 1)
             assert (part.high_watermark, part.last_stable_offset) == (9, 7)

@@ -27,9 +27,10 @@ A heartbeat does, as Kafka's consumerGroupHeartbeat, in order:
    and its assignment when it sent a full request or the assignment changed;
 8. persist what changed as Kafka's records (storage/consumer_group_records.py).
 
-Subscribed topic regexes (ConsumerGroupHeartbeat v1) are resolved with Python's `re` (full match,
-internal topics excluded) at each heartbeat, where Kafka uses RE2/J and resolves them in the
-background; the patterns clients send (`topic-.*`, alternations, classes) read the same in both.
+Subscribed topic regexes (ConsumerGroupHeartbeat v1) are resolved with RE2 (google-re2: Kafka uses
+RE2/J, the same syntax; matching takes time linear in the topic name, so no client's pattern can
+stall the event loop, which a backtracking engine such as Python's `re` cannot promise), in full
+match, internal topics excluded, at each heartbeat, where Kafka resolves them in the background.
 Not done: classic-protocol members inside a consumer group (Kafka 4's mixed groups and online
 migration), rack-aware assignment, and per-group dynamic configs (GROUP config resources).
 
@@ -40,7 +41,6 @@ Pure: `now` is monotonic seconds (deadlines), `now_ms` wall-clock milliseconds; 
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Mapping
@@ -66,6 +66,7 @@ from minibroker.groups.consumer_group import (
     held_partitions,
     reconcile,
 )
+from minibroker.regex import RegexError, compile_client_regex
 from protocol.errors import ErrorCode
 from storage.errors import storage_error_message
 from storage.offsets_store import TOPIC
@@ -165,8 +166,8 @@ class ConsumerGroupManager:
                           f"{', '.join(self.config.consumer_assignors)}.")
         if req.subscribed_topic_regex:
             try:
-                re.compile(req.subscribed_topic_regex)
-            except re.error as exc:
+                compile_client_regex(req.subscribed_topic_regex)
+            except RegexError as exc:
                 raise Refused(ErrorCode.invalid_regular_expression,
                               f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid regular "
                               f"expression: {exc}.") from None
@@ -365,7 +366,7 @@ class ConsumerGroupManager:
         return names
 
     def _resolve(self, patterns: Iterable[str]) -> set[str]:
-        compiled = [re.compile(p) for p in patterns]
+        compiled = [compile_client_regex(p) for p in patterns]
         return {info.name for info in self.topics.topics()
                 if not _is_internal(info.name) and any(c.fullmatch(info.name) for c in compiled)}
 

@@ -247,6 +247,33 @@ class GroupCoordinator:
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9+ names the fetching member: a consumer group checks its epoch."""
         return self.shard.offsets.validate_offset_fetch(group_id, member_id, member_epoch)
+    def commit_transactional_offsets(
+        self,
+        *,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: pending offsets for the producer's transaction (see offsets.py)."""
+        try:
+            return self.shard.offsets.commit_transactional_offsets(
+                self.wall_clock_ms(), group_id=group_id, producer_id=producer_id,
+                producer_epoch=producer_epoch, generation_id=generation_id, member_id=member_id,
+                group_instance_id=group_instance_id, offsets=offsets)
+        finally:
+            self._after()
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> int:
+        """Called once the transaction's marker is written to the offsets partition."""
+        return self.shard.offsets.complete_transaction(producer_id, commit)
+
+    def has_pending_offsets(self, group_id: str, partitions: list[TopicPartition] | None = None) -> bool:
+        """Whether an open transaction holds offsets of the group (OffsetFetch's require_stable)."""
+        return self.shard.offsets.has_pending(group_id, partitions)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> list[tuple[TopicPartition, OffsetAndMetadata | None]]:

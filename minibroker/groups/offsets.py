@@ -12,8 +12,13 @@ after their commit, and those of a consumer group that long after their commit u
 subscribes to their topic, on the check interval; a group left Empty without offsets is then
 dropped. OffsetDelete removes offsets of topics the group's consumers do not subscribe to
 (`Group.is_subscribed_to_topic`). Not done: expiring offsets of topics a Stable classic group no
-longer subscribes to, and transactional offset commits (issue 14: TxnOffsetCommit would keep
-pending offsets per producer id here, made visible by the marker).
+longer subscribes to.
+
+TxnOffsetCommit (KIP-98, KIP-447) is validated like OffsetCommit (v3+ carries the generation and
+member id; before, generation -1 and no member, which any group takes) and its offsets are stored
+as pending for the producer id (`OffsetsStore.commit_transactional`); the transaction's marker makes
+them committed or drops them (`complete_transaction`, called once the marker is written). OffsetFetch
+with require_stable asks `has_pending` and answers UNSTABLE_OFFSET_COMMIT meanwhile.
 
 It sees groups only through the api.Group interface, whatever their type.
 Pure: no trio, no clock (`now_ms` is wall-clock milliseconds, the timestamps Kafka stores).
@@ -61,15 +66,7 @@ class OffsetMetadataManager:
         if error:
             return {tp: error for tp in offsets}
         expire_ms = now_ms + retention_ms if retention_ms >= 0 else -1
-        errors: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            metadata = metadata or ""
-            if len(metadata) > self.config.offset_metadata_max_bytes:
-                errors[tp] = ErrorCode.offset_metadata_too_large
-            else:
-                accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms, expire_ms)
-                errors[tp] = ErrorCode.none
+        errors, accepted = self._accept(offsets, now_ms, expire_ms)
         try:
             self.store.commit(group_id, accepted, now_ms)
         except OSError as exc:
@@ -79,6 +76,63 @@ class OffsetMetadataManager:
             log.error("group %s: committing offsets failed: %s", group_id, storage_error_message(exc))
             return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
         return errors
+
+    def commit_transactional_offsets(
+        self,
+        now_ms: int,
+        *,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the offsets go pending for `producer_id`; an error per partition."""
+        if not group_id:
+            return {tp: ErrorCode.invalid_group_id for tp in offsets}
+        group: Group | None = self.shard.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0 or member_id:
+                # Kafka's validateTransactionalOffsetCommit: only a simple committer may create it.
+                return {tp: ErrorCode.illegal_generation for tp in offsets}
+            group = self.shard.create_classic_group(group_id, now_ms)
+        error = group.validate_offset_commit(generation_id, member_id, group_instance_id)
+        if error == ErrorCode.rebalance_in_progress:
+            error = ErrorCode.none  # Kafka's transactional commit is taken while the group syncs
+        if error:
+            return {tp: error for tp in offsets}
+        errors, accepted = self._accept(offsets, now_ms)
+        try:
+            self.store.commit_transactional(producer_id, producer_epoch, group_id, accepted, now_ms)
+        except OSError as exc:
+            log.error("group %s: a transactional offset commit failed: %s", group_id, storage_error_message(exc))
+            return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
+        return errors
+
+    def _accept(self, offsets: dict[TopicPartition, tuple[int, int, str | None]], now_ms: int,
+                expire_ms: int = -1) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+        """(an error per partition, the offsets to store): metadata over offset.metadata.max.bytes
+        is OFFSET_METADATA_TOO_LARGE for its partition."""
+        errors: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            metadata = metadata or ""
+            if len(metadata) > self.config.offset_metadata_max_bytes:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms, expire_ms)
+                errors[tp] = ErrorCode.none
+        return errors, accepted
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> int:
+        """The transaction's marker is written to the offsets partition: its offsets are committed,
+        or dropped. Returns how many there were."""
+        return self.store.complete_transaction(producer_id, commit)
+
+    def has_pending(self, group_id: str, partitions: list[TopicPartition] | None) -> bool:
+        return self.store.has_pending(group_id, partitions)
 
     def _validate_commit(self, now_ms: int, group_id: str, generation_id: int, member_id: str,
                          instance_id: str | None, version: int) -> ErrorCode:

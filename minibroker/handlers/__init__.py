@@ -122,6 +122,12 @@ MODULES = (
     "describe_topic_partitions",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "end_txn",
+    "txn_offset_commit",
+    "describe_transactions",
+    "list_transactions",
     "write_txn_markers",
     "describe_producers",
 )

@@ -5,14 +5,18 @@ entity; an entity's changes apply all or none; INVALID_REQUEST with Kafka's mess
 entity, key or value. Applied changes reach the quota managers at once (the next request of an
 affected client sees the new limit) and are written to `client-quotas.json` in the data dir before
 the response goes out. validate_only checks without applying. Its clients never throttle themselves
-(Kafka's default): a quota throttle holds the response back.
+(Kafka's default): a quota throttle holds the response back. With `audit.enable`, the entities
+altered are recorded in the audit stream with their new values (storage.audit_format).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.audit import quota_settings
 from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+from quotas.callback import ClientQuotaEntity
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext
@@ -28,6 +32,13 @@ async def alter_client_quotas(ctx: RequestContext, request: Any) -> Reply:
         for entry in request.entries
     ]
     results = ctx.broker.quotas.alter(entries, bool(request.validate_only))
+    audit = ctx.broker.audit
+    if audit is not None and not request.validate_only:
+        store = ctx.broker.quotas.store
+        altered = [ClientQuotaEntity.from_pairs(entity) for entity, code, _ in results if code == ErrorCode.none]
+        if altered:
+            audit.record_quota_config(ctx.broker.clock.now_ms(), [(e, store.quotas_for(e)) for e in altered],
+                                      quota_settings(ctx.broker.config), ctx)
     return Reply({
         "entries": [
             {

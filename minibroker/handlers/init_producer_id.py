@@ -1,9 +1,16 @@
-"""InitProducerId (key 22), v0-v6: producer ids and epochs for idempotent producers.
+"""InitProducerId (key 22), v0-v6: producer ids and epochs, for idempotent and transactional producers.
 
-A request without a PID gets a fresh one at epoch 0 (PIDs are never handed out twice, even across a
-crash); one that names its current PID and epoch (v3+, KIP-360) gets the epoch bumped; an older
-epoch is fenced (see minibroker.producers.ProducerIds). Transactions are not supported: a
-transactional id is answered INVALID_REQUEST.
+Without a transactional id: a request without a PID gets a fresh one at epoch 0 (PIDs are never
+handed out twice, even across a crash); one that names its current PID and epoch (v3+, KIP-360) gets
+the epoch bumped; an older epoch is fenced (see minibroker.producers.ProducerIds).
+
+With one, the transaction coordinator answers (minibroker.transactions): the id's producer id with
+its epoch bumped, fencing the previous epoch and aborting its open transaction (answered
+CONCURRENT_TRANSACTIONS until the abort is done: the client retries), a fresh producer id once the
+epoch is exhausted, INVALID_TRANSACTION_TIMEOUT for a transaction.timeout.ms above
+transaction.max.timeout.ms. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4. v6's two-phase
+commit (KIP-939: enable_2pc, keep_prepared_txn) is not enabled here
+(transaction.two.phase.commit.enable's default): TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
+from protocol.entities import to_ms
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -20,21 +28,23 @@ if TYPE_CHECKING:
 
 @handler(22, 0, 6, client_throttles_from=1, audited=True)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Reply:
-    if request.transactional_id is not None:
-        return _result(ErrorCode.invalid_request, -1, -1)
     now_ms = ctx.broker.clock.now_ms()
-    try:
-        code, pid, epoch = ctx.broker.producer_ids.init(
-            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), now_ms, ctx.version,
-        )
-    except OSError as exc:  # the next block of ids could not be recorded: none is handed out
-        (code, _), pid, epoch = error_answer(ctx.broker, exc, "InitProducerId"), -1, -1
+    pid_asked, epoch_asked = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
+    if request.transactional_id is not None:
+        if getattr(request, "enable2_pc", False) or getattr(request, "keep_prepared_txn", False):
+            code, pid, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1
+        else:
+            code, pid, epoch = await ctx.broker.transactions.init_producer_id(
+                request.transactional_id, to_ms(request.transaction_timeout), pid_asked, epoch_asked)
+            if code == ErrorCode.producer_fenced and ctx.version < 4:
+                code = ErrorCode.invalid_producer_epoch
+    else:
+        try:
+            code, pid, epoch = ctx.broker.producer_ids.init(pid_asked, epoch_asked, now_ms, ctx.version)
+        except OSError as exc:  # the next block of ids could not be recorded: none is handed out
+            (code, _), pid, epoch = error_answer(ctx.broker, exc, "InitProducerId"), -1, -1
     if ctx.broker.audit is not None:
         ctx.broker.audit.record_init_producer_id(ctx, pid, epoch, code, 0, "", now_ms)
-    return _result(code, pid, epoch)
-
-
-def _result(code: ErrorCode, pid: int, epoch: int) -> Reply:
     return Reply({
         "error_code": code,
         "producer_id": pid,

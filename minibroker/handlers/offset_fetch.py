@@ -3,10 +3,11 @@
 Partitions without a committed offset (unknown group, topic or partition) answer offset -1 with no
 error, as Kafka does. v2+ asks for every partition the group has offsets for with a null topic list
 and has a top-level error code; v5+ returns the committed leader epoch; v8+ batches groups; v10 names
-topics by id (offsets of a deleted topic are left out of an all-topics answer). require_stable (v7+)
-needs no waiting: there are no transactional offset commits here. v9+ names the fetching member of a
-KIP-848 consumer group, whose epoch must be current (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, for the
-group).
+topics by id (offsets of a deleted topic are left out of an all-topics answer). require_stable (v7+, a
+read_committed consumer) answers UNSTABLE_OFFSET_COMMIT for the partitions an open transaction has
+offsets pending for (KIP-447; the client retries), the committed offsets elsewhere. v9+ names the
+fetching member of a KIP-848 consumer group, whose epoch must be current (STALE_MEMBER_EPOCH,
+UNKNOWN_MEMBER_ID, for the group).
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ def _partition(index: int, om, error: ErrorCode = ErrorCode.none) -> dict:
 
 
 def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | None = None,
-                member_epoch: int = -1) -> tuple[ErrorCode, list[dict]]:
+                member_epoch: int = -1, require_stable: bool = False) -> tuple[ErrorCode, list[dict]]:
     """(group error, topic entries) for one group; `topics` None means all."""
     groups, logs = broker.groups, broker.logs
     error = ErrorCode.invalid_group_id if not group_id else ErrorCode.none
     if not error and (member_error := groups.validate_offset_fetch(group_id, member_id, member_epoch)):
         return member_error, []
+    if require_stable and not error and topics is None and groups.has_pending_offsets(group_id):
+        # Kafka answers the whole group UNSTABLE_OFFSET_COMMIT when any of its offsets is pending.
+        return ErrorCode.unstable_offset_commit, []
     if topics is None:
         by_topic: dict[str, list] = {}
         for (topic, partition), om in groups.fetch_offsets(group_id, None):
@@ -64,7 +68,12 @@ def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | Non
         entries.append({
             "name": name or "",
             "topic_id": topic_id,
-            "partitions": [_partition(p, om, error) for (_, p), om in found],
+            "partitions": [
+                _partition(p, None, ErrorCode.unstable_offset_commit)
+                if require_stable and not error and groups.has_pending_offsets(group_id, [(name, p)])
+                else _partition(p, om, error)
+                for (_, p), om in found
+            ],
         })
     return error, entries
 
@@ -73,12 +82,14 @@ def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | Non
 async def offset_fetch(ctx: RequestContext, request: Any) -> Reply:
     batched = getattr(request, "groups", None)
     if batched is None:
-        error, topics = fetch_group(ctx.broker, request.group_id, request.topics, by_id=False)
+        error, topics = fetch_group(ctx.broker, request.group_id, request.topics, by_id=False,
+                                    require_stable=getattr(request, "require_stable", False))
         return Reply({"error_code": error, "topics": topics})
     by_id = ctx.version >= 10
     answer = []
     for group in batched:
         error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id,
-                                    getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
+                                    getattr(group, "member_id", None), getattr(group, "member_epoch", -1),
+                                    require_stable=request.require_stable)
         answer.append({"group_id": group.group_id, "error_code": error, "topics": topics})
     return Reply({"groups": answer})

@@ -62,6 +62,12 @@
 //                                                  sequence number), shared, committed
 //   describe-consumer-group BOOTSTRAP GROUP         Admin.describeConsumerGroups
 //   list-groups BOOTSTRAP                          Admin.listGroups (each group's type and state)
+//   txn-produce BOOTSTRAP TOPIC PARTITIONS TXN_ID PLAN [TIMEOUT_MS]   transactions by PLAN, e.g.
+//                                                  "commit:3,abort:2,open:1" (see txnProduce)
+//   txn-zombie BOOTSTRAP TOPIC TXN_ID              a producer fenced by a second one with its id
+//   list-transactions BOOTSTRAP                    Admin.listTransactions, then describeTransactions
+//   consume-isolation BOOTSTRAP TOPIC PARTITIONS read_committed|read_uncommitted   up to the end offsets
+//   consume-transform-produce BOOTSTRAP IN OUT GROUP TXN_ID COUNT   the exactly-once loop
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
 // Record i of `produce` is deterministic (tests/test_interop_java.py computes the same bytes):
@@ -181,6 +187,12 @@ public final class MiniClient {
                     Integer.parseInt(a[6]), a.length > 7 ? Integer.parseInt(a[7]) : 0);
             case "describe-consumer-group" -> describeConsumerGroup(a[1], a[2]);
             case "list-groups" -> listGroups(a[1]);
+            case "txn-produce" -> txnProduce(a[1], a[2], Integer.parseInt(a[3]), a[4], a[5],
+                    a.length > 6 ? Integer.parseInt(a[6]) : 60000);
+            case "txn-zombie" -> txnZombie(a[1], a[2], a[3]);
+            case "list-transactions" -> listTransactions(a[1]);
+            case "consume-isolation" -> consumeIsolation(a[1], a[2], Integer.parseInt(a[3]), a[4]);
+            case "consume-transform-produce" -> consumeTransformProduce(a[1], a[2], a[3], a[4], a[5], Long.parseLong(a[6]));
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
         }
         OUT.println("{\"type\":\"done\",\"command\":" + str(a[0]) + ",\"ms\":"
@@ -1130,6 +1142,247 @@ public final class MiniClient {
         synchronized (OUT) {
             OUT.println("{\"type\":" + str(type) + ",\"member\":" + str(member) + ",\"partitions\":"
                     + Arrays.toString(ps.toArray()) + "}");
+        }
+    }
+
+    // --- transactions (issue 14) -------------------------------------------------------------
+
+    static KafkaProducer<byte[], byte[]> txnProducer(String bootstrap, String txnId, int timeoutMs) {
+        Properties p = producerProps(bootstrap, "none", "0");
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-txn-" + txnId);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(timeoutMs));
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "60000");
+        return new KafkaProducer<>(p);
+    }
+
+    static byte[] bytes(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static void txnEvent(String event, String step, Throwable error) {
+        Throwable cause = error;
+        while (cause != null && cause.getCause() != null
+                && !(cause instanceof org.apache.kafka.common.KafkaException && cause.getCause() == null)) {
+            if (cause instanceof org.apache.kafka.common.errors.ApiException) break;
+            cause = cause.getCause();
+        }
+        OUT.println("{\"type\":\"txn\",\"event\":" + str(event) + ",\"step\":" + str(step) + ",\"error\":"
+                + (error == null ? "null" : str(error.getClass().getSimpleName())) + ",\"cause\":"
+                + (cause == null ? "null" : str(cause.getClass().getSimpleName())) + "}");
+        OUT.flush();
+    }
+
+    /** PLAN: comma list of ACTION:N, each one transaction of N records (key "<step>-<i>", value the
+     * same) to partition i % PARTITIONS: commit, abort, open (left open: the producer is closed
+     * without waiting, so nothing aborts it but the broker), timeout (sends, then waits past
+     * transaction.timeout.ms and tries to commit: the broker has aborted and fenced it). */
+    static void txnProduce(String bootstrap, String topic, int partitions, String txnId, String plan,
+                           int timeoutMs) throws Exception {
+        KafkaProducer<byte[], byte[]> producer = txnProducer(bootstrap, txnId, timeoutMs);
+        producer.initTransactions();
+        txnEvent("initialized", "", null);
+        int stepNo = 0;
+        for (String step : plan.split(",")) {
+            String[] s = step.split(":");
+            String action = s[0], name = txnId + "/" + action + stepNo++;
+            int n = Integer.parseInt(s[1]);
+            producer.beginTransaction();
+            for (int i = 0; i < n; i++) {
+                byte[] kv = bytes(name + "-" + i);
+                producer.send(new ProducerRecord<>(topic, i % partitions, kv, kv));
+            }
+            producer.flush();
+            try {
+                switch (action) {
+                    case "commit" -> producer.commitTransaction();
+                    case "abort" -> producer.abortTransaction();
+                    case "open" -> {
+                        producer.close(Duration.ZERO);
+                        txnEvent("left-open", name, null);
+                        return;
+                    }
+                    case "timeout" -> {
+                        Thread.sleep(timeoutMs + 2500L);
+                        producer.send(new ProducerRecord<>(topic, 0, bytes(name + "-late"), bytes(name + "-late"))).get();
+                        producer.commitTransaction();
+                    }
+                    default -> throw new IllegalArgumentException("unknown action " + action);
+                }
+                txnEvent(action, name, null);
+            } catch (Exception e) {
+                txnEvent(action + "-failed", name, e);
+                producer.close(Duration.ZERO);
+                return;
+            }
+        }
+        producer.close();
+    }
+
+    /** A zombie: producer A opens a transaction; producer B, same transactional id, initializes
+     * (fencing A, whose transaction the broker aborts) and commits its own; A then tries to send
+     * and commit. */
+    static void txnZombie(String bootstrap, String topic, String txnId) throws Exception {
+        KafkaProducer<byte[], byte[]> a = txnProducer(bootstrap, txnId, 60000);
+        a.initTransactions();
+        a.beginTransaction();
+        a.send(new ProducerRecord<>(topic, 0, bytes("zombie-0"), bytes("zombie-0"))).get();
+        KafkaProducer<byte[], byte[]> b = txnProducer(bootstrap, txnId, 60000);
+        b.initTransactions();
+        txnEvent("fenced-by-new", "b", null);
+        b.beginTransaction();
+        b.send(new ProducerRecord<>(topic, 0, bytes("new-0"), bytes("new-0")));
+        b.commitTransaction();
+        txnEvent("commit", "b", null);
+        try {
+            a.send(new ProducerRecord<>(topic, 0, bytes("zombie-1"), bytes("zombie-1"))).get();
+            a.commitTransaction();
+            txnEvent("commit", "a", null);
+        } catch (Exception e) {
+            txnEvent("commit-failed", "a", e);
+        }
+        a.close(Duration.ZERO);
+        b.close();
+    }
+
+    /** assign() every partition, read from the beginning up to the end offsets (the last stable
+     * offsets under read_committed), print each record. */
+    static void consumeIsolation(String bootstrap, String topic, int partitions, String isolation) {
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) tps.add(new TopicPartition(topic, p));
+        Properties props = consumerProps(bootstrap, "mb-java-" + isolation);
+        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps);
+            long deadline = System.nanoTime() + TIMEOUT.toNanos();
+            while (System.nanoTime() < deadline) {
+                boolean caughtUp = true;
+                for (TopicPartition tp : tps) caughtUp &= consumer.position(tp) >= end.get(tp);
+                if (caughtUp) break;
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    OUT.println("{\"type\":\"record\",\"partition\":" + r.partition() + ",\"offset\":" + r.offset()
+                            + ",\"key\":" + str(new String(r.key(), StandardCharsets.UTF_8)) + "}");
+                }
+            }
+            for (TopicPartition tp : tps) {
+                OUT.println("{\"type\":\"end\",\"partition\":" + tp.partition() + ",\"offset\":" + end.get(tp) + "}");
+            }
+        }
+    }
+
+    /** Admin.listTransactions (all states), then describeTransactions of each id listed. */
+    static void listTransactions(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            List<String> ids = new ArrayList<>();
+            for (var listing : admin.listTransactions().all().get()) {
+                ids.add(listing.transactionalId());
+                OUT.println("{\"type\":\"txn-listing\",\"id\":" + str(listing.transactionalId()) + ",\"producer_id\":"
+                        + listing.producerId() + ",\"state\":" + str(listing.state().toString()) + "}");
+            }
+            for (var e : admin.describeTransactions(ids).all().get().entrySet()) {
+                var d = e.getValue();
+                OUT.println("{\"type\":\"txn-description\",\"id\":" + str(e.getKey()) + ",\"state\":"
+                        + str(d.state().toString()) + ",\"producer_id\":" + d.producerId() + ",\"epoch\":"
+                        + d.producerEpoch() + ",\"timeout_ms\":" + d.transactionTimeoutMs() + ",\"partitions\":"
+                        + d.topicPartitions().size() + "}");
+            }
+        }
+    }
+
+    /** The exactly-once loop: a read_committed group consumer of IN, a transactional producer to
+     * OUT, each poll's records in one transaction with the consumed offsets
+     * (sendOffsetsToTransaction). Runs until the group's committed offsets reach every input
+     * record (COUNT in all), riding out broker restarts: an abortable error aborts and rewinds
+     * to the committed offsets, a fatal one (fenced) starts a new producer. */
+    static void consumeTransformProduce(String bootstrap, String in, String out, String group, String txnId,
+                                        long count) throws Exception {
+        Properties cp = consumerProps(bootstrap, "mb-java-eos-consumer");
+        cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
+        long deadline = System.nanoTime() + Duration.ofSeconds(150).toNanos();
+        KafkaProducer<byte[], byte[]> producer = txnProducer(bootstrap, txnId, 30000);
+        producer.initTransactions();
+        long committed = 0;
+        int transactions = 0, aborted = 0, restarts = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp)) {
+            consumer.subscribe(List.of(in));
+            while (committed < count && System.nanoTime() < deadline) {
+                var records = consumer.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) continue;
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                try {
+                    producer.beginTransaction();
+                    for (ConsumerRecord<byte[], byte[]> r : records) {
+                        producer.send(new ProducerRecord<>(out, r.partition(), r.key(), r.key()));
+                        offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    }
+                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                    commitWithRetries(producer);
+                    transactions++;
+                } catch (org.apache.kafka.common.errors.ProducerFencedException
+                         | org.apache.kafka.common.errors.InvalidProducerEpochException
+                         | org.apache.kafka.common.errors.OutOfOrderSequenceException
+                         | IllegalStateException e) {
+                    txnEvent("restart-producer", "", e);
+                    producer.close(Duration.ZERO);
+                    producer = txnProducer(bootstrap, txnId, 30000);
+                    producer.initTransactions();
+                    restarts++;
+                    rewind(consumer);
+                    continue;
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    txnEvent("abort", "", e);
+                    try {
+                        producer.abortTransaction();
+                    } catch (org.apache.kafka.common.KafkaException again) {
+                        txnEvent("restart-producer", "", again);
+                        producer.close(Duration.ZERO);
+                        producer = txnProducer(bootstrap, txnId, 30000);
+                        producer.initTransactions();
+                        restarts++;
+                    }
+                    aborted++;
+                    rewind(consumer);
+                    continue;
+                }
+                committed = 0;
+                for (var e : consumer.committed(consumer.assignment(), Duration.ofSeconds(30)).entrySet()) {
+                    if (e.getValue() != null) committed += e.getValue().offset();
+                }
+                if (transactions % 5 == 0) {
+                    OUT.println("{\"type\":\"progress\",\"committed\":" + committed + "}");
+                    OUT.flush();
+                }
+            }
+        }
+        producer.close();
+        OUT.println("{\"type\":\"eos\",\"committed\":" + committed + ",\"transactions\":" + transactions
+                + ",\"aborted\":" + aborted + ",\"producer_restarts\":" + restarts + "}");
+    }
+
+    static void commitWithRetries(KafkaProducer<byte[], byte[]> producer) {
+        for (int attempt = 0; ; attempt++) {
+            try {
+                producer.commitTransaction();
+                return;
+            } catch (org.apache.kafka.common.errors.TimeoutException e) {
+                if (attempt >= 3) throw e;  // a commit that timed out may be retried as it is
+                txnEvent("commit-retry", "", e);
+            }
+        }
+    }
+
+    /** Back to the group's committed offsets (the output of what follows them was aborted). */
+    static void rewind(KafkaConsumer<byte[], byte[]> consumer) {
+        var committed = consumer.committed(consumer.assignment(), Duration.ofSeconds(60));
+        for (TopicPartition tp : consumer.assignment()) {
+            OffsetAndMetadata om = committed.get(tp);
+            if (om != null) consumer.seek(tp, om.offset());
+            else consumer.seekToBeginning(List.of(tp));
         }
     }
 

@@ -1,0 +1,25 @@
+"""AddOffsetsToTxn (key 25), v0-v4: the group's `__consumer_offsets` partition joins the producer's
+transaction, so that its TxnOffsetCommit offsets are committed or aborted with it (KIP-98).
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from minibroker.handlers import Reply, handler
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from minibroker.broker import RequestContext
+
+
+@handler(25, 0, 4, client_throttles_from=1)
+async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Reply:
+    if not request.group_id:
+        return Reply({"error_code": ErrorCode.invalid_group_id})
+    code = ctx.broker.transactions.add_offsets(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
+    if code == ErrorCode.producer_fenced and ctx.version < 2:
+        code = ErrorCode.invalid_producer_epoch
+    return Reply({"error_code": code})

@@ -1,0 +1,168 @@
+"""The transaction coordinator's trio shell on trio's MockClock, over a real `__transaction_state` log
+in a temporary directory: the timer task aborts a transaction past its timeout (an epoch bump, ABORT
+markers to its partitions) at the abort interval and not before; a marker the log side refuses keeps
+the transaction prepared (answered CONCURRENT_TRANSACTIONS) until the timer writes it; a
+transaction prepared when the broker died is completed from the log at the next start; a failed
+write to the transaction log changes nothing and answers NOT_COORDINATOR; an idle transactional id
+expires (a tombstone) at the expiration check, an open one does not.
+
+The marker writer here records the calls (the log side's markers are exercised by the client tests).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import trio
+import trio.testing
+
+from minibroker.clock import BrokerClock
+from minibroker.transactions.coordinator import TransactionCoordinator
+from minibroker.transactions.state import TxnConfig, TxnState
+from protocol.errors import ErrorCode
+from storage.config import LogConfig
+from storage.manager import LogManager
+from storage.transaction_store import TransactionStore
+
+E = ErrorCode
+
+
+class Markers:
+    def __init__(self):
+        self.calls = []
+        self.fail = set()
+
+    def __call__(self, pid, epoch, commit, coordinator_epoch, partitions):
+        self.calls.append((pid, epoch, commit, tuple(partitions)))
+        return {tp: E.kafka_storage_error if tp in self.fail else E.none for tp in partitions}
+
+
+def coordinator(data_dir, markers, ids=None, config=None, **kw):
+    logs = LogManager.open(data_dir, LogConfig.from_broker({}), 0)
+    store = TransactionStore.open(logs, 0)
+    ids = ids or itertools.count(100)
+    return logs, TransactionCoordinator(store, allocate=lambda: next(ids), clock=BrokerClock(), markers=markers,
+                                        config=config or TxnConfig(), abort_interval_ms=100, **kw)
+
+
+def run(main):
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_timer_aborts_a_timed_out_transaction_with_an_epoch_bump(tmp_path):
+    markers = Markers()
+
+    async def main():
+        logs, c = coordinator(tmp_path, markers)
+        error, pid, epoch = await c.init_producer_id("t", 1000)
+        assert (error, epoch) == (E.none, 0)
+        assert c.add_partitions("t", pid, 0, [("a", 0), ("b", 3)]) == E.none
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            await trio.sleep(0.95)
+            assert c.txns["t"].state is TxnState.ONGOING and markers.calls == []
+            await trio.sleep(0.2)  # past the timeout, at the next abort check
+            nursery.cancel_scope.cancel()
+        assert markers.calls == [(pid, 1, False, (("a", 0), ("b", 3)))]
+        assert c.txns["t"].state is TxnState.COMPLETE_ABORT and c.timed_out_aborts == 1
+        assert await c.end_txn("t", pid, 0, True) == E.producer_fenced
+        logs.close(clean=True)
+
+    run(main)
+
+
+def test_a_refused_marker_keeps_the_transaction_prepared_until_the_timer_writes_it(tmp_path):
+    markers = Markers()
+    markers.fail = {("b", 0)}
+
+    async def main():
+        logs, c = coordinator(tmp_path, markers)
+        _, pid, _ = await c.init_producer_id("t", 60_000)
+        c.add_partitions("t", pid, 0, [("a", 0), ("b", 0)])
+        assert await c.end_txn("t", pid, 0, True) == E.none  # PrepareCommit is on disk
+        assert c.txns["t"].state is TxnState.PREPARE_COMMIT
+        assert await c.end_txn("t", pid, 0, True) == E.concurrent_transactions
+        assert c.add_partitions("t", pid, 0, [("a", 0)]) == E.concurrent_transactions
+        markers.fail = set()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            await trio.sleep(0.15)
+            nursery.cancel_scope.cancel()
+        # Only the partition still owed a marker got it again.
+        assert markers.calls[-1] == (pid, 0, True, (("b", 0),))
+        assert c.txns["t"].state is TxnState.COMPLETE_COMMIT
+        assert await c.end_txn("t", pid, 0, True) == E.none  # a retry of the finished commit
+        logs.close(clean=True)
+
+    run(main)
+
+
+def test_a_transaction_prepared_at_a_crash_completes_at_the_next_start(tmp_path):
+    markers = Markers()
+    markers.fail = {("a", 0)}
+
+    async def first():
+        logs, c = coordinator(tmp_path, markers)
+        _, pid, _ = await c.init_producer_id("t", 60_000)
+        c.add_partitions("t", pid, 0, [("a", 0)])
+        await c.end_txn("t", pid, 0, False)
+        logs.close(clean=False)  # as a kill -9 leaves it: PrepareAbort is the last record
+
+    run(first)
+    again = Markers()
+
+    async def second():
+        logs, c = coordinator(tmp_path, again, ids=itertools.count(500))
+        assert c.txns["t"].state is TxnState.PREPARE_ABORT
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        assert again.calls == [(100, 0, False, (("a", 0),))]
+        assert c.txns["t"].state is TxnState.COMPLETE_ABORT
+        logs.close(clean=True)
+
+    run(second)
+    logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
+    assert TransactionStore.open(logs, 0).records["t"].state is TxnState.COMPLETE_ABORT
+    logs.close(clean=True)
+
+
+def test_a_failed_log_write_changes_nothing(tmp_path):
+    async def main():
+        logs, c = coordinator(tmp_path, Markers())
+        _, pid, _ = await c.init_producer_id("t", 60_000)
+
+        def refuse(*_args, **_kwargs):
+            raise OSError(28, "No space left on device")
+
+        c.store.log.append = refuse
+        assert c.add_partitions("t", pid, 0, [("a", 0)]) == E.not_coordinator
+        assert c.txns["t"].state is TxnState.EMPTY
+        assert await c.init_producer_id("t", 60_000) == (E.not_coordinator, -1, -1)
+        assert c.txns["t"].producer_epoch == 0
+        logs.close(clean=False)
+
+    run(main)
+
+
+def test_idle_transactional_ids_expire_with_a_tombstone(tmp_path):
+    async def main():
+        logs, c = coordinator(tmp_path, Markers(), config=TxnConfig(id_expiration_ms=1000),
+                              expiration_interval_ms=500)
+        await c.init_producer_id("idle", 60_000)
+        _, pid, _ = await c.init_producer_id("busy", 60_000)
+        c.add_partitions("busy", pid, 0, [("a", 0)])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            await trio.sleep(0.9)
+            assert set(c.txns) == {"idle", "busy"}
+            await trio.sleep(0.7)
+            nursery.cancel_scope.cancel()
+        assert set(c.txns) == {"busy"}  # an open transaction never expires
+        logs.close(clean=True)
+
+    run(main)
+    logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
+    assert set(TransactionStore.open(logs, 0).records) == {"busy"}
+    logs.close(clean=True)
