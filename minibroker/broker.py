@@ -529,7 +529,7 @@ class Broker:
     # ---- helpers shared by handlers ----------------------------------------------------------
 
     def append_checked(self, topic: str, partition: int, log: PartitionLog, header: BatchHeader,
-                       records: bytes, now_ms: int) -> AppendOutcome:
+                       records: bytes | memoryview, now_ms: int) -> AppendOutcome:
         """Append one checked batch and wake the fetches waiting on its partition.
 
         A batch with a producer id is first validated against the partition's producer state; a

@@ -35,6 +35,7 @@ from kio.static.primitive import i16, i32
 from kio.static.protocol import Entity
 
 from protocol.guard import RequestRejected, checker
+from protocol.produce_request import produce_decoder
 from protocol.records.varint import read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
@@ -134,6 +135,8 @@ class ApiSchema:
     reader: Any
     writer: Any
     check: Any  # protocol.guard: declared lengths against the bytes there, before `reader` runs
+    # A decoder of this module's own that does guard + reader in one pass, or None (kio's reader).
+    decode: Any = None
 
 
 @functools.cache
@@ -153,7 +156,13 @@ def api_schema(api_key: int, version: int) -> ApiSchema:
         entity_reader(request),
         entity_writer(response),
         checker(request),
+        _DECODERS[api_key](version) if api_key in _DECODERS else None,
     )
+
+
+# APIs whose requests are decoded here rather than by kio (same fields, same checks): Produce, whose
+# records stay views of the frame instead of being copied out (protocol.produce_request).
+_DECODERS = {0: produce_decoder}
 
 
 def decode_request(schema: ApiSchema, frame: bytes, offset: int) -> tuple[Any, int]:
@@ -164,7 +173,20 @@ def decode_request(schema: ApiSchema, frame: bytes, offset: int) -> tuple[Any, i
     reading a byte of it. Bytes after the last field the schema defines are not a fault: Kafka's
     request parser reads the schema's fields and ignores what follows (librdkafka 2.16's Metadata
     v13 request for all topics carries 3 such bytes), so they are counted, not refused.
+
+    Produce is decoded by protocol.produce_request (the same checks and fields, records left in the
+    frame).
     """
+    if schema.decode is not None:
+        try:
+            request, end = schema.decode(frame, offset)
+        except (IndexError, struct.error):
+            raise MalformedRequestError(
+                f"api {schema.api_key} v{schema.version}: {schema.request.__name__} is truncated") from None
+        except RequestRejected as exc:
+            raise MalformedRequestError(
+                f"api {schema.api_key} v{schema.version}: {schema.request.__name__}: {exc}") from None
+        return request, len(frame) - end
     try:
         rewritten = schema.check(frame, offset)
     except RequestRejected as exc:

@@ -387,3 +387,30 @@ def test_a_producers_batch_under_load_is_checked_in_runs():
             accepted, refused = False, refused + 1
         assert accepted == _reference_ok(bytes(mutated), count), where
     assert refused > 0
+
+
+def _verdict(data, **kw):
+    try:
+        return check_produce_records(data, **kw).records_count
+    except InvalidRecordError as exc:
+        return type(exc), exc.error_code
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(count=st.integers(1, 90), value=st.integers(0, 40), flip=st.integers(0, 10**6), xor=st.integers(1, 255),
+       cut=st.integers(0, 10**6), cut_it=st.booleans(), after=st.binary(max_size=40), before=st.binary(max_size=9))
+def test_records_walked_in_place_in_a_frame_get_the_verdict_of_a_copy(count, value, flip, xor, cut, cut_it,
+                                                                      after, before):
+    """A Produce frame's records are validated where they lie (`origin`), not copied out: with a
+    byte flipped, the records section cut short, and arbitrary frame bytes around the batch (which
+    a walk running past the batch would read), the verdict and error code are those of the batch
+    checked on its own."""
+    body = bytearray(records(count, b"v" * value))
+    body[flip % len(body)] ^= xor
+    if cut_it:
+        del body[cut % len(body):]
+    batch = rebatch(TEMPLATE, bytes(body), count=count)
+    frame = before + batch + after
+    view = memoryview(frame)[len(before):len(before) + len(batch)]
+    assert _verdict(view, origin=(frame, len(before))) == _verdict(batch)
+    assert _verdict(view) == _verdict(batch)  # a view without its origin: copied, same verdict

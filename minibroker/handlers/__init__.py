@@ -7,7 +7,8 @@ generated from this registry (clamped to what kio has schemas for), so what the 
 exactly what it answers.
 
 The contract: `async def handle(ctx: RequestContext, request) -> Reply | None`. `request` is kio's
-request object of the version asked for. A `Reply` holds the response's fields over the union of all
+request object of the version asked for (Produce's is protocol.produce_request's: the same fields, its
+records views of the frame). A `Reply` holds the response's fields over the union of all
 its versions (protocol.entities.build keeps the ones the version has), never `throttle_time`, which
 the broker fills in from the quotas and `Reply.throttle_ms`; None means no response at all (Produce
 with acks=0).

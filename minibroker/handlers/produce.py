@@ -98,11 +98,13 @@ def _hold(conn, key: tuple, header: BatchHeader) -> None:
     held[key] = (header.producer_epoch, header.base_sequence)
 
 
-def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: int, records: bytes | None,
-                     now_ms: int, conn: Connection, version: int = 13,
-                     transactional_id: str | None = None) -> PartitionOutcome:
+def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: int,
+                     records: bytes | memoryview | None, now_ms: int, conn: Connection, version: int = 13,
+                     transactional_id: str | None = None, origin: tuple[bytes, int] | None = None,
+                     ) -> PartitionOutcome:
     """Check and append one partition's records (`conn`: the Connection they came on;
-    `transactional_id`: the request's)."""
+    `transactional_id`: the request's; `origin`: where a view `records` lies in its frame, so
+    validation reads it there, uncopied; see protocol.produce_request)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if topic is None or log is None:
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))
@@ -121,6 +123,7 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
             max_message_bytes=config.max_message_bytes,
             require_keys="compact" in config.cleanup_policy,
             produce_version=version,
+            origin=origin,
         )
     except InvalidRecordError as exc:
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
@@ -197,7 +200,7 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
             partitions = []
             for p in topic_data.partition_data:
                 outcome = append_partition(broker, topic, p.index, p.records, now_ms, ctx.connection, ctx.version,
-                                           request.transactional_id)
+                                           request.transactional_id, p.origin)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
                 if broker.audit is not None:

@@ -85,9 +85,14 @@ _INT16 = struct.Struct(">h")
 _UINT32 = struct.Struct(">I")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchHeader:
-    """The fields of one batch header the broker acts on."""
+    """The fields of one batch header the broker acts on.
+
+    Treated as immutable (nothing assigns to a header; `dataclasses.replace` makes a new one) but
+    not declared frozen: a frozen dataclass's __init__ sets each of the 14 fields through
+    object.__setattr__, 1.3 us against 0.15 us, and a header is built per batch on the produce path
+    and per batch of every recovery scan and producer-state replay (1.65 million for a 1 GB log)."""
 
     position: int  # where the batch starts in the buffer it was read from
     base_offset: int

@@ -133,16 +133,19 @@ def check_produce_records(
     max_message_bytes: int = 1 << 20,
     require_keys: bool = False,
     produce_version: int | None = None,
+    origin: tuple[bytes, int] | None = None,
 ) -> BatchHeader:
     """Check the records of one partition in a Produce request (v3+): exactly one v2 batch, whose
     records add up (see the module docstring). `max_message_bytes` bounds decompression (times
-    MAX_COMPRESSION_RATIO); `require_keys` for compacted topics."""
+    MAX_COMPRESSION_RATIO); `require_keys` for compacted topics. `origin`: when `buf` is a view of
+    a larger bytes object (the request frame, protocol.produce_request), that object and where
+    `buf` starts in it, so that the records are walked where they are instead of copied out."""
     header = check_batch(buf, 0)
     if header.size != len(buf):
         raise InvalidRecordError(
             "Produce v3+ allows exactly one record batch per partition; found trailing bytes"
         )
-    check_records(buf, header, max_message_bytes * MAX_COMPRESSION_RATIO, require_keys, produce_version)
+    check_records(buf, header, max_message_bytes * MAX_COMPRESSION_RATIO, require_keys, produce_version, origin)
     return header
 
 
@@ -152,14 +155,24 @@ def check_records(
     max_uncompressed: int,
     require_keys: bool = False,
     produce_version: int | None = None,
+    origin: tuple[bytes, int] | None = None,
 ) -> None:
-    """Check the records section of the (header-checked) batch at header.position in `buf`."""
+    """Check the records section of the (header-checked) batch at header.position in `buf`
+    (`origin`: see check_produce_records)."""
     codec = header.attributes & ATTR_COMPRESSION_MASK
     start = header.position + HEADER_SIZE
     end = header.position + header.size
     if codec == 0:
-        if type(buf) is not bytes:  # indexing bytes is the fastest way to walk
-            buf = bytes(buf)
+        # The walk needs bytes: indexing them is fastest, and the run check's strided slices of a
+        # memoryview are 7 times slower than of bytes. A view is walked in the bytes it views when
+        # they are known (a Produce frame: no copy at all), else copied once.
+        if type(buf) is not bytes:
+            if origin is not None and type(origin[0]) is bytes:
+                buf, at = origin
+                start += at
+                end += at
+            else:
+                buf = bytes(buf)
         _check_records_section(buf, start, end, header.records_count, require_keys)
         return
     if codec > ZSTD:
