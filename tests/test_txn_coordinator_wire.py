@@ -41,12 +41,12 @@ def end(c, tid, pid, epoch, commit, version=None):
     return int(r.error_code)
 
 
-def produce(c, tid, topic, partition, pid, epoch, seq, values):
+def produce(c, tid, topic, partition, pid, epoch, seq, values, version=9):
     batch = encode_batch([(v, v) for v in values], 1_700_000_000_000, producer_id=pid, producer_epoch=epoch,
                          base_sequence=seq, attributes=ATTR_TRANSACTIONAL)
     r = c.call(0, {"transactional_id": tid, "acks": -1, "timeout": 5000,
                    "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]},
-               version=9)
+               version=version)
     return int(r.responses[0].partition_responses[0].error_code)
 
 
@@ -97,6 +97,20 @@ def test_commit_abort_and_read_committed(broker, unique):
                         "duration_filter": -1, "transactional_id_pattern": None})
         assert list(r.unknown_state_filters) == ["Nope"]
         assert [(s.transactional_id, s.transaction_state) for s in r.transaction_states] == [(tid, "CompleteAbort")]
+
+
+def test_produce_outside_the_transaction_is_transaction_abortable_from_v11(broker, unique):
+    # KAFKA-16314: Produce v11+ clients know TRANSACTION_ABORTABLE (120), older ones get
+    # INVALID_TXN_STATE (48) for the same refusal; nothing is appended either way.
+    topic, tid = unique("txa"), unique("tid")
+    with AdminClient(broker.bootstrap) as c:
+        create(c, topic, 2)
+        _, pid, _ = init(c, tid)
+        assert add(c, tid, pid, 0, topic, [1]) == {(topic, 1): E_NONE}
+        assert [produce(c, tid, topic, 0, pid, 0, 0, [b"x"], version=v) for v in (3, 9, 10, 11, 12)] == [
+            INVALID_TXN_STATE] * 3 + [120] * 2
+        assert fetch(c, topic, 0, 0)[1] == []
+        assert produce(c, tid, topic, 1, pid, 0, 0, [b"in"], version=11) == E_NONE
 
 
 def test_fencing_and_version_mapped_codes(broker, unique):

@@ -169,13 +169,14 @@ class TransactionCoordinator:
         return self.state.verify(transactional_id, producer_id, producer_epoch, partitions)
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int, topic: str,
-                       partition: int, version: int = 0) -> ErrorCode:
+                       partition: int, version: int) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is appended only to a partition of the producer's
-        ongoing transaction. The codes as Kafka answers Produce: a fenced epoch INVALID_PRODUCER_EPOCH,
-        a partition not in the transaction TRANSACTION_ABORTABLE from v11 (INVALID_TXN_STATE before;
-        the produce seam does not pass the version yet, so every version gets the older code, which
-        every client knows), a transaction being ended NOT_ENOUGH_REPLICAS (Kafka's conversion of
-        CONCURRENT_TRANSACTIONS for Produce: a retriable code)."""
+        ongoing transaction. The codes as Kafka answers Produce (`version`: the request's): a fenced
+        epoch INVALID_PRODUCER_EPOCH, a partition not in the transaction TRANSACTION_ABORTABLE from v11
+        and INVALID_TXN_STATE before (KAFKA-16314: KafkaApis hands ReplicaManager `genericError` for
+        Produce versions above 10, and AddPartitionsToTxnManager maps TRANSACTION_ABORTABLE back to
+        INVALID_TXN_STATE for older clients), a transaction being ended NOT_ENOUGH_REPLICAS (Kafka's
+        conversion of CONCURRENT_TRANSACTIONS for Produce: a retriable code)."""
         if not self.verification:
             return ErrorCode.none
         if not transactional_id:
