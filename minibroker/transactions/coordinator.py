@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 import trio
 
 from minibroker.transactions.state import (
+    PREPARED,
     InitResult,
     TopicPartition,
     TransactionStateMachine,
@@ -261,7 +262,11 @@ class TransactionCoordinator:
                     # writes them all again, which the log takes as a no-op where they are in).
                     self.state.apply(current.but(partitions=frozenset(failed)))
                 return False
-        current = self.state.txns.get(txn.transactional_id, txn)
+        current = self.state.txns.get(txn.transactional_id)
+        if current is None or current.state is not txn.state or current.producer_epoch != txn.producer_epoch:
+            # Completed meanwhile by another task writing the same markers (the client's EndTxn and
+            # the timer's retry of owed markers): nothing is left to do.
+            return current is not None and current.state not in PREPARED
         return self._write(self.state.complete(current, self.clock.now_ms()))
 
     # -- time -------------------------------------------------------------------------------------
@@ -269,13 +274,17 @@ class TransactionCoordinator:
     async def abort_timed_out(self) -> int:
         """Abort every Ongoing transaction past its timeout (fencing its producer); returns how many."""
         aborted = 0
-        for txn in self.state.timed_out(self.clock.now_ms()):
-            current = self.state.txns.get(txn.transactional_id)
-            if current is None or current.state is not TxnState.ONGOING:
-                continue  # ended meanwhile
+        now_ms = self.clock.now_ms()
+        for tid, producer_id in [(tid, self.state.txns[tid].producer_id) for tid in self.state.timed_out(now_ms)]:
+            # Each abort awaits its markers, meanwhile the next transactions may change (ended, a
+            # partition added, a new transaction): the abort is built from the metadata as it is
+            # now, as Kafka re-reads it under its lock, never from the scan's copy.
+            txn = self.state.fence_timed_out(tid, producer_id, self.clock.now_ms())
+            if txn is None:
+                continue
             log.info("transactional id %r: transaction of producer id %d open longer than its timeout of "
-                     "%d ms; aborting it and fencing epoch %d", txn.transactional_id, txn.producer_id,
-                     txn.timeout_ms, current.producer_epoch)
+                     "%d ms; aborting it and fencing epoch %d", tid, txn.producer_id, txn.timeout_ms,
+                     self.state.txns[tid].producer_epoch)
             if self._write(txn):
                 aborted += 1
                 self.timed_out_aborts += 1
