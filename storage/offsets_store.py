@@ -105,6 +105,8 @@ class OffsetsStore(CoordinatorLog):
         # also records the batch in the partition's producer state, as every transactional append
         # is: the last stable offset (where the cleaner stops) and the `.txnindex` entry of an
         # abort (which keeps the aborted offsets from superseding committed ones) depend on it.
+        # It may refuse the batch (FencedEpochError: the producer's epoch was bumped on this
+        # partition); then nothing is appended and nothing goes pending.
         self.append_transactional: Callable[[PartitionLog, bytes, int], object] = \
             lambda log, batch, now_ms: log.append(batch, now_ms)
 

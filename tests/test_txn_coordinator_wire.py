@@ -214,3 +214,42 @@ def test_find_coordinator_and_api_versions(broker):
         assert {key: versions[key] for key in (22, 24, 25, 26, 27, 28, 61, 65, 66)} == {
             22: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 4), 27: (1, 2), 28: (0, 4), 61: (0, 0),
             65: (0, 0), 66: (0, 2)}
+
+
+def txn_commit_offset(c, tid, pid, epoch, group, topic, offset):
+    r = c.call(28, {"transactional_id": tid, "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+                    "generation_id": -1, "member_id": "", "group_instance_id": None,
+                    "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                                "committed_leader_epoch": -1,
+                                                                "committed_metadata": ""}]}]}, version=3)
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def offset_fetch(c, group, topic):
+    r = c.call(9, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+                   "require_stable": True}, version=7)
+    p = r.topics[0].partitions[0]
+    return int(p.error_code), p.committed_offset
+
+
+def test_a_fenced_txn_offset_commit_is_refused_without_verification(start_broker, unique):
+    # With transaction.partition.verification.enable=false Kafka's group coordinator does not check
+    # the producer epoch; the append to __consumer_offsets does (ProducerAppendInfo.checkProducerEpoch):
+    # once the fencing's ABORT marker bumped the epoch there, a zombie's offsets are INVALID_PRODUCER_EPOCH,
+    # never pending (where the next commit of the same producer id would have committed them).
+    topic, tid, group = unique("txz"), unique("tid"), unique("group")
+    with start_broker(transaction_partition_verification_enable="false") as broker, \
+            AdminClient(broker.bootstrap) as c:
+        create(c, topic, 1)
+        _, pid, _ = init(c, tid)
+        r = c.call(25, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 0, "group_id": group})
+        assert int(r.error_code) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, group, topic, 5) == E_NONE
+        assert init(c, tid)[0] == 51  # a new instance: the open transaction is aborted at epoch 1
+        assert init(c, tid) == (E_NONE, pid, 2)
+        assert txn_commit_offset(c, tid, pid, 0, group, topic, 9) == INVALID_EPOCH  # the zombie
+        assert offset_fetch(c, group, topic) == (E_NONE, -1)  # nothing pending
+        r = c.call(25, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 2, "group_id": group})
+        assert txn_commit_offset(c, tid, pid, 2, group, topic, 7) == E_NONE
+        assert end(c, tid, pid, 2, True) == E_NONE
+        assert offset_fetch(c, group, topic) == (E_NONE, 7)

@@ -16,7 +16,9 @@ longer subscribes to.
 
 TxnOffsetCommit (KIP-98, KIP-447) is validated like OffsetCommit (v3+ carries the generation and
 member id; before, generation -1 and no member, which any group takes) and its offsets are stored
-as pending for the producer id (`OffsetsStore.commit_transactional`); the transaction's marker makes
+as pending for the producer id (`OffsetsStore.commit_transactional`); an epoch older than the one the
+offsets partition's producer state holds (its fencing's marker) is INVALID_PRODUCER_EPOCH, checked by
+the append as Kafka's log checks it (the group coordinator itself does not); the transaction's marker makes
 them committed or drops them (`complete_transaction`, called once the marker is written). OffsetFetch
 with require_stable asks `has_pending` and answers UNSTABLE_OFFSET_COMMIT meanwhile.
 
@@ -30,7 +32,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode
-from storage.errors import storage_error_message
+from storage.errors import FencedEpochError, storage_error_message
 from storage.offsets_store import OffsetAndMetadata
 
 if TYPE_CHECKING:
@@ -106,6 +108,11 @@ class OffsetMetadataManager:
         errors, accepted = self._accept(offsets, now_ms)
         try:
             self.store.commit_transactional(producer_id, producer_epoch, group_id, accepted, now_ms)
+        except FencedEpochError as exc:
+            # The log's producer-state check (with transaction.partition.verification.enable=false
+            # the only one, as in Kafka): a fenced producer's offsets are refused, never pending.
+            log.info("group %s: transactional offset commit refused: %s", group_id, exc)
+            return {tp: exc.error_code if code == ErrorCode.none else code for tp, code in errors.items()}
         except OSError as exc:
             log.error("group %s: a transactional offset commit failed: %s", group_id, storage_error_message(exc))
             return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
