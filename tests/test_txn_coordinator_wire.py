@@ -253,3 +253,32 @@ def test_a_fenced_txn_offset_commit_is_refused_without_verification(start_broker
         assert txn_commit_offset(c, tid, pid, 2, group, topic, 7) == E_NONE
         assert end(c, tid, pid, 2, True) == E_NONE
         assert offset_fetch(c, group, topic) == (E_NONE, 7)
+
+
+def test_pending_offsets_go_with_their_deleted_topic_or_group(start_broker, unique):
+    # Kafka: deleting a topic or a group writes offset tombstones, and a tombstone also drops the
+    # open transactions' pending offsets of that partition (OffsetMetadataManager.onPartitionsDeleted,
+    # deleteAllOffsets, the tombstone's replay; GroupMetadata.removeOffsets in the older coordinator):
+    # the transaction's commit does not bring them back, nor does the replay after a restart.
+    gone, kept, tid, group, doomed = unique("txd"), unique("txk"), unique("tid"), unique("group"), unique("group")
+    with start_broker() as broker, AdminClient(broker.bootstrap) as c:
+        create(c, gone, 1)
+        create(c, kept, 1)
+        _, pid, _ = init(c, tid)
+        for g in (group, doomed):
+            r = c.call(25, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 0, "group_id": g})
+            assert int(r.error_code) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, group, gone, 5) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, group, kept, 6) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, doomed, kept, 7) == E_NONE
+        r = c.call(20, {"topics": [{"name": gone, "topic_id": None}], "topic_names": [gone], "timeout": 5000})
+        assert int(r.responses[0].error_code) == E_NONE
+        r = c.call(42, {"groups_names": [doomed]})
+        assert int(r.results[0].error_code) == E_NONE
+        assert offset_fetch(c, doomed, kept) == (E_NONE, -1)  # no longer UNSTABLE_OFFSET_COMMIT
+        assert offset_fetch(c, group, kept) == (88, -1)
+        assert end(c, tid, pid, 0, True) == E_NONE
+        after = (offset_fetch(c, group, gone), offset_fetch(c, group, kept), offset_fetch(c, doomed, kept))
+        assert after == ((E_NONE, -1), (E_NONE, 6), (E_NONE, -1))
+    with start_broker() as broker, AdminClient(broker.bootstrap) as c:
+        assert (offset_fetch(c, group, gone), offset_fetch(c, group, kept), offset_fetch(c, doomed, kept)) == after
