@@ -58,7 +58,7 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
-from storage.errors import DamagedFileError, storage_error_message
+from storage.errors import DamagedFileError, FencedEpochError, storage_error_message
 from storage.file_cache import FileCache
 from storage.lock import DataDirLock
 from storage.files import write_atomically
@@ -559,10 +559,18 @@ class Broker:
         producer state as a Produce of a transactional batch is (Kafka appends it through the same
         log path): its transaction holds the last stable offset until the marker, and an ABORT
         marker finds it open and indexes it in `.txnindex`. No sequence check: the coordinator
-        writes it (Kafka's AppendOrigin.COORDINATOR)."""
+        writes it (Kafka's AppendOrigin.COORDINATOR), but the epoch check, as Kafka's log makes it:
+        a batch of an epoch older than the partition's state for the producer (a marker of its
+        fencing bumped it) raises FencedEpochError, nothing appended; whether or not the KIP-890
+        check ran before."""
         psm = self.producer_states.manager(OFFSETS_TOPIC, 0, log, now_ms)  # loaded before the append
+        header = read_header(batch)
+        entry = psm.last_entry(header.producer_id)
+        if entry is not None and header.producer_epoch < entry.producer_epoch:
+            raise FencedEpochError(f"producer {header.producer_id}: epoch {header.producer_epoch} is older than "
+                                   f"the current epoch {entry.producer_epoch} on {OFFSETS_TOPIC}-0")
         result = log.append(batch, now_ms)
-        self.producer_states.update(psm, read_header(batch), result, now_ms)
+        self.producer_states.update(psm, header, result, now_ms)
         self.fetch_purgatory.check_and_complete((OFFSETS_TOPIC, 0))
 
     def write_txn_markers(self, markers: Iterable[TxnMarker | tuple]) -> list[MarkerResult]:

@@ -21,7 +21,8 @@ Two seams, the coordinator's to use (minibroker/transactions/ builds it):
 
 * `Broker.transactions`: what Produce asks before appending a transactional batch, KIP-890 part 1's
   verification that the partition was added to the producer's ongoing transaction:
-  `verify_produce(transactional_id, producer_id, producer_epoch, topic, partition) -> ErrorCode`.
+  `verify_produce(transactional_id, producer_id, producer_epoch, topic, partition, version) -> ErrorCode`
+  (`version`: the Produce request's, which decides the code of a partition not in the transaction).
   `AllowAllTransactions`, the default until the coordinator replaces it, answers NONE.
 
 WriteTxnMarkers itself is also served (handlers/write_txn_markers.py), as Kafka serves it to brokers.
@@ -65,14 +66,14 @@ class TxnMarker:
 
 class TransactionVerifier(Protocol):
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                       topic: str, partition: int) -> ErrorCode: ...
+                       topic: str, partition: int, version: int) -> ErrorCode: ...
 
 
 class AllowAllTransactions:
     """The default `Broker.transactions`: every transactional batch passes (no coordinator checks)."""
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                       topic: str, partition: int) -> ErrorCode:
+                       topic: str, partition: int, version: int) -> ErrorCode:
         return ErrorCode.none
 
 

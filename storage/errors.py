@@ -31,6 +31,14 @@ class DamagedFileError(ValueError):
         super().__init__(message)
 
 
+class FencedEpochError(ApiError):
+    """A transactional batch the coordinator writes carries an older producer epoch than the
+    partition's producer state: INVALID_PRODUCER_EPOCH (Kafka's ProducerAppendInfo.checkProducerEpoch,
+    which checks the epoch, not the sequence, of a coordinator's append). Nothing was appended."""
+
+    error_code = ErrorCode.invalid_producer_epoch
+
+
 class StrayDataError(ApiError):
     """A directory holds records of a topic the registry does not know: KAFKA_STORAGE_ERROR."""
 

@@ -105,6 +105,8 @@ class OffsetsStore(CoordinatorLog):
         # also records the batch in the partition's producer state, as every transactional append
         # is: the last stable offset (where the cleaner stops) and the `.txnindex` entry of an
         # abort (which keeps the aborted offsets from superseding committed ones) depend on it.
+        # It may refuse the batch (FencedEpochError: the producer's epoch was bumped on this
+        # partition); then nothing is appended and nothing goes pending.
         self.append_transactional: Callable[[PartitionLog, bytes, int], object] = \
             lambda log, batch, now_ms: log.append(batch, now_ms)
 
@@ -160,6 +162,7 @@ class OffsetsStore(CoordinatorLog):
                     group_offsets.pop(tp, None)
                     if not group_offsets:
                         del self.offsets[body.group]
+                self._drop_pending(body.group, [tp])
                 return
             self.offsets.setdefault(body.group, {})[tp] = parse_offset_value(value)
         elif parsed.type == GROUP_KEY:
@@ -201,6 +204,27 @@ class OffsetsStore(CoordinatorLog):
                 return True
         return False
 
+    def pending_partitions(self, group: str) -> set[TopicPartition]:
+        """The partitions of `group` that an open transaction holds offsets of."""
+        return {tp for groups in self.pending.values() for tp in groups.get(group, ())}
+
+    def _drop_pending(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """A tombstone of a group's offset drops the open transactions' offsets of that partition
+        too (`partitions` None: of the whole group), so their commit cannot bring it back: Kafka's
+        OffsetMetadataManager.replay of a tombstone (GroupMetadata.removeOffsets in the older one)."""
+        wanted = None if partitions is None else list(partitions)
+        for producer_id in list(self.pending):
+            groups = self.pending[producer_id]
+            offsets = groups.get(group)
+            if offsets is None:
+                continue
+            for tp in list(offsets) if wanted is None else wanted:
+                offsets.pop(tp, None)
+            if not offsets:
+                del groups[group]
+            if not groups:
+                del self.pending[producer_id]
+
     def complete_transaction(self, producer_id: int, commit: bool) -> int:
         """The transaction's marker is in the log: its pending offsets become committed offsets, or are
         dropped. Returns how many offsets it held."""
@@ -214,6 +238,7 @@ class OffsetsStore(CoordinatorLog):
         return sum(len(entries) for entries in groups.values())
 
     def remove_offsets(self, group: str, partitions: Iterable[TopicPartition], now_ms: int) -> None:
+        """Tombstones for the group's offsets of `partitions`: committed and pending ones go."""
         partitions = list(partitions)
         self._append([(offset_key(group, t, p), None) for t, p in partitions], now_ms)
         group_offsets = self.offsets.get(group)
@@ -222,20 +247,24 @@ class OffsetsStore(CoordinatorLog):
                 group_offsets.pop(tp, None)
             if not group_offsets:
                 del self.offsets[group]
+        self._drop_pending(group, partitions)
 
     def store_group(self, group: str, stored: StoredGroup, now_ms: int) -> None:
         self._append([(group_key(group), group_value(stored))], now_ms)
         self.groups[group] = stored
 
     def delete_group(self, group: str, now_ms: int) -> None:
-        """Tombstones for the group's offsets and its group records (of either type)."""
+        """Tombstones for the group's offsets (committed, and pending in an open transaction: Kafka's
+        deleteAllOffsets) and its group records (of either type)."""
+        committed = self.offsets.get(group, {})
         records: list[tuple[bytes | None, bytes | None]] = [
-            (offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
+            (offset_key(group, t, p), None) for t, p in [*committed, *sorted(self.pending_partitions(group) - set(committed))]]
         if group in self.groups:
             records.append((group_key(group), None))
         records.extend(diff_records(group, self.consumer_groups.get(group), None))
         self._append(records, now_ms)
         self.offsets.pop(group, None)
+        self._drop_pending(group)
         self.groups.pop(group, None)
         self.consumer_groups.pop(group, None)
 

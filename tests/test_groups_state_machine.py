@@ -546,6 +546,23 @@ def test_simple_group_offsets_expire_from_their_commit_time():
     assert h.coordinator.fetch_offsets(GROUP, [("topic", 0)]) == [(("topic", 0), None)]
 
 
+def test_an_offset_with_a_pending_transactional_one_does_not_expire():
+    # Kafka's cleanupExpiredOffsets: expiring it would drop the pending offset with it (a tombstone
+    # does), so it waits for the transaction, and the group stays while one is open.
+    h = Harness(offsets_retention_ms=60_000)
+    assert h.commit(None) == ErrorCode.none
+    errors = h.coordinator.commit_transactional_offsets(
+        group_id=GROUP, producer_id=7, producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+        offsets={("topic", 0): (50, -1, ""), ("other", 0): (3, -1, "")})
+    assert set(errors.values()) == {ErrorCode.none}
+    h.wall += 61_000
+    assert h.coordinator.expire_offsets(h.wall) == 0
+    assert GROUP in h.coordinator.shard.groups and h.coordinator.has_pending_offsets(GROUP)
+    assert h.coordinator.complete_transaction(7, commit=False) == 2
+    assert h.coordinator.expire_offsets(h.wall) == 1
+    assert GROUP not in h.coordinator.shard.groups
+
+
 def test_retention_check_runs_on_its_interval_from_tick():
     h = Harness(offsets_retention_ms=60_000, offsets_retention_check_interval_ms=10_000)
     h.commit(None)

@@ -75,3 +75,17 @@ def test_fresh_producer_ids_leave_nothing_behind(broker, unique):
         assert produce(c, topic, active, 0, 0) == 0
         assert init(c, active, 0, version=4) == (0, active, 1)
         assert broker.broker.producer_ids.remembered == 1
+
+
+def test_a_producer_id_without_an_epoch_or_the_reverse_is_invalid_request(broker, unique):
+    # Kafka's KafkaApis.handleInitProducerIdRequest: (-1, -1) asks for a fresh id, (id >= 0, epoch >= 0)
+    # names the current one; one without the other is INVALID_REQUEST (42), answered -1/-1, nothing done.
+    tid = unique("tid")
+    with AdminClient(broker.bootstrap) as c:
+        _, pid, _ = init(c)
+        for transactional_id in (None, tid):
+            assert init(c, pid, -1, version=4, transactional_id=transactional_id) == (42, -1, -1)
+            assert init(c, -1, 0, version=3, transactional_id=transactional_id) == (42, -1, -1)
+        r = c.call(65, {"transactional_ids": [tid]})
+        assert int(r.transaction_states[0].error_code) == 105  # the transactional id was never created
+        assert init(c, pid, 0, version=4) == (0, pid, 1)  # the well-formed request still bumps

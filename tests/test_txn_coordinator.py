@@ -71,6 +71,73 @@ def test_timer_aborts_a_timed_out_transaction_with_an_epoch_bump(tmp_path):
     run(main)
 
 
+def test_each_timeout_abort_reads_the_transaction_as_it_is_then(tmp_path):
+    # The scan finds t1, t2 and t3 timed out; t1's abort waits on its markers, and meanwhile t2's
+    # producer commits and opens a new transaction and t3's producer adds a partition. t2's new
+    # transaction is not aborted, t3's abort marks the partition it added (no LSO left stuck).
+    release = trio.Event()
+    calls = []
+
+    async def markers(pid, epoch, commit, coordinator_epoch, partitions):
+        calls.append((pid, epoch, commit, tuple(partitions)))
+        if partitions[0] == ("a", 0):
+            await release.wait()
+        return {tp: E.none for tp in partitions}
+
+    async def main():
+        logs, c = coordinator(tmp_path, markers)
+        pids = {}
+        for tid, tp in (("t1", ("a", 0)), ("t2", ("b", 0)), ("t3", ("c", 0))):
+            _, pids[tid], _ = await c.init_producer_id(tid, 1000)
+            assert c.add_partitions(tid, pids[tid], 0, [tp]) == E.none
+        await trio.sleep(1.1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.abort_timed_out)
+            await trio.testing.wait_all_tasks_blocked()
+            assert calls == [(pids["t1"], 1, False, (("a", 0),))]
+            assert await c.end_txn("t2", pids["t2"], 0, True) == E.none
+            assert c.add_partitions("t2", pids["t2"], 0, [("b", 1)]) == E.none
+            assert c.add_partitions("t3", pids["t3"], 0, [("d", 0)]) == E.none
+            release.set()
+        assert calls[1:] == [(pids["t2"], 0, True, (("b", 0),)), (pids["t3"], 1, False, (("c", 0), ("d", 0)))]
+        t2 = c.txns["t2"]
+        assert (t2.state, t2.producer_epoch, t2.partitions) == (TxnState.ONGOING, 0, {("b", 1)})
+        assert (c.txns["t3"].state, c.timed_out_aborts) == (TxnState.COMPLETE_ABORT, 2)
+        logs.close(clean=True)
+
+    run(main)
+
+
+def test_markers_written_twice_at_once_complete_the_transaction_once(tmp_path):
+    # The timer's retry of owed markers and the client's EndTxn both write a prepared transaction's
+    # markers; whichever finishes second finds it complete and leaves it so.
+    release = trio.Event()
+
+    async def markers(pid, epoch, commit, coordinator_epoch, partitions):
+        await release.wait()
+        return {tp: E.none for tp in partitions}
+
+    async def main():
+        logs, c = coordinator(tmp_path, markers)
+        _, pid, _ = await c.init_producer_id("t", 60000)
+        assert c.add_partitions("t", pid, 0, [("a", 0)]) == E.none
+        results = []
+
+        async def end():
+            results.append(await c.end_txn("t", pid, 0, True))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(end)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(c.complete_prepared)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+        assert results == [E.none] and c.txns["t"].state is TxnState.COMPLETE_COMMIT
+        logs.close(clean=True)
+
+    run(main)
+
+
 def test_a_refused_marker_keeps_the_transaction_prepared_until_the_timer_writes_it(tmp_path):
     markers = Markers()
     markers.fail = {("b", 0)}

@@ -41,12 +41,12 @@ def end(c, tid, pid, epoch, commit, version=None):
     return int(r.error_code)
 
 
-def produce(c, tid, topic, partition, pid, epoch, seq, values):
+def produce(c, tid, topic, partition, pid, epoch, seq, values, version=9):
     batch = encode_batch([(v, v) for v in values], 1_700_000_000_000, producer_id=pid, producer_epoch=epoch,
                          base_sequence=seq, attributes=ATTR_TRANSACTIONAL)
     r = c.call(0, {"transactional_id": tid, "acks": -1, "timeout": 5000,
                    "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]},
-               version=9)
+               version=version)
     return int(r.responses[0].partition_responses[0].error_code)
 
 
@@ -97,6 +97,20 @@ def test_commit_abort_and_read_committed(broker, unique):
                         "duration_filter": -1, "transactional_id_pattern": None})
         assert list(r.unknown_state_filters) == ["Nope"]
         assert [(s.transactional_id, s.transaction_state) for s in r.transaction_states] == [(tid, "CompleteAbort")]
+
+
+def test_produce_outside_the_transaction_is_transaction_abortable_from_v11(broker, unique):
+    # KAFKA-16314: Produce v11+ clients know TRANSACTION_ABORTABLE (120), older ones get
+    # INVALID_TXN_STATE (48) for the same refusal; nothing is appended either way.
+    topic, tid = unique("txa"), unique("tid")
+    with AdminClient(broker.bootstrap) as c:
+        create(c, topic, 2)
+        _, pid, _ = init(c, tid)
+        assert add(c, tid, pid, 0, topic, [1]) == {(topic, 1): E_NONE}
+        assert [produce(c, tid, topic, 0, pid, 0, 0, [b"x"], version=v) for v in (3, 9, 10, 11, 12)] == [
+            INVALID_TXN_STATE] * 3 + [120] * 2
+        assert fetch(c, topic, 0, 0)[1] == []
+        assert produce(c, tid, topic, 1, pid, 0, 0, [b"in"], version=11) == E_NONE
 
 
 def test_fencing_and_version_mapped_codes(broker, unique):
@@ -200,3 +214,71 @@ def test_find_coordinator_and_api_versions(broker):
         assert {key: versions[key] for key in (22, 24, 25, 26, 27, 28, 61, 65, 66)} == {
             22: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 4), 27: (1, 2), 28: (0, 4), 61: (0, 0),
             65: (0, 0), 66: (0, 2)}
+
+
+def txn_commit_offset(c, tid, pid, epoch, group, topic, offset):
+    r = c.call(28, {"transactional_id": tid, "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+                    "generation_id": -1, "member_id": "", "group_instance_id": None,
+                    "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                                "committed_leader_epoch": -1,
+                                                                "committed_metadata": ""}]}]}, version=3)
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def offset_fetch(c, group, topic):
+    r = c.call(9, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+                   "require_stable": True}, version=7)
+    p = r.topics[0].partitions[0]
+    return int(p.error_code), p.committed_offset
+
+
+def test_a_fenced_txn_offset_commit_is_refused_without_verification(start_broker, unique):
+    # With transaction.partition.verification.enable=false Kafka's group coordinator does not check
+    # the producer epoch; the append to __consumer_offsets does (ProducerAppendInfo.checkProducerEpoch):
+    # once the fencing's ABORT marker bumped the epoch there, a zombie's offsets are INVALID_PRODUCER_EPOCH,
+    # never pending (where the next commit of the same producer id would have committed them).
+    topic, tid, group = unique("txz"), unique("tid"), unique("group")
+    with start_broker(transaction_partition_verification_enable="false") as broker, \
+            AdminClient(broker.bootstrap) as c:
+        create(c, topic, 1)
+        _, pid, _ = init(c, tid)
+        r = c.call(25, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 0, "group_id": group})
+        assert int(r.error_code) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, group, topic, 5) == E_NONE
+        assert init(c, tid)[0] == 51  # a new instance: the open transaction is aborted at epoch 1
+        assert init(c, tid) == (E_NONE, pid, 2)
+        assert txn_commit_offset(c, tid, pid, 0, group, topic, 9) == INVALID_EPOCH  # the zombie
+        assert offset_fetch(c, group, topic) == (E_NONE, -1)  # nothing pending
+        r = c.call(25, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 2, "group_id": group})
+        assert txn_commit_offset(c, tid, pid, 2, group, topic, 7) == E_NONE
+        assert end(c, tid, pid, 2, True) == E_NONE
+        assert offset_fetch(c, group, topic) == (E_NONE, 7)
+
+
+def test_pending_offsets_go_with_their_deleted_topic_or_group(start_broker, unique):
+    # Kafka: deleting a topic or a group writes offset tombstones, and a tombstone also drops the
+    # open transactions' pending offsets of that partition (OffsetMetadataManager.onPartitionsDeleted,
+    # deleteAllOffsets, the tombstone's replay; GroupMetadata.removeOffsets in the older coordinator):
+    # the transaction's commit does not bring them back, nor does the replay after a restart.
+    gone, kept, tid, group, doomed = unique("txd"), unique("txk"), unique("tid"), unique("group"), unique("group")
+    with start_broker() as broker, AdminClient(broker.bootstrap) as c:
+        create(c, gone, 1)
+        create(c, kept, 1)
+        _, pid, _ = init(c, tid)
+        for g in (group, doomed):
+            r = c.call(25, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 0, "group_id": g})
+            assert int(r.error_code) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, group, gone, 5) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, group, kept, 6) == E_NONE
+        assert txn_commit_offset(c, tid, pid, 0, doomed, kept, 7) == E_NONE
+        r = c.call(20, {"topics": [{"name": gone, "topic_id": None}], "topic_names": [gone], "timeout": 5000})
+        assert int(r.responses[0].error_code) == E_NONE
+        r = c.call(42, {"groups_names": [doomed]})
+        assert int(r.results[0].error_code) == E_NONE
+        assert offset_fetch(c, doomed, kept) == (E_NONE, -1)  # no longer UNSTABLE_OFFSET_COMMIT
+        assert offset_fetch(c, group, kept) == (88, -1)
+        assert end(c, tid, pid, 0, True) == E_NONE
+        after = (offset_fetch(c, group, gone), offset_fetch(c, group, kept), offset_fetch(c, doomed, kept))
+        assert after == ((E_NONE, -1), (E_NONE, 6), (E_NONE, -1))
+    with start_broker() as broker, AdminClient(broker.bootstrap) as c:
+        assert (offset_fetch(c, group, gone), offset_fetch(c, group, kept), offset_fetch(c, doomed, kept)) == after

@@ -161,7 +161,9 @@ def test_timed_out_transactions_are_aborted_with_an_epoch_bump():
     h.add(r.producer_id, 0, [("a", 0)])
     assert h.sm.next_timeout_ms() == h.now + 1000
     assert h.sm.timed_out(h.now + 1000) == []
-    (abort,) = h.sm.timed_out(h.now + 1001)
+    assert h.sm.timed_out(h.now + 1001) == [h.txn().transactional_id]
+    assert h.sm.fence_timed_out(h.txn().transactional_id, r.producer_id + 1, h.now + 1001) is None
+    abort = h.sm.fence_timed_out(h.txn().transactional_id, r.producer_id, h.now + 1001)
     assert (abort.state, abort.producer_epoch, abort.partitions) == (TxnState.PREPARE_ABORT, 1, {("a", 0)})
     h.sm.apply(abort)
     h.sm.apply(h.sm.complete(abort, h.now))

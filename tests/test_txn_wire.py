@@ -148,8 +148,8 @@ def test_transaction_rules_on_produce_and_the_coordinators_seam(broker, admin, u
     refused = []
 
     class Refuse:
-        def verify_produce(self, transactional_id, producer_id, producer_epoch, topic_name, partition):
-            refused.append((transactional_id, producer_id, producer_epoch, topic_name, partition))
+        def verify_produce(self, transactional_id, producer_id, producer_epoch, topic_name, partition, version):
+            refused.append((transactional_id, producer_id, producer_epoch, topic_name, partition, version))
             return ErrorCode.invalid_txn_state
 
     default = broker.broker.transactions
@@ -159,7 +159,7 @@ def test_transaction_rules_on_produce_and_the_coordinators_seam(broker, admin, u
         assert produce(admin, topic, b"plain")[0] == ErrorCode.none  # only transactional batches are asked
     finally:
         broker.broker.transactions = default
-    assert refused == [("ta", A, 0, topic, 0)]
+    assert refused == [("ta", A, 0, topic, 0, 9)]  # with the request's version
     assert produce(admin, topic, b"z", A, 1, "ta") == (ErrorCode.none, 2)
 
 

@@ -16,9 +16,13 @@ longer subscribes to.
 
 TxnOffsetCommit (KIP-98, KIP-447) is validated like OffsetCommit (v3+ carries the generation and
 member id; before, generation -1 and no member, which any group takes) and its offsets are stored
-as pending for the producer id (`OffsetsStore.commit_transactional`); the transaction's marker makes
+as pending for the producer id (`OffsetsStore.commit_transactional`); an epoch older than the one the
+offsets partition's producer state holds (its fencing's marker) is INVALID_PRODUCER_EPOCH, checked by
+the append as Kafka's log checks it (the group coordinator itself does not); the transaction's marker makes
 them committed or drops them (`complete_transaction`, called once the marker is written). OffsetFetch
-with require_stable asks `has_pending` and answers UNSTABLE_OFFSET_COMMIT meanwhile.
+with require_stable asks `has_pending` and answers UNSTABLE_OFFSET_COMMIT meanwhile. Deleting a
+topic, a group or an offset drops the pending offsets of it too (a tombstone does, as in Kafka), so a
+later commit of the transaction does not bring them back; expiry spares an offset with one pending.
 
 It sees groups only through the api.Group interface, whatever their type.
 Pure: no trio, no clock (`now_ms` is wall-clock milliseconds, the timestamps Kafka stores).
@@ -30,7 +34,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode
-from storage.errors import storage_error_message
+from storage.errors import FencedEpochError, storage_error_message
 from storage.offsets_store import OffsetAndMetadata
 
 if TYPE_CHECKING:
@@ -106,6 +110,11 @@ class OffsetMetadataManager:
         errors, accepted = self._accept(offsets, now_ms)
         try:
             self.store.commit_transactional(producer_id, producer_epoch, group_id, accepted, now_ms)
+        except FencedEpochError as exc:
+            # The log's producer-state check (with transaction.partition.verification.enable=false
+            # the only one, as in Kafka): a fenced producer's offsets are refused, never pending.
+            log.info("group %s: transactional offset commit refused: %s", group_id, exc)
+            return {tp: exc.error_code if code == ErrorCode.none else code for tp, code in errors.items()}
         except OSError as exc:
             log.error("group %s: a transactional offset commit failed: %s", group_id, storage_error_message(exc))
             return {tp: ErrorCode.not_coordinator if code == ErrorCode.none else code for tp, code in errors.items()}
@@ -164,10 +173,13 @@ class OffsetMetadataManager:
         return [(tp, group_offsets.get(tp)) for tp in partitions]
 
     def forget_topic(self, topic: str, now_ms: int) -> int:
-        """A deleted topic's committed offsets go with it (Kafka's onPartitionsDeleted)."""
+        """A deleted topic's offsets go with it, committed and pending in open transactions (Kafka's
+        onPartitionsDeleted: a tombstone for each, which drops the pending ones too)."""
         removed = 0
-        for group_id, offsets in list(self.store.offsets.items()):
-            gone = [tp for tp in offsets if tp[0] == topic]
+        groups = set(self.store.offsets) | {group for by_group in self.store.pending.values() for group in by_group}
+        for group_id in sorted(groups):
+            offsets = set(self.store.offsets.get(group_id, {})) | self.store.pending_partitions(group_id)
+            gone = sorted(tp for tp in offsets if tp[0] == topic)
             if gone:
                 try:
                     self.store.remove_offsets(group_id, gone, now_ms)
@@ -189,17 +201,19 @@ class OffsetMetadataManager:
             if base is None:
                 continue  # members may still need them
             # Offsets of topics the group subscribes to stay while it does (Kafka's
-            # cleanupExpiredOffsets), whatever their age.
+            # cleanupExpiredOffsets), whatever their age; so does an offset an open transaction
+            # holds a pending one of, and the group with it (expiring would drop the pending one).
+            pending = self.store.pending_partitions(group_id)
             expired = [
                 tp for tp, om in offsets.items()
-                if not group.is_subscribed_to_topic(tp[0])
+                if not group.is_subscribed_to_topic(tp[0]) and tp not in pending
                 and now_ms >= (om.expire_timestamp_ms if om.expire_timestamp_ms >= 0 else base(om) + retention)
             ]
             if expired:
                 self.store.remove_offsets(group_id, expired, now_ms)
                 expired_total += len(expired)
                 log.info("group %s: %d committed offset(s) expired", group_id, len(expired))
-            if group.is_empty() and group_id not in self.store.offsets:
+            if group.is_empty() and group_id not in self.store.offsets and not pending:
                 log.info("group %s: empty without offsets; removing it", group_id)
                 self.shard.remove_group(group_id, now_ms)
         return expired_total
@@ -220,7 +234,8 @@ class OffsetMetadataManager:
         error = group.validate_offset_delete()
         if error:
             return error, {}
-        committed = self.store.offsets.get(group_id, {})
+        # A tombstone where an offset is committed or pending (Kafka's deleteOffsets).
+        committed = set(self.store.offsets.get(group_id, {})) | self.store.pending_partitions(group_id)
         errors: dict[TopicPartition, ErrorCode] = {}
         removed = []
         for topic, partitions in topics.items():

@@ -8,7 +8,8 @@ With one, the transaction coordinator answers (minibroker.transactions): the id'
 its epoch bumped, fencing the previous epoch and aborting its open transaction (answered
 CONCURRENT_TRANSACTIONS until the abort is done: the client retries), a fresh producer id once the
 epoch is exhausted, INVALID_TRANSACTION_TIMEOUT for a transaction.timeout.ms above
-transaction.max.timeout.ms. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4. v6's two-phase
+transaction.max.timeout.ms. A producer id without an epoch, or an epoch without a producer id, is
+INVALID_REQUEST (Kafka's KafkaApis.handleInitProducerIdRequest). PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4. v6's two-phase
 commit (KIP-939: enable_2pc, keep_prepared_txn) is not enabled here
 (transaction.two.phase.commit.enable's default): TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers.
 """
@@ -21,6 +22,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from protocol.entities import to_ms
 from protocol.errors import ErrorCode
+from storage.transaction_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext
@@ -30,7 +32,11 @@ if TYPE_CHECKING:
 async def init_producer_id(ctx: RequestContext, request: Any) -> Reply:
     now_ms = ctx.broker.clock.now_ms()
     pid_asked, epoch_asked = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
-    if request.transactional_id is not None:
+    if (pid_asked == NO_PRODUCER_ID) != (epoch_asked == NO_PRODUCER_EPOCH):
+        # Kafka's handleInitProducerIdRequest: -1/-1 asks for a fresh id, both set name the current
+        # one; one without the other is malformed, whether or not there is a transactional id.
+        code, pid, epoch = ErrorCode.invalid_request, -1, -1
+    elif request.transactional_id is not None:
         if getattr(request, "enable2_pc", False) or getattr(request, "keep_prepared_txn", False):
             code, pid, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1
         else:

@@ -15,7 +15,8 @@ Transactional batches (issue 14) go through the same checks and the same produce
 idempotent ones (storage.producer_state: a non-transactional batch of a producer with a transaction
 open is INVALID_TXN_STATE), after the producer-id quota (they count like any batch with a producer
 id). Before they are appended, `broker.transactions.verify_produce` (KIP-890 part 1: was the
-partition added to the producer's transaction?) may refuse them with its own error code; the
+partition added to the producer's transaction?) may refuse them with its own error code, which
+depends on the request's version (TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE before); the
 default verifier (minibroker.txn_markers) accepts every one until the coordinator replaces it. The broker's own topics
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
 INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal topics.
@@ -152,7 +153,7 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
     if header.is_transactional:
         # KIP-890 part 1: the coordinator says whether the partition is in the producer's transaction.
         code = broker.transactions.verify_produce(transactional_id, header.producer_id, header.producer_epoch,
-                                                  topic.name, partition_index)
+                                                  topic.name, partition_index, version)
         if code != ErrorCode.none:
             message = (f"transactional batch of producer {header.producer_id} (transactional id "
                        f"{transactional_id!r}) refused for {topic.name}-{partition_index}")

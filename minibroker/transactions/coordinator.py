@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 import trio
 
 from minibroker.transactions.state import (
+    PREPARED,
     InitResult,
     TopicPartition,
     TransactionStateMachine,
@@ -169,13 +170,14 @@ class TransactionCoordinator:
         return self.state.verify(transactional_id, producer_id, producer_epoch, partitions)
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int, topic: str,
-                       partition: int, version: int = 0) -> ErrorCode:
+                       partition: int, version: int) -> ErrorCode:
         """KIP-890 part 1: a transactional batch is appended only to a partition of the producer's
-        ongoing transaction. The codes as Kafka answers Produce: a fenced epoch INVALID_PRODUCER_EPOCH,
-        a partition not in the transaction TRANSACTION_ABORTABLE from v11 (INVALID_TXN_STATE before;
-        the produce seam does not pass the version yet, so every version gets the older code, which
-        every client knows), a transaction being ended NOT_ENOUGH_REPLICAS (Kafka's conversion of
-        CONCURRENT_TRANSACTIONS for Produce: a retriable code)."""
+        ongoing transaction. The codes as Kafka answers Produce (`version`: the request's): a fenced
+        epoch INVALID_PRODUCER_EPOCH, a partition not in the transaction TRANSACTION_ABORTABLE from v11
+        and INVALID_TXN_STATE before (KAFKA-16314: KafkaApis hands ReplicaManager `genericError` for
+        Produce versions above 10, and AddPartitionsToTxnManager maps TRANSACTION_ABORTABLE back to
+        INVALID_TXN_STATE for older clients), a transaction being ended NOT_ENOUGH_REPLICAS (Kafka's
+        conversion of CONCURRENT_TRANSACTIONS for Produce: a retriable code)."""
         if not self.verification:
             return ErrorCode.none
         if not transactional_id:
@@ -260,7 +262,11 @@ class TransactionCoordinator:
                     # writes them all again, which the log takes as a no-op where they are in).
                     self.state.apply(current.but(partitions=frozenset(failed)))
                 return False
-        current = self.state.txns.get(txn.transactional_id, txn)
+        current = self.state.txns.get(txn.transactional_id)
+        if current is None or current.state is not txn.state or current.producer_epoch != txn.producer_epoch:
+            # Completed meanwhile by another task writing the same markers (the client's EndTxn and
+            # the timer's retry of owed markers): nothing is left to do.
+            return current is not None and current.state not in PREPARED
         return self._write(self.state.complete(current, self.clock.now_ms()))
 
     # -- time -------------------------------------------------------------------------------------
@@ -268,13 +274,17 @@ class TransactionCoordinator:
     async def abort_timed_out(self) -> int:
         """Abort every Ongoing transaction past its timeout (fencing its producer); returns how many."""
         aborted = 0
-        for txn in self.state.timed_out(self.clock.now_ms()):
-            current = self.state.txns.get(txn.transactional_id)
-            if current is None or current.state is not TxnState.ONGOING:
-                continue  # ended meanwhile
+        now_ms = self.clock.now_ms()
+        for tid, producer_id in [(tid, self.state.txns[tid].producer_id) for tid in self.state.timed_out(now_ms)]:
+            # Each abort awaits its markers, meanwhile the next transactions may change (ended, a
+            # partition added, a new transaction): the abort is built from the metadata as it is
+            # now, as Kafka re-reads it under its lock, never from the scan's copy.
+            txn = self.state.fence_timed_out(tid, producer_id, self.clock.now_ms())
+            if txn is None:
+                continue
             log.info("transactional id %r: transaction of producer id %d open longer than its timeout of "
-                     "%d ms; aborting it and fencing epoch %d", txn.transactional_id, txn.producer_id,
-                     txn.timeout_ms, current.producer_epoch)
+                     "%d ms; aborting it and fencing epoch %d", tid, txn.producer_id, txn.timeout_ms,
+                     self.state.txns[tid].producer_epoch)
             if self._write(txn):
                 aborted += 1
                 self.timed_out_aborts += 1

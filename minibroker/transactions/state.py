@@ -254,11 +254,24 @@ class TransactionStateMachine:
 
     # -- time -------------------------------------------------------------------------------------
 
-    def timed_out(self, now_ms: int) -> list[TxnMetadata]:
-        """Kafka's abortTimedOutTransactions: each Ongoing transaction older than its timeout, as the
-        PrepareAbort that fences its producer (the epoch bumped)."""
-        return [self._fence_and_abort(txn, now_ms) for txn in self.txns.values()
-                if txn.state is TxnState.ONGOING and txn.start_ms + txn.timeout_ms < now_ms]
+    def timed_out(self, now_ms: int) -> list[str]:
+        """Kafka's timedOutTransactions: the transactional ids whose Ongoing transaction is older
+        than its timeout. Each is aborted through `fence_timed_out`, which reads it again."""
+        return [tid for tid, txn in self.txns.items() if self._is_timed_out(txn, now_ms)]
+
+    def fence_timed_out(self, transactional_id: str, producer_id: int, now_ms: int) -> TxnMetadata | None:
+        """Kafka's abortTimedOutTransactions for one id, from its current metadata: the PrepareAbort
+        that fences its producer (the epoch bumped, the partitions as they are now), or None when
+        the transaction is no longer one to abort (ended, another producer id, a new transaction
+        not timed out yet, or being ended: Kafka skips a pending transition)."""
+        txn = self.txns.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id or not self._is_timed_out(txn, now_ms):
+            return None
+        return self._fence_and_abort(txn, now_ms)
+
+    @staticmethod
+    def _is_timed_out(txn: TxnMetadata, now_ms: int) -> bool:
+        return txn.state is TxnState.ONGOING and txn.start_ms + txn.timeout_ms < now_ms
 
     def prepared(self) -> list[TxnMetadata]:
         """Transactions whose markers are still to be written (after a failure, or a restart)."""
