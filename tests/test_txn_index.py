@@ -237,8 +237,9 @@ def test_cleaning_keeps_the_committed_value_an_aborted_one_came_after(tmp_path):
     assert aborted == [AbortedTxn(2, 3, 4, 5)]
     hidden = {o for t in aborted for o in range(t.first_offset, t.last_offset + 1)}
     committed_view = [records[o] for o in sorted(records) if o not in hidden and records[o] is not None]
-    # Every filler supersedes key k: the committed reading is the last filler. Before the fillers,
-    # the committed value must not have been removed in favour of the aborted one.
+    # Here the fillers supersede key k, so this half proves the index entry carried into the cleaned
+    # segment (above) and a committed reading ending at the last filler; the second log below, with
+    # nothing after the aborted record, proves the committed value survives it.
     assert committed_view[-1] == b"filler"
     assert 0 not in records  # "old" superseded by later committed values
 
