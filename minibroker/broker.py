@@ -69,6 +69,7 @@ from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
+PRODUCE_KEY = 0  # decoded in place (protocol.produce_request), also from a frame received in place
 FETCH_KEY = 1  # its responses are encoded by protocol.fetch_response
 
 
@@ -402,7 +403,7 @@ class Broker:
 
     # ---- dispatch --------------------------------------------------------------------------
 
-    async def handle_frame(self, frame: bytes, conn: Connection) -> Response:
+    async def handle_frame(self, frame: bytes | bytearray, conn: Connection) -> Response:
         """One request in, its Response out (the frame, None for acks=0, plus any quota throttle)."""
         self.metrics.bytes_in += len(frame) + 4
         api_key, version, correlation_id = peek_api(frame)
@@ -420,6 +421,8 @@ class Broker:
                 f"{handler.name} v{version} is not supported "
                 f"(v{handler.min_version}-v{handler.max_version})"
             )
+        if type(frame) is not bytes and api_key != PRODUCE_KEY:
+            frame = bytes(frame)  # received in place (protocol.framing); kio's readers take bytes
         schema = api_schema(api_key, version)
         header = parse_header(frame, schema.flexible)
         request, trailing = decode_request(schema, frame, header.size)

@@ -58,6 +58,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
     idle_ms = config["connections.max.idle.ms"]
     idle_s = idle_ms / 1000 if idle_ms >= 0 else math.inf
     quotas = broker.quotas
+    sock = stream.socket if isinstance(stream, trio.SocketStream) else None
     losing = 0  # a `lose` fault: how many more responses vanish before the connection breaks
     try:
         while True:
@@ -76,12 +77,20 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                         if memory.bounded and not reserved and decoder.pending_size >= 0:
                             reserved = decoder.pending_size
                             await memory.acquire(reserved)  # read no more until the request fits
-                        data = await stream.receive_some(min(READ_SIZE, max(decoder.wants, 65536)))
-                        if not data:
+                        # A large body is received where it will be handled (no copy), else a chunk.
+                        target = decoder.receive_buffer() if sock is not None else None
+                        if target is not None:
+                            count = await sock.recv_into(target)
+                            del target  # no view of the frame may outlive its reading (FrameDecoder.recycle)
+                            decoder.received_into(count)
+                        else:
+                            data = await stream.receive_some(min(READ_SIZE, max(decoder.wants, 65536)))
+                            count = len(data)
+                            decoder.receive_data(data)
+                        if not count:
                             if not decoder.at_frame_boundary():
                                 log.info("%s closed mid-frame (%d bytes buffered)", conn.peer, decoder.buffered)
                             return
-                        decoder.receive_data(data)
                         frame = decoder.next_frame()
                     if memory.bounded and not reserved:  # the whole frame came in one read
                         reserved = len(frame)
@@ -108,6 +117,8 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                     losing = fault.count
                 else:
                     await trio.sleep(fault.delay_ms / 1000)
+            decoder.recycle(frame)  # its memory takes the next large request, if nothing holds it
+            del frame
             if losing:  # handled, never answered; then the connection breaks
                 losing -= 1
                 if not losing:
@@ -190,7 +201,7 @@ async def _hang_until_peer_closes(stream: trio.SocketStream) -> None:
             pass
 
 
-def _fault_for(broker: Broker, frame: bytes, conn: Connection):
+def _fault_for(broker: Broker, frame: bytes | bytearray, conn: Connection):
     handler = broker.handlers.get(int.from_bytes(frame[:2], "big", signed=True))
     return broker.faults.after_request(handler.name, conn.client_id) if handler else None
 

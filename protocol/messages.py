@@ -68,18 +68,18 @@ class RequestHeader:
     size: int  # bytes the header took in the frame; the body starts here
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
     return read_uvarint(buf, pos, max_bits=35, what="request header", error=MalformedRequestError)
 
 
-def peek_api(frame: bytes) -> tuple[int, int, int]:
+def peek_api(frame: bytes | bytearray) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id), the first 8 bytes every request header starts with."""
     if len(frame) < 8:
         raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
     return struct.unpack_from(">hhi", frame, 0)
 
 
-def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
+def parse_header(frame: bytes | bytearray, flexible: bool) -> RequestHeader:
     """Read the request header. `flexible` selects header v2 (tagged fields after ClientId)."""
     if len(frame) < _HEADER_FIXED.size:
         raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
@@ -165,7 +165,7 @@ def api_schema(api_key: int, version: int) -> ApiSchema:
 _DECODERS = {0: produce_decoder}
 
 
-def decode_request(schema: ApiSchema, frame: bytes, offset: int) -> tuple[Any, int]:
+def decode_request(schema: ApiSchema, frame: bytes | bytearray, offset: int) -> tuple[Any, int]:
     """Decode the request body after the header: (request, trailing byte count).
 
     Any decoding fault is the peer's. Every declared length is first checked against the bytes in

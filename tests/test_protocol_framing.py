@@ -113,3 +113,102 @@ def test_wants_counts_from_the_rest_of_a_frame_spread_over_reads():
     assert decoder.next_frame() is None and not decoder.at_frame_boundary()
     decoder.receive_data(frame(b"next")[2:])
     assert decoder.next_frame() == b"next" and decoder.at_frame_boundary()
+
+
+def _receive_in_place(stream: bytes, reads: list[int], body_min: int, read_ahead: int,
+                      allocations: list[tuple[int, int]]) -> list:
+    """Feed `stream` as the server does: into `receive_buffer` when it offers one (recv_into: at most
+    the read's size), else as a chunk. `allocations` gets (bytes of the frame received, bytes the
+    buffer holds beyond them) at each offer."""
+    decoder = FrameDecoder(body_buffer_min=body_min, read_ahead=read_ahead)
+    got: list = []
+    position = i = 0
+    body_start = 4  # where the body of the frame in progress starts in the stream
+    while position < len(stream):
+        size = reads[i % len(reads)]
+        i += 1
+        target = decoder.receive_buffer()
+        if target is not None:
+            allocations.append((position - body_start, len(target)))
+            count = min(size, len(target), len(stream) - position)
+            target[:count] = stream[position : position + count]
+            decoder.received_into(count)
+        else:
+            count = size
+            decoder.receive_data(stream[position : position + count])
+        position += count
+        while (f := decoder.next_frame()) is not None:
+            got.append(f)
+            body_start += len(f) + 4
+    assert decoder.at_frame_boundary()
+    return got
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.binary(max_size=400), min_size=1, max_size=6),
+       st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=6),
+       st.integers(min_value=0, max_value=120), st.integers(min_value=1, max_value=90))
+def test_large_bodies_received_in_place_are_the_same_frames(bodies, reads, body_min, read_ahead):
+    """A body of `body_buffer_min` bytes and up is received into a buffer of its own, whatever the
+    reads: the frames are the same bytes as when assembled from chunks, nothing of the next frame
+    lands in the buffer, and the buffer never holds more than `read_ahead` (or, once more arrived,
+    what arrived) beyond the bytes received: a declared size is no allocation."""
+    stream = b"".join(frame(b) for b in bodies)
+    allocations: list[tuple[int, int]] = []
+    got = _receive_in_place(stream, reads, body_min, read_ahead, allocations)
+    assert [bytes(f) for f in got] == bodies
+    assert all(len(f) >= body_min for f in got if type(f) is bytearray)
+    assert all(ahead <= max(received, read_ahead) for received, ahead in allocations)
+    if all(size < len(b) for b in bodies if len(b) >= body_min for size in reads):
+        # every large body needed more than one read: each was received in place
+        assert sum(type(f) is bytearray for f in got) == sum(len(b) >= body_min and len(b) > 0 for b in bodies)
+
+
+def test_a_body_in_place_takes_bytes_given_as_chunks_too():
+    """receive_data while a body is received in place (a stream that is not a socket) fills the
+    body and keeps what follows it for the next frame."""
+    decoder = FrameDecoder(body_buffer_min=4, read_ahead=3)
+    decoder.receive_data(frame(b"abcdefgh")[:6])
+    assert decoder.next_frame() is None
+    target = decoder.receive_buffer()
+    assert target is not None and len(target) == 3  # 2 bytes received, 3 ahead
+    target[:1] = b"c"
+    decoder.received_into(1)
+    decoder.receive_data(b"defgh" + frame(b"next"))
+    assert decoder.next_frame() == bytearray(b"abcdefgh")
+    assert decoder.next_frame() == b"next"
+    assert decoder.at_frame_boundary()
+
+
+def _large_frame_in_place(decoder: FrameDecoder, body: bytes) -> bytes | bytearray:
+    data = frame(body)
+    decoder.receive_data(data[:6])
+    assert decoder.next_frame() is None
+    target = decoder.receive_buffer()
+    assert target is not None
+    target[: len(data) - 6] = data[6:]
+    decoder.received_into(len(data) - 6)
+    del target
+    got = decoder.next_frame()
+    assert got is not None
+    return got
+
+
+def test_a_recycled_frame_takes_the_next_large_body_when_nothing_holds_it():
+    decoder = FrameDecoder(body_buffer_min=8)
+    first = _large_frame_in_place(decoder, b"a" * 100)
+    first_id = id(first)
+    decoder.recycle(first)
+    del first
+    second = _large_frame_in_place(decoder, b"b" * 90)
+    assert id(second) == first_id and second == b"b" * 90  # the same memory, exactly the new body
+
+    kept = memoryview(second)[10:20]  # a view of it is still alive: not reused
+    decoder.recycle(second)
+    third = _large_frame_in_place(decoder, b"c" * 95)
+    assert id(third) != id(second) and kept.tobytes() == b"b" * 10 and third == b"c" * 95
+
+    also = third  # a second reference to it: not reused either
+    decoder.recycle(third)
+    fourth = _large_frame_in_place(decoder, b"d" * 120)
+    assert fourth is not also and also == b"c" * 95 and fourth == b"d" * 120

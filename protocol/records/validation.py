@@ -163,11 +163,12 @@ def check_records(
     start = header.position + HEADER_SIZE
     end = header.position + header.size
     if codec == 0:
-        # The walk needs bytes: indexing them is fastest, and the run check's strided slices of a
-        # memoryview are 7 times slower than of bytes. A view is walked in the bytes it views when
-        # they are known (a Produce frame: no copy at all), else copied once.
+        # The walk needs bytes (or a bytearray): indexing them is fastest, and the run check's
+        # strided slices of a memoryview are 7 times slower. A view is walked in the bytes it views
+        # when they are known (a Produce frame, received in place or not: no copy at all), else
+        # copied once.
         if type(buf) is not bytes:
-            if origin is not None and type(origin[0]) is bytes:
+            if origin is not None and type(origin[0]) in (bytes, bytearray):
                 buf, at = origin
                 start += at
                 end += at
