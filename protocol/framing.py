@@ -120,15 +120,10 @@ class FrameDecoder:
 
     def recycle(self, frame: bytes | bytearray) -> None:
         """The shell is done with `frame` (and drops its own reference next): a frame received in
-        place gives its memory to the next large body, unless something still holds it (another
-        reference, or a memoryview of it: a resize fails while one exists)."""
-        if type(frame) is not bytearray or sys.getrefcount(frame) > 3:  # the caller's, ours, getrefcount's
-            return
-        try:
-            frame.append(0)
-        except BufferError:
-            return
-        self._spare = frame
+        place gives its memory to the next large body, unless something still holds it: another
+        reference, or a memoryview of it (which holds one)."""
+        if type(frame) is bytearray and _refcount(frame) <= _UNSHARED_REFS:
+            self._spare = frame
 
     def received_into(self, count: int) -> None:
         """`count` bytes were written at the start of the last `receive_buffer`."""
@@ -231,6 +226,24 @@ class FrameDecoder:
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is buffered (a clean place for the peer to hang up)."""
         return not self._buffered and self._needed < 0
+
+
+def _refcount(obj: object) -> int:
+    return sys.getrefcount(obj)
+
+
+def _calibrate_refs() -> int:
+    """What `_refcount` says, called as `recycle` calls it, of an object only its caller holds: the
+    interpreter's own references differ between CPython versions (3.14 borrows some)."""
+    probe = bytearray(1)
+    return _through(probe)
+
+
+def _through(frame: bytearray) -> int:
+    return _refcount(frame)
+
+
+_UNSHARED_REFS = _calibrate_refs()
 
 
 def frame(payload: bytes | bytearray) -> bytes:
