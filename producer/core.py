@@ -286,7 +286,7 @@ class ProducerCore:
             correlation_id, api_key, batch, _sent = self._pending.popleft()
             version = {API_VERSIONS: API_VERSIONS_VERSION, INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSION,
                        PRODUCE: PRODUCE_VERSION}[api_key]
-            got_id, response, tags = decode_response_tags(api_key, version, frame)
+            got_id, response, tags = decode_response_tags(api_key, version, bytes(frame))  # bytes: no copy
             if got_id != correlation_id:
                 raise ProducerError(f"response {got_id} to request {correlation_id}: out of order")
             throttle_ms = _ms(getattr(response, "throttle_time", 0))
