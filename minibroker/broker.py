@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import trio
 
@@ -148,11 +148,11 @@ class StartupError(Exception):
     """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
+class AppendOutcome(NamedTuple):
     """What `Broker.append_checked` made of one produced batch: appended (NONE, with the offset of its
     first record), or answered from producer state without appending (a duplicate, with the original
-    offsets; an out-of-order sequence; a fenced epoch)."""
+    offsets; an out-of-order sequence; a fenced epoch). A NamedTuple, not a frozen dataclass: one is
+    made per produced batch, and a frozen dataclass's __init__ costs 0.6 us against 0.25 us."""
 
     error_code: ErrorCode
     base_offset: int  # -1 when nothing is known
