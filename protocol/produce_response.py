@@ -40,6 +40,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from protocol.records.varint import write_uvarint
+
 __all__ = ["MIN_VERSION", "MAX_VERSION", "encode_produce_response"]
 
 MIN_VERSION, MAX_VERSION = 3, 13
@@ -64,13 +66,10 @@ _PART_FLEX_PLAIN = struct.Struct(">ihqqqBBB").pack
 
 
 def _uvarint(value: int) -> bytes:
-    if value < 0x80:
+    if value < 0x80:  # every count and length of a usual response
         return bytes((value,))
     out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    write_uvarint(value, out)
     return bytes(out)
 
 
