@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import trio
 
@@ -44,6 +44,7 @@ from protocol.records import BatchHeader, read_header
 from protocol.errors import ErrorCode
 from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from protocol.fetch_response import FrameParts, encode_fetch_response
+from protocol.produce_response import encode_produce_response
 from quotas.client_quota import combine_throttle_time_ms
 from protocol.messages import (
     API_VERSIONS_KEY,
@@ -69,7 +70,9 @@ from storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
-PRODUCE_KEY = 0  # decoded in place (protocol.produce_request), also from a frame received in place
+# Produce: decoded in place (protocol.produce_request), also from a frame received in place; its
+# responses are written by protocol.produce_response.
+PRODUCE_KEY = 0
 FETCH_KEY = 1  # its responses are encoded by protocol.fetch_response
 
 
@@ -145,11 +148,11 @@ class StartupError(Exception):
     """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
+class AppendOutcome(NamedTuple):
     """What `Broker.append_checked` made of one produced batch: appended (NONE, with the offset of its
     first record), or answered from producer state without appending (a duplicate, with the original
-    offsets; an out-of-order sequence; a fenced epoch)."""
+    offsets; an out-of-order sequence; a fenced epoch). A NamedTuple, not a frozen dataclass: one is
+    made per produced batch, and a frozen dataclass's __init__ costs 0.6 us against 0.25 us."""
 
     error_code: ErrorCode
     base_offset: int  # -1 when nothing is known
@@ -500,9 +503,13 @@ class Broker:
         return self._response(ctx, data, throttle_ms)
 
     def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes | FrameParts:
-        """The response frame: `body` with the throttle time, in the request's version. A Fetch
-        response keeps its large records as buffers of their own (protocol.fetch_response)."""
+        """The response frame: `body` with the throttle time, in the request's version. A Produce
+        response is written directly (protocol.produce_response, kio's bytes without kio's objects); a
+        Fetch response keeps its large records as buffers of their own (protocol.fetch_response)."""
         schema = ctx.schema
+        if schema.api_key == PRODUCE_KEY:
+            return encode_produce_response(schema.version, ctx.header.correlation_id,
+                                           {**body, "throttle_time": throttle_ms}, self.response_tags.get(PRODUCE_KEY))
         if schema.api_key == FETCH_KEY:
             return encode_fetch_response(schema, ctx.header.correlation_id, {**body, "throttle_time": throttle_ms},
                                          self.response_tags.get(schema.api_key))

@@ -36,7 +36,6 @@ replay under EAGER_REBUILD_BYTES costs a few milliseconds, and 10,000 of them at
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from bisect import bisect_right
@@ -209,7 +208,7 @@ class ProducerStates:
 
     @staticmethod
     def update(psm: ProducerStateManager, header: BatchHeader, result: AppendResult, now_ms: int) -> None:
-        psm.update(dataclasses.replace(header, base_offset=result.base_offset), now_ms)
+        psm.update(header.at_offset(result.base_offset), now_ms)
 
     def forget(self, topic: str) -> None:
         for key in [k for k in self._managers if k[0] == topic]:

@@ -30,7 +30,6 @@ WriteTxnMarkers itself is also served (handlers/write_txn_markers.py), as Kafka 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
@@ -115,7 +114,7 @@ def write_marker(broker: Broker, marker: TxnMarker, topic: str, partition: int, 
             except OSError:
                 plog.truncate_to(result.base_offset)  # not indexed, so not written: the caller retries
                 raise
-        header = dataclasses.replace(read_header(batch), base_offset=result.base_offset)
+        header = read_header(batch).at_offset(result.base_offset)
         control = ControlRecord(CONTROL_COMMIT if marker.commit else CONTROL_ABORT, marker.coordinator_epoch)
         psm.update(header, now_ms, control)
     except OSError as exc:

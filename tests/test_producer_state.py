@@ -624,3 +624,14 @@ def test_memory_bytes_grows_with_entries_and_kafka_mode_holds_five_batches():
         sizes[mode] = psm.memory_bytes() - empty
     assert sizes["lean"] >= 1000 * 26
     assert sizes["kafka"] > 5 * sizes["lean"]
+
+
+def test_a_header_at_the_logs_offset_keeps_every_other_field():
+    """BatchHeader.at_offset (what producer state records after an append) is
+    dataclasses.replace(header, base_offset=...): a distinct value in each field, all kept."""
+    import dataclasses
+
+    header = BatchHeader(*range(100, 100 + len(dataclasses.fields(BatchHeader))))
+    moved = header.at_offset(7)
+    assert moved == dataclasses.replace(header, base_offset=7)
+    assert moved is not header and header.base_offset == 101
