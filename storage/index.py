@@ -51,6 +51,7 @@ _BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 class _Index:
     entry: struct.Struct
+    _relative_offsets: array
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
         self.path = path
@@ -119,7 +120,9 @@ class _Index:
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        # Both kinds keep an array of relative offsets, one per entry: its length without the
+        # Python-level __len__ (checked before every append, by the roll decision).
+        return len(self._relative_offsets) >= self.max_entries
 
 
 class OffsetIndex(_Index):

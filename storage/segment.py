@@ -86,6 +86,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.suffix = suffix  # "" for a live segment; the cleaner's ".cleaned" / ".swap" (Kafka's)
         self.log_path, self.index_path, self.time_index_path = segment_paths(directory, base_offset, suffix)
+        self._log_key = str(self.log_path)  # the file cache's key, made once (not per call)
         self.txn_index = TransactionIndex(txn_index_path(directory, base_offset, suffix), base_offset)
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
@@ -152,7 +153,7 @@ class LogSegment:
         swapped-in segment takes over the name of the one it replaces). Index files not written
         yet are written first. The caller fsyncs the directory."""
         self.write_indexes()
-        self.files.forget(self.log_path)
+        self.files.forget(self._log_key)
         # The transaction index first: a `.log.swap` found at start-up then finds the cleaned
         # segment's index already renamed (storage.log_dir completes swaps).
         txn_path = txn_index_path(self.directory, self.base_offset, suffix)
@@ -170,6 +171,7 @@ class LogSegment:
                     raise
         self.suffix = suffix
         self.log_path, self.index_path, self.time_index_path = new_paths
+        self._log_key = str(self.log_path)
         if self._offset_index is not None:
             self._offset_index.path = self.index_path
         if self._time_index is not None:
@@ -362,7 +364,10 @@ class LogSegment:
                                    "next flush", index.path, exc)
 
     def indexes_full(self) -> bool:
-        return self.offset_index.is_full or self.time_index.is_full
+        offset_index, time_index = self._offset_index, self._time_index
+        if offset_index is None or time_index is None:  # not loaded yet (never the active segment's)
+            return self.offset_index.is_full or self.time_index.is_full
+        return offset_index.is_full or time_index.is_full
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -374,11 +379,24 @@ class LogSegment:
     ) -> None:
         """Write `buffers` (whole batches, offsets assigned) at the end of the segment and index
         them. `batches` gives (last_offset, max_timestamp, size) of each batch in order."""
-        start = self.size
+        self._write(buffers, total_size)
+        for last_offset, max_timestamp, size in batches:
+            self._appended(last_offset, max_timestamp, size)
+
+    def append_batch(self, buffers: Sequence[bytes | bytearray | memoryview], last_offset: int,
+                     max_timestamp: int, size: int) -> None:
+        """`append` of a single batch (`size` bytes ending at `last_offset`): a Produce request's
+        partition, without the lists."""
+        self._write(buffers, size)
+        self._appended(last_offset, max_timestamp, size)
+
+    def _write(self, buffers: Sequence[bytes | bytearray | memoryview], total_size: int) -> None:
+        """Write `buffers` at the end of the file, all of them or none (an OSError leaves the
+        segment as it was)."""
         if self._torn_tail:
             # A failed write left bytes past `size` that could not be cut then: cut them first (an
             # O_APPEND write would land after them), or fail again.
-            self._ftruncate(start)
+            self._ftruncate(self.size)
             self._torn_tail = False
         fd = self._acquire()
         try:
@@ -387,28 +405,30 @@ class LogSegment:
             # Never leave part of a batch behind: the next append would follow garbage. Reads
             # never see it meanwhile (they stop at `size`).
             try:
-                os.ftruncate(fd, start)
+                os.ftruncate(fd, self.size)
             except OSError:
                 self._torn_tail = True
             raise
         finally:
-            self.files.release(self.log_path)
+            self.files.release(self._log_key)
         self._dirty = True
-        offset_index = self.offset_index
-        time_index = self.time_index
-        position = start
-        for last_offset, max_timestamp, size in batches:
-            if max_timestamp > self.max_timestamp:
-                self.max_timestamp = max_timestamp
-                self.offset_of_max_timestamp = last_offset
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
-                offset_index.append(last_offset, position)
-                time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self.bytes_since_last_index_entry = 0
-            position += size
+
+    def _appended(self, last_offset: int, max_timestamp: int, size: int) -> None:
+        """Account for the batch just written at `size` (its position): the largest timestamp, an
+        index entry once more than index.interval.bytes were written since the last one, and the
+        segment's size and next offset (which make it readable)."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        position = self.size
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = size
+        else:
             self.bytes_since_last_index_entry += size
-        self.size = position
-        self.next_offset = batches[-1][0] + 1
+        self.size = position + size
+        self.next_offset = last_offset + 1
 
     def on_become_inactive(self) -> None:
         """Kafka's onBecomeInactiveSegment: record the largest timestamp as the time index's last
@@ -433,7 +453,7 @@ class LogSegment:
             try:
                 os.fsync(fd)
             finally:
-                self.files.release(self.log_path)
+                self.files.release(self._log_key)
             self._dirty = False
         if self._offset_index is not None:
             self._offset_index.flush()
@@ -460,7 +480,7 @@ class LogSegment:
         segment durable (a clean close) flushes it first; otherwise the files stay as a crash
         would leave them."""
         self.closed = True
-        self.files.forget(self.log_path)
+        self.files.forget(self._log_key)
 
     def delete(self) -> None:
         self.close()
@@ -563,18 +583,18 @@ class LogSegment:
     def _acquire(self) -> int:
         if self.closed:  # a stale reference (its topic deleted, perhaps created again since)
             raise OSError(errno.EBADF, "the segment is closed", str(self.log_path))
-        return self.files.acquire(self.log_path)
+        return self.files.acquire(self._log_key)
 
     def _pread(self, size: int, position: int) -> bytes:
         fd = self._acquire()
         try:
             return os.pread(fd, size, position)
         finally:
-            self.files.release(self.log_path)
+            self.files.release(self._log_key)
 
     def _ftruncate(self, length: int) -> None:
         fd = self._acquire()
         try:
             os.ftruncate(fd, length)
         finally:
-            self.files.release(self.log_path)
+            self.files.release(self._log_key)

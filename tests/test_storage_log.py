@@ -806,3 +806,97 @@ def test_an_unreadable_log_start_offset_is_recovered_from_the_segments(tmp_path,
     assert log.log_start_offset == first_base
     assert log.read(first_base, 1 << 20) == model.read(first_base, 1 << 20)
     log.close()
+
+
+# -- the one-batch append and the general one ---------------------------------------------------
+
+
+def _append_general(log: PartitionLog, raw: bytes, now_ms: int):
+    """The append path for any number of batches, taken here for one (what `append` did for every
+    append before it grew its one-batch path)."""
+    return log._append_batches(log._loaded_segments(), memoryview(raw), now_ms)
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _state(log: PartitionLog) -> list[tuple]:
+    return [(s.base_offset, s.size, s.next_offset, s.max_timestamp, s.offset_of_max_timestamp,
+             s.bytes_since_last_index_entry, s.first_append_ms, s.offset_index.entries(), s.time_index.entries())
+            for s in log.segments]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    appends=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 90), st.integers(-3, 3), st.integers(0, 400)),
+                     min_size=1, max_size=40),
+    segment_bytes=st.integers(150, 2000),
+    index_interval=st.integers(0, 300),
+    index_entries=st.integers(1, 6),
+    segment_ms=st.sampled_from([1000, 10**9]),
+    timestamp_type=st.sampled_from(["CreateTime", "LogAppendTime"]),
+)
+def test_the_one_batch_append_and_the_general_one_write_the_same_log(
+        appends, segment_bytes, index_interval, index_entries, segment_ms, timestamp_type):
+    """The Produce case's one-batch path of `append` against the general path, append by append:
+    the same results, the same roll decisions (segment.bytes, segment.ms, full indexes: a
+    segment.index.bytes of 1-6 entries), the same index entries (index.interval.bytes boundaries),
+    the same bytes in every file."""
+    config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=index_interval,
+                       segment_index_bytes=12 * index_entries, segment_ms=segment_ms,
+                       message_timestamp_type=timestamp_type)
+    with tempfile.TemporaryDirectory() as tmp:
+        fast = PartitionLog.open(Path(tmp) / "fast-0", config, 0)
+        general = PartitionLog.open(Path(tmp) / "general-0", config, 0)
+        now = 0
+        for i, (count, size, ts_step, elapsed) in enumerate(appends):
+            raw = batch(count=count, size=size, ts=T0 + 10 * i + ts_step)
+            now += elapsed
+            assert fast.append(raw, now) == _append_general(general, raw, now)
+            assert _state(fast) == _state(general)
+        assert fast.log_end_offset == sum(count for count, *_ in appends)
+        fast.close()
+        general.close()
+        assert _files(Path(tmp) / "fast-0") == _files(Path(tmp) / "general-0")
+
+
+@pytest.mark.parametrize("append", [PartitionLog.append, _append_general], ids=["one-batch", "general"])
+def test_an_append_rolls_when_the_indexes_are_full(tmp_path, append):
+    """segment.index.bytes bounds the entries of each index (Kafka rolls before an append to a
+    segment whose offset or time index is full): 24 bytes = 3 offset entries, 2 time entries."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0, segment_index_bytes=24), 0)
+    for i in range(3):  # an entry in each index for every batch after the first (growing timestamps)
+        append(log, batch(ts=T0 + i), 0)
+    assert [s.base_offset for s in log.segments] == [0]
+    active = log.active_segment
+    assert (len(active.offset_index), len(active.time_index)) == (2, 2) and active.indexes_full()
+    assert append(log, batch(ts=T0 + 3), 0).base_offset == 3
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    log.close()
+
+
+@pytest.mark.parametrize("append", [PartitionLog.append, _append_general], ids=["one-batch", "general"])
+def test_an_append_rolls_when_its_offsets_would_not_fit_a_relative_offset(tmp_path, append):
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    append(log, batch(count=2), 0)
+    huge = bytearray(batch())
+    struct.pack_into(">i", huge, 23, 0x7FFFFFFF - 1)  # lastOffsetDelta: the batch ends at 2 + 0x7FFFFFFE
+    struct.pack_into(">I", huge, 17, crc32c(bytes(huge[21:])))
+    assert append(log, bytes(huge), 0).last_offset == 0x7FFFFFFF + 1  # relative 0x7FFFFFFE in the new segment
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+
+
+@pytest.mark.parametrize("append", [PartitionLog.append, _append_general], ids=["one-batch", "general"])
+@pytest.mark.parametrize("spare", [0, -1])
+def test_an_append_rolls_only_when_it_would_pass_segment_bytes(tmp_path, append, spare):
+    """Two batches fill segment.bytes exactly (spare 0: no roll) or pass it by one byte (a roll)."""
+    raw = batch(count=2)
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=2 * len(raw) + spare), 0)
+    append(log, raw, 0)
+    append(log, raw, 0)
+    assert [s.base_offset for s in log.segments] == ([0] if spare == 0 else [0, 2])
+    append(log, raw, 0)
+    assert [s.base_offset for s in log.segments] == ([0, 4] if spare == 0 else [0, 2, 4])
+    log.close()

@@ -37,6 +37,7 @@ __all__ = [
     "ATTR_CONTROL",
     "ATTR_TIMESTAMP_TYPE",
     "ATTR_TRANSACTIONAL",
+    "APPEND_FIELDS",
     "BATCH_HEADER",
     "CRC_AT",
     "CRC_START",
@@ -50,6 +51,7 @@ __all__ = [
     "OFFSET_AND_LENGTH",
     "BatchHeader",
     "assign_offsets",
+    "batch_buffers",
     "batch_spans",
     "iter_headers",
     "read_header",
@@ -64,6 +66,10 @@ HEADER_SIZE = BATCH_HEADER.size
 LOG_OVERHEAD = 12
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no record bytes
 OFFSET_AND_LENGTH = struct.Struct(">qi")
+# What an append reads of a batch: batchLength, attributes, lastOffsetDelta, maxTimestamp (a
+# 4-tuple instead of BATCH_HEADER's 13: the one-batch append of storage.log unpacks it per Produce).
+APPEND_FIELDS = struct.Struct(">8xi9xhi8xq")
+assert APPEND_FIELDS.size == 43
 
 # Byte offsets of the fields the broker reads or rewrites in place.
 MAGIC_OFFSET = 16
@@ -220,18 +226,22 @@ def assign_offsets(view: memoryview, spans: Sequence[Span], first_offset: int, l
     next_offset = first_offset
     for position, size, fields in spans:
         last_offset = next_offset + fields[6]
-        if log_append_time_ms is not None:
-            header = bytearray(view[position : position + HEADER_SIZE])
-            _INT64.pack_into(header, 0, next_offset)
-            body = view[position + HEADER_SIZE : position + size]
-            stamp_log_append_time(header, fields[5], body, log_append_time_ms)
-            buffers.append(header)
-            buffers.append(body)
-            max_timestamp = log_append_time_ms
-        else:
-            buffers.append(_INT64.pack(next_offset))
-            buffers.append(view[position + 8 : position + size])
-            max_timestamp = fields[8]
+        buffers.extend(batch_buffers(view, position, size, next_offset, fields[5], log_append_time_ms))
+        max_timestamp = fields[8] if log_append_time_ms is None else log_append_time_ms
         batches.append((last_offset, max_timestamp, size))
         next_offset = last_offset + 1
     return buffers, batches
+
+
+def batch_buffers(view: memoryview, position: int, size: int, base_offset: int, attributes: int,
+                  log_append_time_ms: int | None) -> tuple[bytes | bytearray, memoryview]:
+    """The two `os.writev` buffers of the batch at `position` of `view` (`size` bytes, with these
+    `attributes`) at `base_offset`: a fresh 8-byte baseOffset and a view of the rest, or for a
+    LogAppendTime topic a rewritten 61-byte header (`stamp_log_append_time`) and a view of the records."""
+    if log_append_time_ms is None:
+        return _INT64.pack(base_offset), view[position + 8 : position + size]
+    header = bytearray(view[position : position + HEADER_SIZE])
+    _INT64.pack_into(header, 0, base_offset)
+    body = view[position + HEADER_SIZE : position + size]
+    stamp_log_append_time(header, attributes, body, log_append_time_ms)
+    return header, body
