@@ -44,7 +44,7 @@ from protocol.records.batch import (
     BatchHeader,
     read_header,
 )
-from protocol.records.varint import read_uvarint, write_varint
+from protocol.records.varint import read_uvarint
 
 __all__ = [
     "CorruptRecordError",
@@ -201,11 +201,12 @@ _OFFSET_WIDTHS = ((1, 0, 64), (2, 64, 8192), (3, 8192, 1 << 20))
 _offset_delta_columns: dict[int, list[bytes]] = {}  # width -> the j-th byte of zigzag(i), per i
 
 
-def _offset_column(width: int, j: int, first: int, last: int) -> bytes:
-    """Byte j of the varint of zigzag(i) = 2i, for i in [first, last) (all of the same width)."""
-    low, high = next((lo, hi) for w, lo, hi in _OFFSET_WIDTHS if w == width)
+def _offset_columns(width: int) -> list[bytes]:
+    """Byte j of the varint of zigzag(i) = 2i, for every i of that width (from the width's first
+    index): built once per width, from runs (C speed), at most 3 MiB in all."""
     columns = _offset_delta_columns.get(width)
-    if columns is None:  # once per width, from runs (C speed): at most 3 MiB in all
+    if columns is None:
+        low, high = _OFFSET_WIDTHS[width - 1][1:]
         columns = []
         for k in range(width):
             more = 0x80 if k < width - 1 else 0
@@ -217,12 +218,82 @@ def _offset_column(width: int, j: int, first: int, last: int) -> bytes:
                                   for v in range(low >> shift, high >> shift))
             columns.append(column)
         _offset_delta_columns[width] = columns
-    return columns[j][first - low : last - low]
+    return columns
 
 
 # Runs shorter than this are walked: checking a run costs a few dozen C-speed slices, about what
 # walking this many records costs.
 MIN_RUN = 16
+# 1 for a byte with the varint continuation bit set, 0 for one without: a timestamp-delta column
+# translated by it must be all 1 (a byte the varint goes on from) or all 0 (its last byte).
+_CONTINUES = bytes(b >> 7 for b in range(256))
+
+# A record shape: the layout of one record of a run, as the walk reads it, relative to where the
+# record starts: (size, constants, continued, last, offset_at, null_key), where `constants` are
+# (column, the byte it holds) for the length's bytes, the key's and the value's lengths and the
+# header count (0); `continued` the columns of the timestamp delta's bytes before its `last`;
+# `offset_at` the offset delta's first byte (its width is the record index's); `null_key` whether
+# the key is null (which a compacted topic refuses). Any record whose bytes in those columns are
+# these (and whose timestamp-delta and offset-delta bytes are valid) is one the walk accepts with
+# exactly this layout. Shapes are cached by the record's first two bytes and the offset width, a
+# guess that the columns then check: a producer sends the same few shapes batch after batch.
+_Shape = tuple[int, tuple[tuple[int, bytes], ...], range, int, int, bool]
+_shapes: dict[tuple[bytes, int], _Shape] = {}
+_MAX_SHAPES = 256
+
+
+def _shape_at(buf: bytes, pos: int, width: int) -> _Shape | None:
+    """The shape of the record at `pos` (offset delta `width` bytes), parsed as the walk parses it,
+    or None when it is not one a run can have: a negative length, headers, a timestamp delta
+    longer than the walk allows, or fields that do not add up to the length. Its bytes may lie past
+    the records (the caller bounds the run by the records' end)."""
+    try:
+        raw = buf[pos]
+        if raw < 0x80:
+            at = pos + 1
+        elif buf[pos + 1] < 0x80:
+            raw, at = (raw & 0x7F) | (buf[pos + 1] << 7), pos + 2
+        else:
+            raw, at = _varint(buf, pos, 5)
+        if raw & 1:
+            return None
+        record_end = at + (raw >> 1)
+        ts_at = at + 1  # after the attributes, which the walk does not check
+        off_at = ts_at
+        while buf[off_at] >= 0x80:
+            off_at += 1
+            if off_at - ts_at == 9:  # the walk refuses a varlong of more than 10 bytes
+                return None
+        off_at += 1
+        key_at = off_at + width
+        raw, key_data = _varint(buf, key_at, 5)
+        null_key = bool(raw & 1)  # any negative length is null, as Kafka reads it
+        value_at = key_data if null_key else key_data + (raw >> 1)
+        raw, value_data = _varint(buf, value_at, 5)
+        headers_at = value_data if raw & 1 else value_data + (raw >> 1)
+        if buf[headers_at] != 0 or headers_at + 1 != record_end:
+            return None
+    except (IndexError, InvalidRecordError):
+        return None
+    constants = tuple((column - pos, buf[column : column + 1])
+                      for column in (*range(pos, at), *range(key_at, key_data), *range(value_at, value_data),
+                                     headers_at))
+    return record_end - pos, constants, range(ts_at - pos, off_at - 1 - pos), off_at - 1 - pos, off_at - pos, null_key
+
+
+def _agreeing(actual: bytes, expected: bytes) -> int:
+    """How many leading bytes of `actual` equal `expected`'s (which differs from it somewhere):
+    a binary search over prefixes, each compared by memcmp."""
+    if actual[0] != expected[0]:
+        return 0
+    low, high = 1, len(actual)  # actual[:low] == expected[:low]; actual[:high] != expected[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if actual[:middle] == expected[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _check_runs(buf: bytes, pos: int, end: int, i: int, count: int, require_keys: bool) -> tuple[int, int]:
@@ -230,75 +301,81 @@ def _check_runs(buf: bytes, pos: int, end: int, i: int, count: int, require_keys
     at least MIN_RUN records of one shape, and return (index, position) of the first record not
     checked (the caller walks the rest, which decides and names any fault).
 
-    A run is records of one size and one layout: attributes 0, the same timestamp-delta width, no
-    headers, the same key and value lengths. Producers write batches of such runs: the offset delta
-    widens at records 64 and 8192 and the timestamp delta at 64 ms, 8192 ms ..., and fixed-size
-    payloads do the rest. Within a run every framing byte sits at a fixed distance from the record's
-    start, so each field is compared for the whole run at once, a column at a time, with strided
-    slices (C loops) instead of a Python loop per record. The run's extent is found the same way:
-    the records whose length varint bytes equal the first's all have its size, so each starts where
-    the previous one's size says (by induction from the first). A run is accepted only when every
-    column holds; exactly what `_walk_records` would accept for the same records."""
-    while i < count and pos < end:
-        try:
-            raw_length, at = _varint(buf, pos, 5)
-            if raw_length & 1 or buf[at] != 0:  # negative length, or attributes in use
-                return i, pos
-            ts_at = at + 1
-            _, off_at = _varint(buf, ts_at, 10)
-            _, key_at = _varint(buf, off_at, 5)
-            raw_key, key_data = _varint(buf, key_at, 5)
-            key_size = raw_key >> 1 if not raw_key & 1 else 0
-            if raw_key & 1 and (raw_key != 1 or require_keys):
-                return i, pos
-            value_at = key_data + key_size
-            raw_value, value_data = _varint(buf, value_at, 5)
-            if raw_value & 1 and raw_value != 1:
-                return i, pos
-            headers_at = value_data + (raw_value >> 1 if not raw_value & 1 else 0)
-            if buf[headers_at] != 0 or headers_at + 1 != at + (raw_length >> 1):
-                return i, pos
-        except (IndexError, InvalidRecordError):
+    A run is records of one shape (see _Shape): the same length, timestamp-delta width, key and
+    value lengths, no headers. Producers write batches of such runs: the offset delta widens at
+    records 64 and 8192 and the timestamp delta at 64 ms, 8192 ms ..., and fixed-size payloads do
+    the rest. Within a run every framing byte sits at a fixed distance from the record's start, so
+    each framing column is compared for the whole run at once with one strided slice (a C loop)
+    instead of a Python loop per record: the constant bytes against the shape's, the offset delta
+    against the expected column, the timestamp delta's bytes by their continuation bits. The run
+    is taken to reach as far as the records and the offset width allow; a column that differs from
+    what it must hold at record m cuts it to its first m records, whose columns all hold, so that
+    each starts where the previous one's length says (by induction from the first) and is what
+    `_walk_records` accepts. The records' attributes byte is not checked, as the walk (and Kafka's
+    DefaultRecord.readFrom) does not check it."""
+    guessed = None  # a cached shape that did not fit the record at `pos`: its own is parsed
+    while i < count:
+        if i < 64:
+            width, high, first = 1, 64, 0
+        elif i < 8192:
+            width, high, first = 2, 8192, 64
+        elif i < 1 << 20:
+            width, high, first = 3, 1 << 20, 8192
+        else:
             return i, pos
-        width, low, high = next(w for w in _OFFSET_WIDTHS if w[1] <= i < w[2]) if i < _OFFSET_WIDTHS[-1][2] \
-            else (0, 0, 0)
-        if width != key_at - off_at:  # an offset delta the walk will refuse or name
-            return i, pos
-        size = headers_at + 1 - pos
-        n = min(count, high) - i
-        n = min(n, (end - pos) // size)
+        key = (buf[pos : pos + 2], width)
+        shape = _shapes.get(key) if guessed is None else None
+        if shape is None:
+            shape = _shape_at(buf, pos, width)
+            if shape is None or shape == guessed:
+                return i, pos
+            if len(_shapes) >= _MAX_SHAPES:
+                _shapes.clear()
+            _shapes[key] = shape
+            guessed = None
+        else:
+            guessed = shape
+        size, constants, continued, last, offset_at, null_key = shape
+        n = 0 if null_key and require_keys else min(count, high, i + (end - pos) // size) - i
+        if n >= MIN_RUN:
+            # Each column against what it must hold for the whole run; a column that first differs
+            # at record m cuts the run to m records.
+            stop = pos + n * size
+            for column, byte in constants:
+                actual = buf[pos + column : stop : size]
+                if actual != byte * n:
+                    n = _agreeing(actual, byte * n)
+                    if n < MIN_RUN:
+                        break
+                    stop = pos + n * size
+            else:
+                actual = buf[pos + last : stop : size]  # the timestamp delta's last byte, then the rest
+                if not actual.isascii():
+                    n = _agreeing(actual.translate(_CONTINUES), bytes(n))
+                for column in continued:
+                    if n < MIN_RUN:
+                        break
+                    stop = pos + n * size
+                    actual = buf[pos + column : stop : size].translate(_CONTINUES)
+                    if actual != b"\x01" * n:
+                        n = _agreeing(actual, b"\x01" * n)
+                columns = _offset_delta_columns.get(width) or _offset_columns(width)  # the offset delta
+                for j in range(width):
+                    if n < MIN_RUN:
+                        break
+                    stop = pos + n * size
+                    actual = buf[pos + offset_at + j : stop : size]
+                    expected = columns[j][i - first : i - first + n]
+                    if actual != expected:
+                        n = _agreeing(actual, expected)
         if n < MIN_RUN:
+            if guessed is not None:
+                continue  # try again with the record's own shape
             return i, pos
-        stop = pos + n * size
-        # Extent: the leading records whose length varint bytes are the first record's.
-        for column in range(pos, at):
-            strided = buf[column:stop:size]
-            n = min(n, len(strided) - len(strided.lstrip(buf[column : column + 1])))
-        if n < MIN_RUN:
-            return i, pos
-        stop = pos + n * size
-        if buf[at:stop:size] != bytes(n):  # attributes
-            return i, pos
-        for column in range(ts_at, off_at - 1):  # timestamp delta: continuation bytes, then its last
-            if min(buf[column:stop:size]) < 0x80:
-                return i, pos
-        if not buf[off_at - 1 : stop : size].isascii():
-            return i, pos
-        for j in range(width):
-            if buf[off_at + j : stop : size] != _offset_column(width, j, i, i + n):
-                return i, pos
-        for column in (*range(key_at, key_data), *range(value_at, value_data), headers_at):
-            if buf[column:stop:size] != buf[column : column + 1] * n:
-                return i, pos
         i += n
-        pos = stop
+        pos += n * size
+        guessed = None
     return i, pos
-
-
-def _zigzag_bytes(value: int) -> bytes:
-    out = bytearray()
-    write_varint(value, out)
-    return bytes(out)
 
 
 def _walk_records(buf: bytes, pos: int, end: int, count: int, require_keys: bool, first: int = 0) -> None:
