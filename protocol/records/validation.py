@@ -262,7 +262,7 @@ def _shape_at(buf: bytes, pos: int, width: int) -> _Shape | None:
         off_at = ts_at
         while buf[off_at] >= 0x80:
             off_at += 1
-            if off_at - ts_at == 9:  # the walk refuses a varlong of more than 10 bytes
+            if off_at - ts_at == 10:  # its 10th byte goes on: the walk refuses a varlong that long
                 return None
         off_at += 1
         key_at = off_at + width
