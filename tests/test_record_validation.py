@@ -591,6 +591,10 @@ def test_runs_of_one_shape_are_covered_whatever_the_cached_guess():
     assert a[:2] == b[:2] and len(a) == len(b)
     assert _check_runs(a, 0, len(a), 0, 40, True) == (40, len(a))
     assert _check_runs(b, 0, len(b), 0, 40, True) == (40, len(b))
+    # runs of 8 records whose size alternates, across the widening at 64: each is a run (each run
+    # cut short narrows how far the next is looked for; the reach then doubles back)
+    d = b"".join(encode_record(i, 0, None, b"v" * (10 + (i // 8) % 2)) for i in range(304))
+    assert _check_runs(d, 0, len(d), 0, 304, False) == (304, len(d))
     # a run whose record 20 has another value length but the same size ends there
     c = bytearray(a)
     c[20 * (len(a) // 40) + 7] = zigzag_varint(9)[0]  # the value's length, in record 20
