@@ -35,6 +35,8 @@ from protocol.compression import DecompressionError, DecompressionLimitError, de
 from protocol.errors import ApiError, ErrorCode
 from protocol.records.batch import (
     ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    BATCH_HEADER,
     CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -42,7 +44,6 @@ from protocol.records.batch import (
     MIN_BATCH_LENGTH,
     OFFSET_AND_LENGTH,
     BatchHeader,
-    read_header,
 )
 from protocol.records.varint import read_uvarint
 
@@ -91,33 +92,35 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
     available = len(buf) - position
     if available < LOG_OVERHEAD + 5:
         raise CorruptRecordError(f"record batch truncated: {available} bytes, need at least 17")
-    _, batch_length = OFFSET_AND_LENGTH.unpack_from(buf, position)
+    # The fields unpacked once and checked from the tuple (this is per produced batch); a buffer too
+    # short for a header still fails the first check it fails.
+    fields = BATCH_HEADER.unpack_from(buf, position) if available >= HEADER_SIZE else None
+    batch_length = OFFSET_AND_LENGTH.unpack_from(buf, position)[1] if fields is None else fields[1]
     magic = buf[position + MAGIC_OFFSET]
     if magic != 2:
         raise InvalidRecordError(f"record batch magic {magic}: only magic v2 is accepted")
     if batch_length < MIN_BATCH_LENGTH:
         raise CorruptRecordError(f"record batch length {batch_length} is below the v2 header size")
-    if batch_length + LOG_OVERHEAD > available:
+    if batch_length + LOG_OVERHEAD > available or fields is None:  # (then it runs past: >= 61 bytes)
         raise CorruptRecordError(
             f"record batch length {batch_length} runs past the {available} bytes given"
         )
-    header = read_header(buf, position)
-    end = position + header.size
-    actual = crc32c(memoryview(buf)[position + CRC_START : end])
-    if actual != header.crc:
+    _, _, _, _, crc, attributes, last_offset_delta, _, _, _, _, _, records_count = fields
+    actual = crc32c(memoryview(buf)[position + CRC_START : position + LOG_OVERHEAD + batch_length])
+    if actual != crc:
         raise CorruptRecordError(
-            f"record batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}"
+            f"record batch CRC mismatch: stored {crc:#010x}, computed {actual:#010x}"
         )
-    if header.records_count <= 0:
-        raise InvalidRecordError(f"record batch holds {header.records_count} records")
-    if header.last_offset_delta != header.records_count - 1:
+    if records_count <= 0:
+        raise InvalidRecordError(f"record batch holds {records_count} records")
+    if last_offset_delta != records_count - 1:
         raise InvalidRecordError(
-            f"record batch offset range {header.last_offset_delta + 1} differs from its "
-            f"record count {header.records_count}"
+            f"record batch offset range {last_offset_delta + 1} differs from its "
+            f"record count {records_count}"
         )
-    if header.is_control:
+    if attributes & ATTR_CONTROL:
         raise InvalidRecordError("producers may not send control batches")
-    return header
+    return BatchHeader(position, *fields)
 
 
 ZSTD = 4
