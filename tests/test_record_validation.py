@@ -591,6 +591,7 @@ def test_runs_of_one_shape_are_covered_whatever_the_cached_guess():
     assert a[:2] == b[:2] and len(a) == len(b)
     assert _check_runs(a, 0, len(a), 0, 40, True) == (40, len(a))
     assert _check_runs(b, 0, len(b), 0, 40, True) == (40, len(b))
+    assert _check_runs(bytearray(a), 0, len(a), 0, 40, True) == (40, len(a))  # a frame received in place
     # runs of 8 records whose size alternates, across the widening at 64: each is a run (each run
     # cut short narrows how far the next is looked for; the reach then doubles back)
     d = b"".join(encode_record(i, 0, None, b"v" * (10 + (i // 8) % 2)) for i in range(304))
@@ -636,8 +637,8 @@ def test_every_framing_byte_of_a_run_damaged_gets_the_walks_verdict(first, key, 
                 mutated = bytearray(body)
                 for k in records:
                     mutated[starts[k] + column] ^= xor
-                for warm in (False, True):
+                for warm, kind in ((False, bytes), (True, bytes), (True, bytearray)):  # a frame received in place
                     if not warm:
                         validation._shapes.clear()
-                    _, (with_runs, walk_alone) = _verdicts(bytes(mutated), len(body), first, count, False)
-                    assert with_runs == walk_alone, (column, xor, len(records), warm)
+                    _, (with_runs, walk_alone) = _verdicts(kind(mutated), len(body), first, count, False)
+                    assert with_runs == walk_alone, (column, xor, len(records), warm, kind)

@@ -247,7 +247,7 @@ _shapes: dict[tuple[bytes, int], _Shape] = {}
 _MAX_SHAPES = 256
 
 
-def _shape_at(buf: bytes, pos: int, width: int) -> _Shape | None:
+def _shape_at(buf: bytes | bytearray, pos: int, width: int) -> _Shape | None:
     """The shape of the record at `pos` (offset delta `width` bytes), parsed as the walk parses it,
     or None when it is not one a run can have: a negative length, headers, a timestamp delta
     longer than the walk allows, or fields that do not add up to the length. Its bytes may lie past
@@ -280,13 +280,13 @@ def _shape_at(buf: bytes, pos: int, width: int) -> _Shape | None:
             return None
     except (IndexError, InvalidRecordError):
         return None
-    constants = tuple((column - pos, buf[column : column + 1])
+    constants = tuple((column - pos, bytes(buf[column : column + 1]))
                       for column in (*range(pos, at), *range(key_at, key_data), *range(value_at, value_data),
                                      headers_at))
     return record_end - pos, constants, range(ts_at - pos, off_at - 1 - pos), off_at - 1 - pos, off_at - pos, null_key
 
 
-def _agreeing(actual: bytes, expected: bytes) -> int:
+def _agreeing(actual: bytes | bytearray, expected: bytes | bytearray) -> int:
     """How many leading bytes of `actual` equal `expected`'s (which differs from it somewhere):
     a binary search over prefixes, each compared by memcmp."""
     if actual[0] != expected[0]:
@@ -301,7 +301,7 @@ def _agreeing(actual: bytes, expected: bytes) -> int:
     return low
 
 
-def _check_runs(buf: bytes, pos: int, end: int, i: int, count: int, require_keys: bool) -> tuple[int, int]:
+def _check_runs(buf: bytes | bytearray, pos: int, end: int, i: int, count: int, require_keys: bool) -> tuple[int, int]:
     """Check the records from index `i` at `pos` a run at a time, for as long as they come in runs of
     at least MIN_RUN records of one shape, and return (index, position) of the first record not
     checked (the caller walks the rest, which decides and names any fault).
@@ -333,7 +333,7 @@ def _check_runs(buf: bytes, pos: int, end: int, i: int, count: int, require_keys
             width, high, first = 3, 1 << 20, 8192
         else:
             return i, pos
-        key = (buf[pos : pos + 2], width)
+        key = (bytes(buf[pos : pos + 2]), width)  # (bytes of bytes is itself; a bytearray's are copied)
         shape = _shapes.get(key) if guessed is None else None
         if shape is None:
             shape = _shape_at(buf, pos, width)
@@ -483,7 +483,7 @@ def _zigzag_at(buf: bytes, pos: int) -> int:
     return (raw >> 1) ^ -(raw & 1)
 
 
-def _varint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+def _varint(buf: bytes | bytearray, pos: int, max_bytes: int) -> tuple[int, int]:
     """(raw zigzag value, next position) of the varint at `pos`, at most `max_bytes` long: the walk's
     slow path, for the varints it does not decode inline."""
     return read_uvarint(buf, pos, max_bits=7 * max_bytes, error=InvalidRecordError)
