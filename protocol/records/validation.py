@@ -12,8 +12,12 @@ bytes, outside the CRC). Before that, `check_produce_records` checks what Kafka'
   exactly; offset deltas are 0, 1, 2, ... (so every offset is assigned once); no byte is left over.
   Keys are required on compacted topics (Kafka's validateKey).
 
-The records are walked with index arithmetic on the bytes (`_walk_records`), one varint at a time,
-never decoded into objects: that walk is the only per-record work on the produce path.
+The records are never decoded into objects. Runs of records of one shape (what producers write:
+same size, same layout) are checked a framing column at a time, one strided slice per column for
+the whole run (`_check_runs`, about 5 ns a record); the rest are walked with index arithmetic on the
+bytes (`_walk_records`), one varint at a time (about 400 ns a record). The walk is the definition:
+the run check accepts exactly the records the walk accepts (tests/test_record_validation.py holds
+it to that) and leaves everything else, faults included, to the walk, which names them.
 
 Errors follow Kafka: framing and CRC faults of the batch are CORRUPT_MESSAGE (2), records that do not
 add up are INVALID_RECORD (87), codecs 5-7 UNSUPPORTED_COMPRESSION_TYPE (76); a compressed batch that
