@@ -2,7 +2,9 @@
 match the records, a garbage body under a valid CRC, offset deltas that repeat, records whose fields
 do not add up to their length, codecs 5-7, compressed data that does not decompress, and a
 decompression bomb (bounded: it never takes more memory than the bound). Real clients' batches, in
-every codec, pass. A Hypothesis property holds the record walk to a plain reference parser."""
+every codec, pass. A Hypothesis property holds the record walk to a plain reference parser, and
+others (with exhaustive single- and every-record faults) hold the run-at-a-time check to the walk:
+what it covers, the walk accepts, and the verdict with it is the walk's alone."""
 
 from __future__ import annotations
 
@@ -414,3 +416,222 @@ def test_records_walked_in_place_in_a_frame_get_the_verdict_of_a_copy(count, val
     view = memoryview(frame)[len(before):len(before) + len(batch)]
     assert _verdict(view, origin=(frame, len(before))) == _verdict(batch)
     assert _verdict(view) == _verdict(batch)  # a view without its origin: copied, same verdict
+
+
+# ---- the run check proves exactly what the walk accepts (adversarial) ------------------------------
+
+def _framed_record(index: int, timestamp: int, key: bytes | None, value: bytes | None, headers: int,
+                   attributes: int, ts_padding: int, slack: bool = False) -> tuple[bytes, list[int]]:
+    """One record as a producer writes it (the timestamp delta with `ts_padding` extra continuation
+    bytes, a varint the walk still reads when it stays within 10 bytes) and the positions of its
+    framing bytes: the length, the attributes, the timestamp and offset deltas, the key's and the
+    value's lengths, the header count (everything but key, value and header bytes)."""
+    ts = zigzag_varint(timestamp)
+    if ts_padding:
+        ts = bytes(b | 0x80 for b in ts) + b"\x80" * (ts_padding - 1) + b"\x00"
+    parts = [bytes([attributes]), ts, zigzag_varint(index)]
+    parts += [zigzag_varint(-1)] if key is None else [zigzag_varint(len(key)), key]
+    parts += [zigzag_varint(-1)] if value is None else [zigzag_varint(len(value)), value]
+    parts.append(zigzag_varint(headers))
+    parts += [zigzag_varint(1), b"h", zigzag_varint(1), b"x"] * headers
+    body = b"".join(parts) + b"\x00" * slack
+    length = zigzag_varint(len(body))
+    at = len(length) + 1 + len(ts) + len(zigzag_varint(index))
+    framing = list(range(at))  # the length, attributes, timestamp and offset deltas
+    for field in (key, value):
+        width = len(zigzag_varint(-1 if field is None else len(field)))
+        framing += range(at, at + width)
+        at += width + (0 if field is None else len(field))
+    framing.append(at)
+    return length + body, framing
+
+
+def _timestamp_of_width(width: int, draw) -> int:
+    """A timestamp delta whose zigzag varint takes `width` bytes (1-10), of either sign."""
+    low = 0 if width == 1 else 1 << (7 * (width - 1) - 1)
+    high = min((1 << (7 * width - 1)) - 1, (1 << 63) - 1)
+    magnitude = draw(st.integers(low, high))
+    return -magnitude - 1 if draw(st.booleans()) else magnitude
+
+
+def _covered_prefix_is_walked(body: bytes, first: int, covered: int, position: int, require_keys: bool) -> None:
+    """What the run check says it checked, the walk accepts: `covered` records from index `first`
+    end exactly at `position` (raises InvalidRecordError otherwise)."""
+    from protocol.records.validation import _walk_records
+
+    if covered > first:
+        _walk_records(body, 0, position, covered, require_keys, first)
+    else:
+        assert position == 0
+
+
+def _verdicts(buf: bytes, end: int, first: int, count: int, require_keys: bool):
+    """(runs then walk, walk alone): whether each accepts the records `first`..`count` - 1 in
+    buf[:end] (the bytes after `end` are not records)."""
+    from protocol.records.validation import _check_runs, _walk_records
+
+    covered, position = _check_runs(buf, 0, end, first, count, require_keys)
+    assert position <= end
+    _covered_prefix_is_walked(buf, first, covered, position, require_keys)
+    results = []
+    for start, at in ((covered, position), (first, 0)):
+        try:
+            _walk_records(buf, at, end, count, require_keys, start)
+            results.append(True)
+        except InvalidRecordError:
+            results.append(False)
+    return (covered, position), results
+
+
+segment_st = st.tuples(
+    st.tuples(st.integers(0, 5), st.integers(16, 100), st.integers(1, 15))  # records: mostly a run's worth
+    .map(lambda chance_long_short: chance_long_short[2] if chance_long_short[0] == 3 else chance_long_short[1]),
+    st.one_of(st.none(), st.integers(0, 70)),  # key size (70: a 2-byte length)
+    st.one_of(st.none(), st.integers(0, 200)),  # value size
+    st.integers(1, 10),  # timestamp delta width
+    st.sampled_from([0] * 10 + [1, "10", "11", 11]),  # padding: +1, to 10 bytes, to 11 (refused), +11
+    st.booleans(),  # one timestamp for the segment, or one per record (of that width)
+    # a fault in every record of the segment, so that a column compared only against the segment's
+    # first record would pass it: (which framing byte, its new value), or "slack": a byte after the
+    # fields that the length counts
+    st.tuples(st.integers(0, 5), st.tuples(st.integers(-2, 12), st.integers(0, 255)) | st.just("slack"))
+    .map(lambda chance_fault: chance_fault[1] if chance_fault[0] == 3 else None),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), first=st.one_of(st.sampled_from([0, 1, 47, 48, 63, 64, 65, 8175, 8176, 8191, 8192]),
+                                       st.integers(0, 9000)),
+       segments=st.lists(segment_st, min_size=1, max_size=3),
+       odd=st.lists(st.tuples(st.integers(0, 300), st.sampled_from(["headers", "attributes"])), max_size=3),
+       require_keys=st.sampled_from([False, False, True]), warm=st.booleans())
+def test_the_run_check_accepts_only_what_the_walk_accepts(data, first, segments, odd, require_keys, warm):
+    """Batches made of runs (segments of records of one shape: null or present keys of 0-70 bytes,
+    values of 0-200, timestamp deltas of 1-10 bytes, some padded with extra continuation bytes up
+    to 10 bytes or past them, a few records with headers or attributes set), starting at any
+    record index (so that runs cross the offset delta's widening at 64 and 8192), with one byte
+    changed in a framing column of one record: whatever the run check says it covered, the walk
+    accepts record by record, and the verdict with the run check is the walk's alone. Run with the
+    shape cache warm from the same batch (its shapes guessed) or emptied (each shape parsed)."""
+    from hypothesis import event
+
+    from protocol.records import validation
+
+    odd = dict(odd)
+    records, framings = [], []
+    index = first
+    for length, key, value, ts_width, padding, spread, fault in segments:
+        timestamp = _timestamp_of_width(ts_width, data.draw)
+        padding = max(0, int(padding) - ts_width) if isinstance(padding, str) else padding
+        for _ in range(length):
+            if spread:
+                timestamp = _timestamp_of_width(ts_width, data.draw)
+            n = len(records)
+            record, framing = _framed_record(index, timestamp, None if key is None else b"k" * key,
+                                             None if value is None else (bytes(range(256)) * 2)[:value],
+                                             int(odd.get(n) == "headers"), 0x55 * (odd.get(n) == "attributes"),
+                                             padding, fault == "slack")
+            if isinstance(fault, tuple):
+                record = bytearray(record)
+                record[framing[fault[0] % len(framing)]] = fault[1]
+                record = bytes(record)
+            framings.append([sum(map(len, records)) + f for f in framing])
+            records.append(record)
+            index += 1
+    # The last `hidden` records lie after the records' end, as frame bytes would (a batch that
+    # declares more records than it holds, followed by bytes a run reaching past the end would find
+    # well formed); the count includes them or not.
+    hidden = data.draw(st.integers(0, min(3, len(records) - 1)))
+    body = b"".join(records[: len(records) - hidden])
+    trailer = b"".join(records[len(records) - hidden :]) + b"\x00" * data.draw(st.integers(0, 20))
+    framings = framings[: len(records) - hidden]
+    count = index - (0 if data.draw(st.booleans()) else hidden)
+    if warm:
+        _verdicts(body + trailer, len(body), first, count, require_keys)
+    else:
+        validation._shapes.clear()
+    (covered, position), (with_runs, walk_alone) = _verdicts(body + trailer, len(body), first, count, require_keys)
+    assert with_runs == walk_alone
+    event(f"runs covered {'none' if covered == first else 'all' if covered == count else 'some'}")
+    # Damage one framing byte of one record.
+    victim = data.draw(st.integers(0, len(framings) - 1))
+    where = data.draw(st.sampled_from(framings[victim]))
+    mutated = bytearray(body)
+    mutated[where] ^= data.draw(st.sampled_from([0x80, 0x80, 0x01, 0x40, 0xFF]) | st.integers(1, 255))
+    if not warm:
+        validation._shapes.clear()
+    _, (with_runs, walk_alone) = _verdicts(bytes(mutated) + trailer, len(body), first, count, require_keys)
+    assert with_runs == walk_alone
+
+
+def test_runs_of_one_shape_are_covered_whatever_the_cached_guess():
+    """The runs do cover what they should (so the property above is not vacuous): records of one
+    shape at every timestamp-delta width, across the offset delta's widening; also when the cache
+    holds another layout with the same first bytes (a key of 3 and a value of 10 bytes against a key
+    of 4 and a value of 9: the same length), which the columns refute and the record's own shape
+    replaces."""
+    from protocol.records import validation
+    from protocol.records.validation import _check_runs
+
+    for ts_width in range(1, 11):
+        stamp = (1 << (7 * (ts_width - 1) - 1)) if ts_width > 1 else 3
+        body = b"".join(_framed_record(i, stamp, None, b"v" * 100, 0, 0, 0)[0] for i in range(300))
+        assert _check_runs(body, 0, len(body), 0, 300, False) == (300, len(body))
+        assert _check_runs(body, 0, len(body), 0, 300, True) == (0, 0)  # null keys on a compacted topic
+    validation._shapes.clear()
+    a = b"".join(encode_record(i, 0, b"k" * 3, b"v" * 10) for i in range(40))
+    b = b"".join(encode_record(i, 0, b"k" * 4, b"v" * 9) for i in range(40))
+    assert a[:2] == b[:2] and len(a) == len(b)
+    assert _check_runs(a, 0, len(a), 0, 40, True) == (40, len(a))
+    assert _check_runs(b, 0, len(b), 0, 40, True) == (40, len(b))
+    assert _check_runs(bytearray(a), 0, len(a), 0, 40, True) == (40, len(a))  # a frame received in place
+    # runs of 8 records whose size alternates, across the widening at 64: each is a run (each run
+    # cut short narrows how far the next is looked for; the reach then doubles back)
+    d = b"".join(encode_record(i, 0, None, b"v" * (10 + (i // 8) % 2)) for i in range(304))
+    assert _check_runs(d, 0, len(d), 0, 304, False) == (304, len(d))
+    # a run whose record 20 has another value length but the same size ends there
+    c = bytearray(a)
+    c[20 * (len(a) // 40) + 7] = zigzag_varint(9)[0]  # the value's length, in record 20
+    c[20 * (len(a) // 40) + 4] = zigzag_varint(4)[0]  # and the key's: the length still adds up
+    assert _check_runs(bytes(c), 0, len(c), 0, 40, True) == (20, 20 * (len(a) // 40))
+
+
+def test_a_run_check_that_accepted_a_walk_refused_record_would_fail_this_file():
+    """The differential tests above hold the run check to the walk through
+    `_covered_prefix_is_walked`; it refuses a prefix that the walk refuses (a run check that
+    covered too much would be caught)."""
+    body = b"".join(encode_record(i, 0, None, b"v" * 10) for i in range(20))
+    bad = bytearray(body)
+    bad[len(body) // 20 * 5 + 3] = 0x7E  # record 5's offset delta
+    with pytest.raises(InvalidRecordError):
+        _covered_prefix_is_walked(bytes(bad), 0, 20, len(bad), False)
+
+
+@pytest.mark.parametrize("first", [0, 40, 8180])
+@pytest.mark.parametrize("key, ts_width", [(None, 1), (b"k" * 70, 2), (b"", 10)])
+def test_every_framing_byte_of_a_run_damaged_gets_the_walks_verdict(first, key, ts_width):
+    """Exhaustively, for runs that cross the offset delta's widening (64, 8192) at timestamp-delta
+    widths 1, 2 and 10: each framing byte of a record in the middle of a run changed (to several
+    values), and each framing column changed in every record of the run (a fault a check against
+    the run's first record would not see): the run check covers only what the walk accepts, and
+    the verdict is the walk's."""
+    from protocol.records import validation
+
+    stamp = 3 if ts_width == 1 else (1 << (7 * (ts_width - 1) - 1))
+    built = [_framed_record(first + i, stamp, key, b"v" * 30, 0, 0, 0) for i in range(48)]
+    sizes = [len(record) for record, _ in built]
+    body = b"".join(record for record, _ in built)
+    count = first + len(built)
+    starts = [sum(sizes[:k]) for k in range(len(built))]
+    victim = 30 if first != 40 else 20  # inside the run after the widening (at 64) too
+    for column in built[victim][1]:
+        for xor in (0x80, 0x01, 0x40, 0xFF):
+            for records in ([victim], range(victim, len(built)) if sizes[victim] == sizes[-1] else [victim]):
+                mutated = bytearray(body)
+                for k in records:
+                    mutated[starts[k] + column] ^= xor
+                for warm, kind in ((False, bytes), (True, bytes), (True, bytearray)):  # a frame received in place
+                    if not warm:
+                        validation._shapes.clear()
+                    _, (with_runs, walk_alone) = _verdicts(kind(mutated), len(body), first, count, False)
+                    assert with_runs == walk_alone, (column, xor, len(records), warm, kind)
