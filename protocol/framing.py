@@ -19,6 +19,9 @@ BODY_BUFFER_MIN = 1 << 16
 # That buffer starts at most this far ahead of the bytes received and grows as they come: a declared
 # size is not memory until the peer sends it.
 READ_AHEAD = 1 << 20
+# A frame received in place is kept for the next large body only up to this size, so that a connection
+# holds at most this much between requests (Java's max.request.size and librdkafka's batches are 1 MiB).
+RECYCLE_MAX = 2 << 20
 
 
 class FrameError(Exception):
@@ -42,9 +45,9 @@ class FrameDecoder:
     when first asked for (after the shell has taken the frame's bytes from queued.max.request.bytes),
     at most READ_AHEAD beyond the bytes received, and grows as they arrive, never to more than twice
     them (or READ_AHEAD beyond them). Once the shell is done with such a frame, `recycle` keeps its
-    memory for the next large body when nothing else holds it: no allocation, no zero-filling, no
-    fresh pages to fault in for every request (on this project's VMs a fresh page costs a fault in
-    the hypervisor too)."""
+    memory (up to RECYCLE_MAX) for the next large body when nothing else holds it: no allocation, no
+    zero-filling, no fresh pages to fault in for every request (on this project's VMs a fresh page
+    costs a fault in the hypervisor too); memory held already is used whole, up to the body's size."""
 
     __slots__ = ("_chunks", "_buffered", "_max_bytes", "_limit_name", "_needed", "_body", "_filled",
                  "_body_min", "_read_ahead", "_spare")
@@ -103,6 +106,7 @@ class FrameDecoder:
                 body = bytearray(size)
             else:  # resized in place (a bytearray keeps its memory when it shrinks by less than half)
                 self._spare = None
+                size = min(needed, max(size, len(body)))  # memory held already is used whole
                 if len(body) > size:
                     del body[size:]
                 elif len(body) < size:
@@ -120,9 +124,9 @@ class FrameDecoder:
 
     def recycle(self, frame: bytes | bytearray) -> None:
         """The shell is done with `frame` (and drops its own reference next): a frame received in
-        place gives its memory to the next large body, unless something still holds it: another
-        reference, or a memoryview of it (which holds one)."""
-        if type(frame) is bytearray and _refcount(frame) <= _UNSHARED_REFS:
+        place (of at most RECYCLE_MAX bytes) gives its memory to the next large body, unless
+        something still holds it: another reference, or a memoryview of it (which holds one)."""
+        if type(frame) is bytearray and len(frame) <= RECYCLE_MAX and _refcount(frame) <= _UNSHARED_REFS:
             self._spare = frame
 
     def received_into(self, count: int) -> None:

@@ -183,14 +183,15 @@ def test_a_body_in_place_takes_bytes_given_as_chunks_too():
 def _large_frame_in_place(decoder: FrameDecoder, body: bytes) -> bytes | bytearray:
     data = frame(body)
     decoder.receive_data(data[:6])
-    assert decoder.next_frame() is None
-    target = decoder.receive_buffer()
-    assert target is not None
-    target[: len(data) - 6] = data[6:]
-    decoder.received_into(len(data) - 6)
-    del target
-    got = decoder.next_frame()
-    assert got is not None
+    position = 6
+    while (got := decoder.next_frame()) is None:
+        target = decoder.receive_buffer()
+        assert target is not None
+        count = min(len(target), len(data) - position)
+        target[:count] = data[position : position + count]
+        decoder.received_into(count)
+        position += count
+        del target
     return got
 
 
@@ -212,3 +213,25 @@ def test_a_recycled_frame_takes_the_next_large_body_when_nothing_holds_it():
     decoder.recycle(third)
     fourth = _large_frame_in_place(decoder, b"d" * 120)
     assert fourth is not also and also == b"c" * 95 and fourth == b"d" * 120
+
+
+def test_a_frame_over_recycle_max_is_not_kept(monkeypatch):
+    """A connection keeps at most RECYCLE_MAX bytes between requests: a larger frame's memory is
+    freed; a kept one is used whole for the next body (more than the read-ahead would allocate)."""
+    import protocol.framing as framing
+
+    monkeypatch.setattr(framing, "RECYCLE_MAX", 100)
+    decoder = FrameDecoder(body_buffer_min=8, read_ahead=16)
+    big = _large_frame_in_place(decoder, b"a" * 101)
+    big_id = id(big)
+    decoder.recycle(big)
+    del big
+    other = _large_frame_in_place(decoder, b"b" * 50)
+    assert id(other) != big_id
+    decoder.recycle(other)
+    del other
+    data = frame(b"c" * 90)
+    decoder.receive_data(data[:6])
+    assert decoder.next_frame() is None
+    target = decoder.receive_buffer()
+    assert target is not None and len(target) == 48  # the kept 50 bytes, 2 of them received; read-ahead: 16
