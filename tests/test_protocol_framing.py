@@ -180,39 +180,47 @@ def test_a_body_in_place_takes_bytes_given_as_chunks_too():
     assert decoder.at_frame_boundary()
 
 
-def _large_frame_in_place(decoder: FrameDecoder, body: bytes) -> bytes | bytearray:
+def _large_frame_in_place(decoder: FrameDecoder, body: bytes) -> tuple[bytes | bytearray, int]:
+    """`body` as a frame received in place (its first 2 bytes as a chunk with the size prefix, the
+    rest into the buffers offered): the frame, and how many bytes the buffer first offered."""
     data = frame(body)
     decoder.receive_data(data[:6])
     position = 6
+    offered = -1
     while (got := decoder.next_frame()) is None:
         target = decoder.receive_buffer()
         assert target is not None
+        if offered < 0:
+            offered = len(target)
         count = min(len(target), len(data) - position)
         target[:count] = data[position : position + count]
         decoder.received_into(count)
         position += count
         del target
-    return got
+    assert got == body
+    return got, offered
 
 
 def test_a_recycled_frame_takes_the_next_large_body_when_nothing_holds_it():
-    decoder = FrameDecoder(body_buffer_min=8)
-    first = _large_frame_in_place(decoder, b"a" * 100)
-    first_id = id(first)
+    """A recycled frame's memory is used whole for the next body (more than the read-ahead of 16
+    would offer); not while a memoryview of it or another reference is alive."""
+    decoder = FrameDecoder(body_buffer_min=8, read_ahead=16)
+    first, offered = _large_frame_in_place(decoder, b"a" * 100)
+    assert offered == 16  # nothing kept yet: 2 bytes in, the read-ahead beyond them
     decoder.recycle(first)
     del first
-    second = _large_frame_in_place(decoder, b"b" * 90)
-    assert id(second) == first_id and second == b"b" * 90  # the same memory, exactly the new body
+    second, offered = _large_frame_in_place(decoder, b"b" * 90)
+    assert offered == 88  # the kept 100 bytes, cut to the 90 of this body, 2 of them in
 
     kept = memoryview(second)[10:20]  # a view of it is still alive: not reused
     decoder.recycle(second)
-    third = _large_frame_in_place(decoder, b"c" * 95)
-    assert id(third) != id(second) and kept.tobytes() == b"b" * 10 and third == b"c" * 95
+    third, offered = _large_frame_in_place(decoder, b"c" * 95)
+    assert offered == 16 and kept.tobytes() == b"b" * 10
 
     also = third  # a second reference to it: not reused either
     decoder.recycle(third)
-    fourth = _large_frame_in_place(decoder, b"d" * 120)
-    assert fourth is not also and also == b"c" * 95 and fourth == b"d" * 120
+    fourth, offered = _large_frame_in_place(decoder, b"d" * 120)
+    assert offered == 16 and fourth is not also and also == b"c" * 95
 
 
 def test_a_frame_over_recycle_max_is_not_kept(monkeypatch):
@@ -222,16 +230,12 @@ def test_a_frame_over_recycle_max_is_not_kept(monkeypatch):
 
     monkeypatch.setattr(framing, "RECYCLE_MAX", 100)
     decoder = FrameDecoder(body_buffer_min=8, read_ahead=16)
-    big = _large_frame_in_place(decoder, b"a" * 101)
-    big_id = id(big)
-    decoder.recycle(big)
-    del big
-    other = _large_frame_in_place(decoder, b"b" * 50)
-    assert id(other) != big_id
-    decoder.recycle(other)
-    del other
-    data = frame(b"c" * 90)
-    decoder.receive_data(data[:6])
-    assert decoder.next_frame() is None
-    target = decoder.receive_buffer()
-    assert target is not None and len(target) == 48  # the kept 50 bytes, 2 of them received; read-ahead: 16
+
+    def first_offer(body: bytes) -> int:
+        got, offered = _large_frame_in_place(decoder, body)
+        decoder.recycle(got)
+        return offered
+
+    assert first_offer(b"a" * 101) == 16  # nothing kept yet: the read-ahead
+    assert first_offer(b"b" * 50) == 16  # 101 bytes were over RECYCLE_MAX: not kept
+    assert first_offer(b"c" * 90) == 48  # the kept 50 bytes, used whole
