@@ -247,6 +247,7 @@ class GroupCoordinator:
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9+ names the fetching member: a consumer group checks its epoch."""
         return self.shard.offsets.validate_offset_fetch(group_id, member_id, member_epoch)
+
     def commit_transactional_offsets(
         self,
         *,
