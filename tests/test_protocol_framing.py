@@ -6,6 +6,7 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import protocol.framing as framing
 from protocol.framing import FrameDecoder, FrameError, frame
 
 payloads = st.lists(st.binary(max_size=300), max_size=8)
@@ -221,6 +222,30 @@ def test_a_recycled_frame_takes_the_next_large_body_when_nothing_holds_it():
     decoder.recycle(third)
     fourth, offered = _large_frame_in_place(decoder, b"d" * 120)
     assert offered == 16 and fourth is not also and also == b"c" * 95
+
+
+def test_a_connection_keeps_its_largest_buffer_whatever_the_order_of_sizes():
+    """A body under half of the kept memory gets a buffer of its own rather than cut that memory
+    down (CPython would give it back and the next large body would fault in fresh pages); of two
+    recycled frames the larger memory is kept; the kept memory is offered whole again, however
+    short the last body in it was."""
+    decoder = FrameDecoder(body_buffer_min=8, read_ahead=16)
+    big, _ = _large_frame_in_place(decoder, b"a" * 100)
+    decoder.recycle(big)
+    del big
+    small, offered = _large_frame_in_place(decoder, b"b" * 40)
+    assert offered == 16  # a buffer of its own: the read-ahead beyond the 2 bytes in
+    decoder.recycle(small)  # smaller than the memory kept: not kept over it
+    del small
+    shorter, offered = _large_frame_in_place(decoder, b"c" * 60)
+    assert offered == 58  # the 100 bytes kept, cut to this body
+    capacity = framing._capacity(shorter)
+    assert capacity >= 100
+    decoder.recycle(shorter)
+    del shorter
+    longer, offered = _large_frame_in_place(decoder, b"d" * 95)
+    assert offered == 93  # the same memory offered up to this body again, not only the 60 it last held
+    assert framing._capacity(longer) == capacity
 
 
 def test_a_frame_over_recycle_max_is_not_kept(monkeypatch):
