@@ -304,20 +304,26 @@ def test_a_dribbled_frame_does_not_reset_the_idle_time_on_mock_clock(tmp_path):
     assert sent[:5] == [0, 1, 2, 3, 4] and sent[5:] in ([], [5]) and broker.metrics.closed_idle == 1
 
 
+def _long_poll_fetch(broker: Broker, topic: str, max_wait_ms: int) -> bytes:
+    """A Fetch frame (v12) from offset 0 of a new empty one-partition `topic`: it waits max_wait_ms."""
+    broker.logs.create_topic(topic, 1, {}, 0)
+    info = broker.logs.topic(topic)
+    assert info is not None
+    return encode_request(build(schema(1, 12), {
+        "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": (), "rack_id": "",
+        "topics": [{"topic": info.name, "topic_id": info.topic_id, "partitions": [{
+            "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}))
+
+
 def test_idle_time_runs_from_the_response_not_through_a_long_poll_on_mock_clock(tmp_path):
     """connections.max.idle.ms counts only the time a request is being read: a Fetch that waits 3 s
     in purgatory on a connection with a 1 s idle limit is answered at 3 s, and the connection is
     closed 1 s after that answer, when no next request has come."""
     props = {"log.dirs": str(tmp_path / "d"), "listeners": "127.0.0.1:0", "connections.max.idle.ms": "1000"}
     broker = Broker(BrokerConfig(props))
-    broker.logs.create_topic("poll", 1, {}, 0)
-    info = broker.logs.topic("poll")
-    fetch = encode_request(build(schema(1, 12), {
-        "replica_id": -1, "max_wait": 3000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": (), "rack_id": "",
-        "topics": [{"topic": info.name, "topic_id": info.topic_id, "partitions": [{
-            "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
-            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}))
+    fetch = _long_poll_fetch(broker, "poll", 3000)
     times = {}
 
     async def main():
@@ -400,14 +406,7 @@ def test_queued_max_request_bytes_holds_back_reading_until_memory_is_released(tm
     props = {"log.dirs": str(tmp_path / "d"), "listeners": "127.0.0.1:0",
              "queued.max.request.bytes": "4096", "socket.request.max.bytes": "4096"}
     broker = Broker(BrokerConfig(props))
-    broker.logs.create_topic("pool", 1, {}, 0)
-    info = broker.logs.topic("pool")
-    fetch = encode_request(build(schema(1, 12), {
-        "replica_id": -1, "max_wait": 3000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": (), "rack_id": "",
-        "topics": [{"topic": info.name, "topic_id": info.topic_id, "partitions": [{
-            "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
-            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}))
+    fetch = _long_poll_fetch(broker, "pool", 3000)
     padding = 4096 - (len(fetch) - 4)
     fetch = struct.pack(">i", 4096) + fetch[4:] + b"\0" * padding
 
