@@ -235,12 +235,14 @@ def test_idle_and_slowloris_connections_are_closed(start_broker):
                 client.close()
 
 
-def _run_on_mock_clock(tmp_path, overrides, client_side):
+def _run_on_mock_clock(tmp_path, overrides, client_side, broker=None):
     """A connection loop over an in-memory stream on trio's MockClock; `client_side(client, close_times)`
-    drives it. Returns (broker, virtual time the server closed the stream or None)."""
-    props = {"log.dirs": str(tmp_path / "d"), "listeners": "127.0.0.1:0"}
-    props.update(overrides)
-    broker = Broker(BrokerConfig(props))
+    drives it. Returns (broker, virtual time the server closed the stream or None). A `broker` given
+    (set up beforehand) is used instead of one made with `overrides`."""
+    if broker is None:
+        props = {"log.dirs": str(tmp_path / "d"), "listeners": "127.0.0.1:0"}
+        props.update(overrides)
+        broker = Broker(BrokerConfig(props))
     result = {}
 
     async def main():
@@ -326,29 +328,17 @@ def test_idle_time_runs_from_the_response_not_through_a_long_poll_on_mock_clock(
     fetch = _long_poll_fetch(broker, "poll", 3000)
     times = {}
 
-    async def main():
-        client, server = trio.testing.memory_stream_pair()
-        conn = broker.new_connection("poller")
+    async def poller(client, result):
+        await client.send_all(fetch)
+        assert await client.receive_some(1 << 16)
+        times["answered"] = trio.current_time()
+        with trio.move_on_after(60):
+            while await client.receive_some(1 << 16):  # until the broker closes the connection
+                pass
 
-        async def serve():
-            async with server:
-                await serve_connection(broker, server, conn)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve)
-            await client.send_all(fetch)
-            assert await client.receive_some(1 << 16)
-            times["answered"] = trio.current_time()
-            with trio.move_on_after(60):
-                while await client.receive_some(1 << 16):
-                    pass
-                times["closed"] = trio.current_time()
-            nursery.cancel_scope.cancel()
-
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    _, times["closed"] = _run_on_mock_clock(tmp_path, {}, poller, broker=broker)
     assert times == {"answered": pytest.approx(3.0), "closed": pytest.approx(4.0)}
     assert broker.metrics.closed_idle == 1
-    broker.close()
 
 
 # ---- SASL before authentication, and request memory ------------------------------------------------
