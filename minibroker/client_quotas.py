@@ -36,6 +36,7 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -349,12 +350,30 @@ class BrokerQuotas:
         self.pid.cleanup(wall_ms)
 
     async def run_pid_cache_cleanup(self) -> None:
-        """Drop expired producer-id quota layers and idle users every
-        `producer.id.quota.cache.cleanup.scheduler.interval.ms` (KIP-936's cleanup scheduler)."""
-        while True:
-            await trio.sleep(self.pid_cleanup_interval_s)
-            if self.pid.tracked_principals():
+        """Drop expired producer-id quota layers and idle users (KIP-936's cleanup scheduler).
+
+        The KIP's scheduler looks every `producer.id.quota.cache.cleanup.scheduler.interval.ms`
+        (10 ms); this one drops the same things as soon, but wakes only when there is something to
+        drop: at the manager's `next_cleanup_ms`, no sooner than one interval after its last pass
+        (so a flood of new users costs at most one pass per interval), and not at all while no user
+        is tracked. Waking every 10 ms to find nothing cost an idle broker 1% of a core, and 5% of
+        the broker's CPU per record under bench_load (issue 17)."""
+        def on_change() -> None:
+            changed.set()
+
+        self.pid.on_change = on_change
+        try:
+            while True:
+                changed = trio.Event()
+                due_ms = self.pid.next_cleanup_ms()
+                wait_s = math.inf if due_ms is None else (due_ms - self.clock.now_ms()) / 1000
+                if wait_s > 0:
+                    with trio.move_on_after(wait_s):
+                        await changed.wait()
                 self.pid.cleanup(self.clock.now_ms())
+                await trio.sleep(self.pid_cleanup_interval_s)
+        finally:
+            self.pid.on_change = None
 
     async def run_housekeeping(self, every_s: float = 60.0) -> None:
         """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""

@@ -260,7 +260,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("producer.id.quota.window.num", _int, "11", "Kept from KIP-936's table so its configs load; no effect (the window is one producer.id.quota.window.size.seconds, in producer.id.quota.cache.layer.count layers).", _at_least(1)),
         Key("producer.id.quota.cache.layer.count", _int, "4", "Bloom layers per producer-id quota window: a new layer (and admission slot) every window.size / layer.count, or sooner when the newest layer is full (KIP-936).", _at_least(1)),
         Key("producer.id.quota.cache.false.positive.rate", _float, "0.001", "False-positive rate of each Bloom layer of the producer-id quota (KIP-936); a claimed id is checked against producer state.", lambda v: None if 0.0 < v < 1.0 else "must be between 0 and 1 (exclusive)"),
-        Key("producer.id.quota.cache.cleanup.scheduler.interval.ms", _int, "10", "How often expired producer-id quota layers and idle users are dropped (KIP-936's default).", _at_least(1)),
+        Key("producer.id.quota.cache.cleanup.scheduler.interval.ms", _int, "10", "The most often expired producer-id quota layers and idle users are dropped; it wakes only when one is due (KIP-936's default).", _at_least(1)),
         Key("sasl.enabled.mechanisms", _mechanisms, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms offered on a SASL_PLAINTEXT listener."),
         Key("sasl.users", _users, "", "Users of the SASL_PLAINTEXT listener, NAME:PASSWORD,... (SCRAM credentials are derived at start: random salt, 4096 iterations).", sensitive=True),
         Key("connection.failed.authentication.delay.ms", _int, "100", "How long a failed SASL authentication waits before its answer and the close (Kafka's default), to slow down clients retrying a wrong password.", _at_least(0)),

@@ -310,6 +310,10 @@ class LayeredBloomFilter:
                 drop += 1
             del layers[:drop]
 
+    def next_expiry_ms(self) -> int | None:
+        """When the oldest layer expires (None when there is none)."""
+        return self._layers[0].expires_at_ms if self._layers else None
+
     def _rotation_due(self, layer: _Layer, now_ms: int) -> bool:
         # now - created >= window / layer_count, in integers.
         return (now_ms - layer.created_at_ms) * self.layer_count >= self.window_ms

@@ -3,8 +3,9 @@
 KIP-936 (seed 000) is still "Under Discussion" upstream and exists only as a prototype (Claudenw/kafka
 `ProducerIDQuotaManagerCache`); this is a complete, clock-free version of it. Every method takes
 `now_ms`; nothing here reads a clock, sleeps or starts a timer (the prototype's constructor-started
-`Timer` is what the broker shell replaces by calling `cleanup(now_ms)` every
-`producer.id.quota.cache.cleanup.scheduler.interval.ms`).
+`Timer` is what the broker shell replaces by calling `cleanup(now_ms)`, at most every
+`producer.id.quota.cache.cleanup.scheduler.interval.ms` and only when `next_cleanup_ms` says there is
+something to drop; `on_change` tells it when that may have moved).
 
 The contract (the seed's reading: "User-A has producer_ids_rate 100 PID per 1hr ... the leader will
 only store 100 PIDs in 1 hour and throttle any unseen PID"):
@@ -184,6 +185,13 @@ class AdmissionWindow:
         self.drop_before(now_ms, lookback)
         return not self._slots
 
+    def next_drop_ms(self, lookback: int) -> int | None:
+        """When `drop_before` next forgets a slot: the oldest stops counting once now - T + 1 reaches
+        the start of the slot after it (None when there is none)."""
+        if not self._slots:
+            return None
+        return self._slot_start_ms(self._slots[0][0] + 1) + lookback - 1
+
     def slots(self) -> list[tuple[int, int]]:
         return [(slot, c) for slot, c in self._slots]
 
@@ -229,10 +237,14 @@ class ProducerIdQuotaManager:
     """Per-user producer-id quota. See the module docstring for the contract.
 
     The broker shell calls `track` for each producer id in a Produce request (after authentication,
-    before appending), `update_quota` when `producer_ids_rate` is altered, and `cleanup` every
-    `producer.id.quota.cache.cleanup.scheduler.interval.ms` so users who went quiet release their
-    memory.
+    before appending), `update_quota` when `producer_ids_rate` is altered, and `cleanup` so users who
+    went quiet release their memory: at `next_cleanup_ms`, and no more often than every
+    `producer.id.quota.cache.cleanup.scheduler.interval.ms`. `on_change`, when set, is called (with
+    no arguments) whenever `next_cleanup_ms` may have become earlier: a user newly tracked, a rate
+    changed.
     """
+
+    on_change: Callable[[], None] | None
 
     def __init__(
         self,
@@ -277,6 +289,7 @@ class ProducerIdQuotaManager:
         self.rejected_total = 0
         self.false_positives_total = 0
         self.known_from_state_total = 0
+        self.on_change = None
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -316,6 +329,8 @@ class ProducerIdQuotaManager:
             elif rate != entry.rate:
                 entry.rate = rate
                 entry.filter.set_shape(self.shape_for(rate))
+        if self._entries and self.on_change is not None:
+            self.on_change()  # a new lookback may let counts go sooner
 
     # -- the hot path --------------------------------------------------------------------------
 
@@ -333,6 +348,8 @@ class ProducerIdQuotaManager:
                 return _UNTRACKED
             entry = self._new_entry(rate)
             self._entries[principal] = entry
+            if self.on_change is not None:
+                self.on_change()
         filter_ = entry.filter
         h1, h2 = _murmur(_pack_pid(pid), HASH_SEED)  # pid_hash, inlined on the hot path
         where = filter_.locate_hash(h1, h2, now_ms)
@@ -374,6 +391,20 @@ class ProducerIdQuotaManager:
             counts_empty = entry.window.is_empty(now_ms, lookback_ms(entry.rate, self.window_ms))
             if entry.filter.is_empty(now_ms) and counts_empty:
                 del self._entries[name]
+
+    def next_cleanup_ms(self) -> int | None:
+        """The earliest time at which `cleanup` has something to drop (a layer expiring, an admission
+        leaving its lookback, and so perhaps a user), or None while no user is tracked. Until then a
+        cleanup pass changes nothing, so a scheduler can sleep until this time instead of waking every
+        interval; it must ask again after `on_change`."""
+        dues: list[int] = []
+        for entry in self._entries.values():
+            expiry = entry.filter.next_expiry_ms()
+            drop = entry.window.next_drop_ms(lookback_ms(entry.rate, self.window_ms))
+            if expiry is None and drop is None:
+                return 0  # a user with nothing left: its removal is due already
+            dues.extend(t for t in (expiry, drop) if t is not None)
+        return min(dues, default=None)
 
     def tracked_principals(self) -> list[str]:
         return list(self._entries)

@@ -383,6 +383,43 @@ def test_cleanup_removes_a_user_once_its_layers_and_counts_expired():
     admit_all(m, "alice", [100], 4999)  # back with a fresh window
 
 
+def test_next_cleanup_is_when_cleanup_next_drops_something():
+    m = manager()
+    changes = []
+    m.on_change = lambda: changes.append(1)
+    assert m.next_cleanup_ms() is None  # nothing tracked: nothing ever due
+    m.update_quota("alice", 1)
+    assert changes == []  # no user is tracked yet, so nothing can have become due sooner
+    m.track("alice", 1, 0)  # layer until 4000; slot 0 counts until 4999
+    assert changes == [1]  # a user newly tracked
+    m.track("alice", 1, 10)
+    assert changes == [1]  # a known id changes nothing that is due
+    due = m.next_cleanup_ms()
+    assert due == 4000
+    m.cleanup(due - 1)
+    assert m.filter_for("alice").layer_sizes() == [1]  # a millisecond early: nothing to drop
+    m.cleanup(due)
+    assert m.filter_for("alice").layer_sizes() == []
+    assert m.next_cleanup_ms() == 4999
+    m.cleanup(4998)
+    assert m.is_tracked("alice")
+    m.cleanup(4999)
+    assert not m.is_tracked("alice") and m.next_cleanup_ms() is None
+
+
+def test_a_rate_change_moves_the_next_cleanup_and_says_so():
+    m = manager()
+    m.update_quota("alice", 0.5)  # T = 2 W: an admission counts for 8000 ms
+    m.track("alice", 1, 0)
+    m.cleanup(4000)  # the layer is gone, the admission still counts
+    assert m.next_cleanup_ms() == 8999
+    changes = []
+    m.on_change = lambda: changes.append(1)
+    m.update_quota("alice", 2)  # T = W: it stops counting 4000 ms sooner
+    assert changes == [1]
+    assert m.next_cleanup_ms() == 4999
+
+
 def test_cleanup_keeps_active_users():
     m = manager()
     m.update_quota(None, 10)

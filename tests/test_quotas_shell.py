@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import struct
 import time
 
@@ -19,6 +20,7 @@ from kio.index import load_response_schema
 
 from minibroker.broker import Broker, Connection
 from minibroker.client_quotas import TaskClock
+from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig, ConfigError
 from minibroker.handlers import Reply, load_all
 from minibroker.server import serve_connection
@@ -398,6 +400,50 @@ def test_producer_id_quota_settings(tmp_path):
     assert defaults.quotas.pid_cleanup_interval_s == 0.010  # KIP-936's table
     assert defaults.config["producer.id.quota.error.code"] == 19
     defaults.close()
+
+
+def test_the_producer_id_cleanup_wakes_only_when_there_is_something_to_drop(tmp_path):
+    props = {"log.dirs": str(tmp_path / "data"), "listeners": "127.0.0.1:0",
+             "producer.id.quota.window.size.seconds": "4", "producer.id.quota.cache.layer.count": "4"}
+    # 1,700,000,000,250 ms: the first id's layer expires at +4000 ms, its count (slot 0 of W / L =
+    # 1000 ms, which began 250 ms earlier) at +4749 ms.
+    broker = Broker(BrokerConfig(props), clock=BrokerClock(wall_ms=lambda: 1_700_000_000_250))
+    set_quota(broker, [("user", "alice")], "producer_ids_rate", 1)
+    quota = broker.pid_quota
+    clock = trio.testing.MockClock()
+
+    def next_timer() -> float:
+        return trio.lowlevel.current_statistics().seconds_to_next_deadline
+
+    async def settle_at(t: float) -> None:
+        clock.jump(t - trio.current_time())
+        await trio.testing.wait_all_tasks_blocked()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker.quotas.run_pid_cache_cleanup)
+            await trio.testing.wait_all_tasks_blocked()
+            assert next_timer() == math.inf  # nothing tracked: no timer (the KIP's would wake every 10 ms)
+            await settle_at(1.0)
+            quota.track("alice", 1, broker.clock.now_ms())
+            await trio.testing.wait_all_tasks_blocked()
+            assert next_timer() == pytest.approx(0.010)  # woken by the new user: a pass, then one interval
+            await settle_at(1.010)
+            assert next_timer() == pytest.approx(3.990)  # asleep until the layer expires
+            await settle_at(4.999)
+            assert quota.filter_for("alice").layer_sizes() == [1]
+            await settle_at(5.0)
+            assert quota.filter_for("alice").layer_sizes() == [] and quota.is_tracked("alice")
+            await settle_at(5.010)  # one interval on, it looks for the next: the count, at 5.749
+            assert next_timer() == pytest.approx(0.739)
+            await settle_at(5.749)
+            assert not quota.is_tracked("alice")
+            await settle_at(5.759)
+            assert next_timer() == math.inf  # nothing left to track
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
+    broker.close()
 
 
 @pytest.mark.parametrize("key, value, reason", [
