@@ -181,6 +181,28 @@ def test_a_body_in_place_takes_bytes_given_as_chunks_too():
     assert decoder.at_frame_boundary()
 
 
+@pytest.fixture(params=["c-api", "portable"])
+def allocation(request, monkeypatch):
+    """Buffers made and resized through CPython's C API without writing their new bytes, and the
+    portable way (zero-filled) where there is no such API: the same frames and the same memory kept."""
+    if request.param == "portable":
+        monkeypatch.setattr(framing, "_from_size", None)
+        monkeypatch.setattr(framing, "_resize", None)
+    return request.param
+
+
+def test_a_buffer_not_zero_filled_is_overwritten_before_it_is_a_frame(allocation):
+    """A new buffer holds whatever its memory held (the C API's): what the frame shows of it is only
+    what was received into it."""
+    decoder = FrameDecoder(body_buffer_min=8, read_ahead=4096)
+    for fill in (b"x", b"y"):
+        garbage = bytearray(fill * 5000)  # freed memory the next buffer may be made of
+        del garbage
+        body = bytes(range(256)) * 12
+        got, offered = _large_frame_in_place(decoder, body)
+        assert offered == len(body) - 2 and bytes(got) == body
+
+
 def _large_frame_in_place(decoder: FrameDecoder, body: bytes) -> tuple[bytes | bytearray, int]:
     """`body` as a frame received in place (its first 2 bytes as a chunk with the size prefix, the
     rest into the buffers offered): the frame, and how many bytes the buffer first offered."""
@@ -202,7 +224,7 @@ def _large_frame_in_place(decoder: FrameDecoder, body: bytes) -> tuple[bytes | b
     return got, offered
 
 
-def test_a_recycled_frame_takes_the_next_large_body_when_nothing_holds_it():
+def test_a_recycled_frame_takes_the_next_large_body_when_nothing_holds_it(allocation):
     """A recycled frame's memory is used whole for the next body (more than the read-ahead of 16
     would offer); not while a memoryview of it or another reference is alive."""
     decoder = FrameDecoder(body_buffer_min=8, read_ahead=16)
@@ -224,7 +246,7 @@ def test_a_recycled_frame_takes_the_next_large_body_when_nothing_holds_it():
     assert offered == 16 and fourth is not also and also == b"c" * 95
 
 
-def test_a_connection_keeps_its_largest_buffer_whatever_the_order_of_sizes():
+def test_a_connection_keeps_its_largest_buffer_whatever_the_order_of_sizes(allocation):
     """A body under half of the kept memory gets a buffer of its own rather than cut that memory
     down (CPython would give it back and the next large body would fault in fresh pages); of two
     recycled frames the larger memory is kept; the kept memory is offered whole again, however
@@ -248,7 +270,7 @@ def test_a_connection_keeps_its_largest_buffer_whatever_the_order_of_sizes():
     assert framing._capacity(longer) == capacity
 
 
-def test_a_frame_over_recycle_max_is_not_kept(monkeypatch):
+def test_a_frame_over_recycle_max_is_not_kept(monkeypatch, allocation):
     """A connection keeps at most RECYCLE_MAX bytes between requests: a larger frame's memory is
     freed; a kept one is used whole for the next body (more than the read-ahead would allocate)."""
     import protocol.framing as framing
