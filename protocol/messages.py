@@ -68,7 +68,7 @@ class RequestHeader:
     size: int  # bytes the header took in the frame; the body starts here
 
 
-def _read_uvarint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     return read_uvarint(buf, pos, max_bits=35, what="request header", error=MalformedRequestError)
 
 
@@ -79,8 +79,9 @@ def peek_api(frame: bytes | bytearray) -> tuple[int, int, int]:
     return struct.unpack_from(">hhi", frame, 0)
 
 
-def parse_header(frame: bytes | bytearray, flexible: bool) -> RequestHeader:
-    """Read the request header. `flexible` selects header v2 (tagged fields after ClientId)."""
+def parse_header(frame: bytes | bytearray | memoryview, flexible: bool) -> RequestHeader:
+    """Read the request header. `flexible` selects header v2 (tagged fields after ClientId). Any
+    buffer type: the framing layer hands over bytes or a bytearray, by the frame's size."""
     if len(frame) < _HEADER_FIXED.size:
         raise MalformedRequestError(f"request of {len(frame)} bytes is shorter than a header")
     api_key, api_version, correlation_id, client_id_len = _HEADER_FIXED.unpack_from(frame, 0)
@@ -91,7 +92,7 @@ def parse_header(frame: bytes | bytearray, flexible: bool) -> RequestHeader:
         if end > len(frame):
             raise MalformedRequestError("client id runs past the end of the request")
         try:
-            client_id = frame[pos:end].decode()
+            client_id = str(frame[pos:end], "utf-8")
         except UnicodeDecodeError as exc:
             raise MalformedRequestError("client id is not UTF-8") from exc
         pos = end

@@ -199,7 +199,9 @@ def _decoder(version: int) -> Callable[[bytes, int], tuple[ProduceRequest, int]]
         topics = []
         for _ in range(topic_count):
             if by_id:
-                raw = frame[pos:pos + 16]
+                # bytes() whatever the frame's type: the framing layer hands over a bytearray (its
+                # recycled receive buffer) for large bodies, and uuid.UUID accepts bytes only.
+                raw = bytes(frame[pos:pos + 16])
                 if len(raw) < 16:
                     raise RequestRejected("truncated before topic_data.topic_id")
                 topic_id, name = (None if raw == _ZERO_UUID else uuid.UUID(bytes=raw)), None
