@@ -15,8 +15,8 @@ from typing import Any
 from kio.index import load_request_schema
 
 from minibroker.sasl import ScramClient, SaslAuthenticationFailed
-from protocol.entities import build
-from protocol.messages import ProtocolError, decode_response, encode_request, kio_versions
+from minibroker.protocol.entities import build
+from minibroker.protocol.messages import ProtocolError, decode_response, encode_request, kio_versions
 
 __all__ = ["AdminClient", "AdminClientError"]
 
@@ -75,7 +75,7 @@ class AdminClient:
         return min(theirs[1], ours[1])
 
     def call(self, api_key: int, body: dict[str, Any], version: int | None = None) -> Any:
-        """Send a request described as a dict (see protocol.entities.build); return the kio response."""
+        """Send a request described as a dict (see minibroker.protocol.entities.build); return the kio response."""
         version = self.version_for(api_key) if version is None else version
         request = build(load_request_schema(api_key, version), body)
         return self._roundtrip(request)

@@ -2,7 +2,7 @@
 
 Opt-in (`audit.enable`, default false). The request path calls `record(event)` once per decision (one
 event per produced partition batch, per fetched partition, per InitProducerId; the fields are the
-contract in `storage.audit_format`); that only appends the dict to a list. The events become records
+contract in `minibroker.storage.audit_format`); that only appends the dict to a list. The events become records
 of partition 0 of `__minibroker_audit` when `flush(now_ms)` runs: from `maybe_flush` (every
 `flush_interval_ms`), when `max_buffered` events are waiting, and at `close`. Each flush is one append
 of uncompressed v2 batches (normally one batch; more only when the events outgrow the topic's
@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Mapping
 
-from protocol.records import encode_batch
-from storage.audit_format import (
+from minibroker.protocol.records import encode_batch
+from minibroker.storage.audit_format import (
     API_FETCH,
     API_INIT_PRODUCER_ID,
     API_PRODUCE,
@@ -34,7 +34,7 @@ from storage.audit_format import (
     encode_event,
     quota_config_event,
 )
-from storage.manager import LogManager
+from minibroker.storage.manager import LogManager
 
 __all__ = ["AuditLog", "quota_settings"]
 
@@ -90,10 +90,10 @@ class AuditLog:
         if len(buffer) >= self.max_buffered:
             self.flush(event["ts"])
 
-    # -- the call sites' helpers: one event per decision, fields as storage.audit_format says --------
+    # -- the call sites' helpers: one event per decision, fields as minibroker.storage.audit_format says --------
 
     # The call sites' helpers buffer a tuple in AUDIT_FIELD_NAMES order (cheaper to build than a
-    # dict); `flush` turns it into the event. Fields as storage.audit_format says.
+    # dict); `flush` turns it into the event. Fields as minibroker.storage.audit_format says.
 
     def record_produce(self, ctx, topic: str | None, partition: int, records, outcome, now_ms: int) -> None:
         """One Produce partition. `outcome`: the handler's PartitionOutcome (response dict,
@@ -134,7 +134,7 @@ class AuditLog:
         ))
 
     def record_quota_config(self, now_ms: int, entities: Iterable, settings: dict[str, float], ctx=None) -> None:
-        """The quota configuration (storage.audit_format's quota-configuration event): at start
+        """The quota configuration (minibroker.storage.audit_format's quota-configuration event): at start
         (`ctx` None) every configured entity; after an AlterClientQuotas (its `ctx`) the entities it
         altered. `entities`: (ClientQuotaEntity, {key: value}) pairs."""
         quotas = [{"entity": dict(entity.entries), "values": dict(values)} for entity, values in entities]

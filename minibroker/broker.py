@@ -39,14 +39,14 @@ from minibroker.purgatory import Purgatory
 from minibroker.txn_markers import MarkerResult, TxnMarker, write_txn_markers
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
-from protocol.entities import build
-from protocol.records import BatchHeader, read_header
-from protocol.errors import ErrorCode
-from protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
-from protocol.fetch_response import FrameParts, encode_fetch_response
-from protocol.produce_response import encode_produce_response
-from quotas.client_quota import combine_throttle_time_ms
-from protocol.messages import (
+from minibroker.protocol.entities import build
+from minibroker.protocol.records import BatchHeader, read_header
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
+from minibroker.protocol.fetch_response import FrameParts, encode_fetch_response
+from minibroker.protocol.produce_response import encode_produce_response
+from minibroker.quotas.client_quota import combine_throttle_time_ms
+from minibroker.protocol.messages import (
     API_VERSIONS_KEY,
     ApiSchema,
     ProtocolError,
@@ -59,21 +59,21 @@ from protocol.messages import (
     parse_header,
     peek_api,
 )
-from storage.errors import DamagedFileError, FencedEpochError, storage_error_message
-from storage.file_cache import FileCache
-from storage.lock import DataDirLock
-from storage.files import write_atomically
-from storage.log import PartitionLog
-from storage.manager import LogManager
-from storage.offsets_store import TOPIC as OFFSETS_TOPIC
-from storage.producer_ids import ProducerIdAllocator
+from minibroker.storage.errors import DamagedFileError, FencedEpochError, storage_error_message
+from minibroker.storage.file_cache import FileCache
+from minibroker.storage.lock import DataDirLock
+from minibroker.storage.files import write_atomically
+from minibroker.storage.log import PartitionLog
+from minibroker.storage.manager import LogManager
+from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC
+from minibroker.storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 
-# Produce: decoded in place (protocol.produce_request), also from a frame received in place; its
+# Produce: decoded in place (minibroker.protocol.produce_request), also from a frame received in place; its
 # responses are written by protocol.produce_response.
 PRODUCE_KEY = 0
-FETCH_KEY = 1  # its responses are encoded by protocol.fetch_response
+FETCH_KEY = 1  # its responses are encoded by minibroker.protocol.fetch_response
 
 
 
@@ -275,7 +275,7 @@ class Broker:
                                                config["num.recovery.threads.per.data.dir"])
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
-        # versions) in a tagged field, in lean mode only (protocol.extensions).
+        # versions) in a tagged field, in lean mode only (minibroker.protocol.extensions).
         self.response_tags: dict[int, dict[int, bytes]] = {}
         if self.producer_states.mode == "lean":
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
@@ -425,7 +425,7 @@ class Broker:
                 f"(v{handler.min_version}-v{handler.max_version})"
             )
         if type(frame) is not bytes and api_key != PRODUCE_KEY:
-            frame = bytes(frame)  # received in place (protocol.framing); kio's readers take bytes
+            frame = bytes(frame)  # received in place (minibroker.protocol.framing); kio's readers take bytes
         schema = api_schema(api_key, version)
         header = parse_header(frame, schema.flexible)
         request, trailing = decode_request(schema, frame, header.size)
@@ -504,8 +504,8 @@ class Broker:
 
     def _encode(self, ctx: RequestContext, body: dict[str, Any], throttle_ms: int) -> bytes | FrameParts:
         """The response frame: `body` with the throttle time, in the request's version. A Produce
-        response is written directly (protocol.produce_response, kio's bytes without kio's objects); a
-        Fetch response keeps its large records as buffers of their own (protocol.fetch_response)."""
+        response is written directly (minibroker.protocol.produce_response, kio's bytes without kio's objects); a
+        Fetch response keeps its large records as buffers of their own (minibroker.protocol.fetch_response)."""
         schema = ctx.schema
         if schema.api_key == PRODUCE_KEY:
             return encode_produce_response(schema.version, ctx.header.correlation_id,

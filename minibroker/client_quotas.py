@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from protocol.errors import ErrorCode
-from quotas.callback import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.quotas.callback import (
     DEFAULT,
     ClientQuotaCallback,
     ClientQuotaEntity,
@@ -52,23 +52,23 @@ from quotas.callback import (
     QuotaType,
     load_callback,
 )
-from quotas.client_quota import (
+from minibroker.quotas.client_quota import (
     ClientQuotaManager,
     ClientRequestQuotaManager,
     ControllerMutationQuota,
     ControllerMutationQuotaManager,
 )
-from quotas.config import QuotaConfigStore
-from quotas.connection_quota import ConnectionRateQuotas
-from quotas.producer_id_quota import ProducerIdQuotaManager
-from quotas.rate import MetricConfig
-from storage.errors import storage_error_message
-from storage.files import write_atomically
+from minibroker.quotas.config import QuotaConfigStore
+from minibroker.quotas.connection_quota import ConnectionRateQuotas
+from minibroker.quotas.producer_id_quota import ProducerIdQuotaManager
+from minibroker.quotas.rate import MetricConfig
+from minibroker.storage.errors import storage_error_message
+from minibroker.storage.files import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.clock import BrokerClock
     from minibroker.config import BrokerConfig
-    from quotas.cluster import Cluster
+    from minibroker.quotas.cluster import Cluster
 
 log = logging.getLogger(__name__)
 

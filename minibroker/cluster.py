@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from quotas.cluster import Cluster, Node, PartitionInfo
+from minibroker.quotas.cluster import Cluster, Node, PartitionInfo
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from storage.config import BROKER_LOG_KEYS, ConfigError, LogConfig
+from minibroker.storage.config import BROKER_LOG_KEYS, ConfigError, LogConfig
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ from minibroker.dynamic_config import (
     apply,
     check_against_topics,
 )
-from protocol.errors import ErrorCode
-from storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
-from storage.errors import storage_error_message
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
+from minibroker.storage.errors import storage_error_message
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from minibroker.admin_client import AdminClient, AdminClientError
-from quotas.config import QUOTA_KEYS
+from minibroker.quotas.config import QUOTA_KEYS
 
 EPILOG = """\
 examples:

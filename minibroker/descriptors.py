@@ -1,4 +1,4 @@
-"""The process's descriptor limit and its one budget (storage.descriptors), in the shell.
+"""The process's descriptor limit and its one budget (minibroker.storage.descriptors), in the shell.
 
 At start the soft RLIMIT_NOFILE is raised toward the hard limit, as servers commonly do (the JVM
 does it by default, -XX:+MaxFDLimit): a macOS shell's soft limit of 256 usually sits under a hard
@@ -22,7 +22,7 @@ import logging
 import resource
 import threading
 
-from storage.descriptors import DescriptorBudget
+from minibroker.storage.descriptors import DescriptorBudget
 
 log = logging.getLogger(__name__)
 

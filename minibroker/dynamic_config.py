@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from minibroker.config import BROKER_CONFIGS, BrokerConfig, ConfigError
-from protocol.errors import ErrorCode
-from storage.config import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import (
     BROKER_KEY_DEFAULTS,
     BROKER_LOG_KEYS,
     SOURCE_DYNAMIC_BROKER_CONFIG,
@@ -48,7 +48,7 @@ from storage.config import (
     TOPIC_CONFIGS,
     BrokerLevels,
 )
-from storage.files import write_atomically
+from minibroker.storage.files import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker

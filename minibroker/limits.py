@@ -22,7 +22,7 @@ and nothing can wait forever.
 Partitions:
 
 - `max.broker.partitions` (the name KIP-578 proposed; Kafka shipped no such limit), default 50,000.
-  An idle partition holds no file descriptor (storage.file_cache), but it costs about 3 KB of
+  An idle partition holds no file descriptor (minibroker.storage.file_cache), but it costs about 3 KB of
   memory and a directory, so a client naming thousands of new topics in every Metadata request
   could otherwise grow the broker without bound.
 - KRaft's own per-request cap: a CreateTopics asking for more than 10,000 partitions in all is

@@ -1,4 +1,4 @@
-"""The log cleaner task: compacts the broker's `cleanup.policy=compact` topics (storage.cleaner has
+"""The log cleaner task: compacts the broker's `cleanup.policy=compact` topics (minibroker.storage.cleaner has
 the semantics: Kafka's LogCleaner, Cleaner and LogCleanerManager).
 
 One task (log.cleaner.threads is accepted; one log is cleaned at a time, as with Kafka's default of
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from protocol.records import CorruptRecordError
-from storage.cleaner import (
+from minibroker.protocol.records import CorruptRecordError
+from minibroker.storage.cleaner import (
     CleaningAborted,
     CleaningResult,
     CleaningRound,
@@ -41,7 +41,7 @@ from storage.cleaner import (
     read_checkpoint,
     write_checkpoint,
 )
-from storage.errors import storage_error_message
+from minibroker.storage.errors import storage_error_message
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker
@@ -76,7 +76,7 @@ class LogCleanerTask:
         self.metrics = CleanerMetrics()
         self.uncleanable: set[tuple[str, int]] = set()
         # Per partition, the earliest delete horizon of the tombstones its last cleaning kept: due, the
-        # log is cleaned again without new dirty data (storage.cleaner, LogToClean.tombstones_due).
+        # log is cleaned again without new dirty data (minibroker.storage.cleaner, LogToClean.tombstones_due).
         self.tombstone_horizons: dict[tuple[str, int], int] = {}
         self._round: CleaningRound | None = None
         self._lock = trio.Lock()

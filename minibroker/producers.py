@@ -43,13 +43,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from minibroker.config import BrokerConfig
-from protocol.errors import ErrorCode
-from protocol.records import BatchHeader
-from storage.log import AppendResult, PartitionLog
-from storage.manager import LogManager
-from storage.producer_ids import ProducerIdAllocator
-from storage.producer_state import ProducerStateManager
-from storage.producer_state.snapshot import list_snapshots
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import BatchHeader
+from minibroker.storage.log import AppendResult, PartitionLog
+from minibroker.storage.manager import LogManager
+from minibroker.storage.producer_ids import ProducerIdAllocator
+from minibroker.storage.producer_state import ProducerStateManager
+from minibroker.storage.producer_state.snapshot import list_snapshots
 
 log = logging.getLogger(__name__)
 

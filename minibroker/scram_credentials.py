@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from minibroker.sasl import ScramCredential, UserStore
-from protocol.errors import ErrorCode
-from storage.files import write_atomically
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.files import write_atomically
 
 log = logging.getLogger(__name__)
 

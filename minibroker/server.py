@@ -13,7 +13,7 @@ listener per entry of `listeners` (PLAINTEXT, SASL_PLAINTEXT), and optionally th
 Limits (minibroker.limits, Kafka's names): the accept loop stops accepting at max.connections,
 waits out max.connection.creation.rate (broker-wide and per listener, KIP-612), holds a connection
 over its IP's connection_creation_rate for the throttle time and then closes it
-(quotas.connection_quota), and closes a connection over max.connections.per.ip at once; the connection loop closes a connection
+(minibroker.quotas.connection_quota), and closes a connection over max.connections.per.ip at once; the connection loop closes a connection
 that has completed no request for connections.max.idle.ms (counted from its last response, so a
 frame dribbled byte by byte does not keep it open), caps a frame at sasl.server.max.receive.size
 until SASL authentication completes, and takes each request's bytes from queued.max.request.bytes
@@ -36,9 +36,9 @@ import trio
 
 from minibroker.broker import Broker, Connection, StartupError
 from minibroker.config import BrokerConfig
-from protocol.fetch_response import FrameParts
-from protocol.framing import FrameDecoder, FrameError
-from protocol.messages import ProtocolError
+from minibroker.protocol.fetch_response import FrameParts
+from minibroker.protocol.framing import FrameDecoder, FrameError
+from minibroker.protocol.messages import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,7 @@ MAX_IOV = 512
 
 async def send_frame(stream: trio.abc.Stream, data: bytes | FrameParts) -> None:
     """Send one response frame. A FrameParts (a Fetch response keeping its records uncopied,
-    protocol.fetch_response) goes out with vectored sends (sendmsg) on a socket, the kernel
+    minibroker.protocol.fetch_response) goes out with vectored sends (sendmsg) on a socket, the kernel
     gathering the buffers; elsewhere buffer by buffer."""
     if not isinstance(data, FrameParts):
         await stream.send_all(data)

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
 from minibroker.handlers.common import error_answer
-from protocol.errors import ErrorCode
-from protocol.records import encode_control_batch, read_header
-from protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT, ControlRecord
-from storage.producer_state.txns import AbortedTxn
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import encode_control_batch, read_header
+from minibroker.protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT, ControlRecord
+from minibroker.storage.producer_state.txns import AbortedTxn
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker

@@ -4,7 +4,7 @@ By default it reads `__minibroker_audit` over the Kafka protocol from `--bootstr
 (127.0.0.1:9092, minibroker's default listener), on local Spark with every core, and writes
 ./report/. `--data-dir` reads a broker's data directory instead (offline), `--trace` a Parquet or
 JSON-lines file. The broker's quota configuration and window settings come from the audit itself
-(pipeline.timeline); the window flags are for what-if candidates, and a flag that disagrees with
+(minibroker.pipeline.timeline); the window flags are for what-if candidates, and a flag that disagrees with
 the recorded setting is flagged in the report. Each stage prints a line with its counts and time;
 Spark's progress bar and web UI are on unless `--quiet`; `--conf key=value` passes any Spark
 setting; `--master spark://HOST:PORT` runs on a standalone cluster (scripts/spark_standalone).
@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.model import StateMemoryModel, measure_entry_bytes
-from pipeline.replay import QuotaSettings
-from storage.audit_format import AUDIT_TOPIC
+from minibroker.pipeline.model import StateMemoryModel, measure_entry_bytes
+from minibroker.pipeline.replay import QuotaSettings
+from minibroker.storage.audit_format import AUDIT_TOPIC
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     source = args.trace or args.data_dir or f"{args.topic} on {bootstrap}"
     model = measure_entry_bytes() if args.measure_state_memory else StateMemoryModel()
 
-    from pipeline.read import read_data_dir, read_kafka, read_trace
-    from pipeline.report import build_report
-    from pipeline.session import cpu_seconds_probe, spark_session
+    from minibroker.pipeline.read import read_data_dir, read_kafka, read_trace
+    from minibroker.pipeline.report import build_report
+    from minibroker.pipeline.session import cpu_seconds_probe, spark_session
 
     started = time.perf_counter()
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, conf=dict(args.conf),

@@ -12,7 +12,7 @@ Per second of trace time (the trace lasts events / 657 seconds: 1M events ~ 25 m
 * a new-producer-per-batch user (`User:lambda-ingest`): 200 producers a second, each doing
   InitProducerId and sending a single batch 5-50 ms later: 200 new producer ids and 400 events/s.
 
-Events carry every audit field (`storage.audit_format`), `throttle_time_ms` 0 and `pid_new` null (no
+Events carry every audit field (`minibroker.storage.audit_format`), `throttle_time_ms` 0 and `pid_new` null (no
 quota was set), plus `seq`: the order the broker would have recorded them in.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from storage.audit_format import AUDIT_FIELDS
+from minibroker.storage.audit_format import AUDIT_FIELDS
 
 __all__ = ["EVENTS_PER_SECOND", "generate", "write_trace"]
 

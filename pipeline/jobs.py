@@ -9,7 +9,7 @@ Windows are fixed, aligned to the epoch: `window_start_ms = floor(ts / window_ms
   sighting, and again after a silence longer than `memory_ms` (the report passes
   producer.id.expiration.ms: the quota knows a PID as long as it has producer state). This is the
   demand the quota meters.
-* `user_needs`: per principal, the producer_ids_rate its new producer ids need (pipeline.recommend);
+* `user_needs`: per principal, the producer_ids_rate its new producer ids need (minibroker.pipeline.recommend);
 * `observed_totals`: what the broker itself decided, per principal, beside the replay's totals.
 """
 
@@ -19,8 +19,8 @@ import pandas as pd
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.recommend import per_window_need
-from pipeline.replay import PRODUCE_KEY
+from minibroker.pipeline.recommend import per_window_need
+from minibroker.pipeline.replay import PRODUCE_KEY
 
 __all__ = ["new_pid_events", "new_pids_per_window", "observed_totals", "summary", "user_needs", "window_start"]
 
@@ -123,7 +123,7 @@ def user_needs(new_pids: DataFrame, window_size_seconds: float, layer_count: int
 
 
 def observed_totals(events: DataFrame) -> DataFrame:
-    """What the broker itself decided, per principal, in the replay's columns (pipeline.whatif
+    """What the broker itself decided, per principal, in the replay's columns (minibroker.pipeline.whatif
     COUNTS): its producer-id verdicts (`pid_new`, batches refused for `producer_ids_rate`) and the
     throttle time it gave each produce request (any quota)."""
     produce = events.where(F.col("api_key") == PRODUCE_KEY)

@@ -11,7 +11,7 @@ ids, CPython 3.11; `measure_entry_bytes()` re-measures on the running interprete
 * kafka (Kafka's ProducerStateEntry, the last 5 batches): 444.4 bytes with one batch retained, then
   704.4, 908.4, 1112.4 and 1316.4 with 2..5 (an entry object, a list, a slotted object per batch).
 
-Needed rate. The producer-id quota (quotas.producer_id_quota) admits a new PID at t while the new
+Needed rate. The producer-id quota (minibroker.quotas.producer_id_quota) admits a new PID at t while the new
 PIDs admitted in the slots of W / L (fixed grid, slot = floor(t L / W)) that overlap (t - T, t] are
 fewer than the allowance: floor(q) over T = W for q >= 1, one over T = ceil(W / q) below 1. Every
 new PID of a trace is admitted iff each finds fewer than the allowance before it in its lookback, so
@@ -61,8 +61,8 @@ class StateMemoryModel:
 
 def measure_entry_bytes(entries: int = 20_000) -> StateMemoryModel:
     """Measure the model on this interpreter with the broker's own `ProducerStateManager`."""
-    from protocol.records import BatchHeader
-    from storage.producer_state import ProducerStateManager
+    from minibroker.protocol.records import BatchHeader
+    from minibroker.storage.producer_state import ProducerStateManager
 
     def per_entry(mode: str, batches: int) -> float:
         gc.collect()

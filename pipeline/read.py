@@ -1,10 +1,10 @@
 """Read the audit into a typed DataFrame: over the Kafka protocol (the default), from a broker's data
 directory (offline), or from a trace file (Parquet or JSON lines).
 
-The broker and data-dir paths go through the Spark Python data sources in `pipeline.sources`, which
+The broker and data-dir paths go through the Spark Python data sources in `minibroker.pipeline.sources`, which
 yield the raw records as Spark's Kafka source does (key, value, offset, ...), split into offset or
 byte ranges; `parse_records` then parses the values in Spark with `from_json` and the declared
-schema (`pipeline.schema.AUDIT_SCHEMA`, the fields of `storage.audit_format`). The result,
+schema (`pipeline.schema.AUDIT_SCHEMA`, the fields of `minibroker.storage.audit_format`). The result,
 `PARSED_SCHEMA`, adds `seq` (the record's offset in the audit topic: the order in which the broker
 made its decisions; a trace's own `seq` column, else its row order) and `config_json`: for a
 quota-configuration event only, its JSON text (a handful of records, parsed on the driver by
@@ -12,7 +12,7 @@ quota-configuration event only, its JSON text (a handful of records, parsed on t
 audit event (a client may produce anything to the topic) parses to nulls and is counted as skipped.
 
 `decision_events` keeps the decisions (`pipeline.schema.EVENTS_SCHEMA`: Produce, Fetch,
-InitProducerId); `quota_records` collects the quota-configuration events for `pipeline.timeline`.
+InitProducerId); `quota_records` collects the quota-configuration events for `minibroker.pipeline.timeline`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from pipeline.schema import AUDIT_SCHEMA, EVENTS_SCHEMA
-from pipeline.sources import (
+from minibroker.pipeline.schema import AUDIT_SCHEMA, EVENTS_SCHEMA
+from minibroker.pipeline.sources import (
     KAFKA_FORMAT,
     SEGMENTS_FORMAT,
     KafkaRecordsSource,
@@ -33,7 +33,7 @@ from pipeline.sources import (
     kafka_offset_ranges,
     segment_byte_ranges,
 )
-from storage.audit_format import API_ALTER_CLIENT_QUOTAS, API_QUOTA_CONFIG, AUDIT_TOPIC
+from minibroker.storage.audit_format import API_ALTER_CLIENT_QUOTAS, API_QUOTA_CONFIG, AUDIT_TOPIC
 
 __all__ = [
     "PARSED_SCHEMA",

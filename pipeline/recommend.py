@@ -1,10 +1,10 @@
 """The report's answer: which default `producer_ids_rate` throttles only the users creating producers
 far faster than the rest, and which throttles nobody, in the broker's unit and as values it accepts.
 
-Per user, from the times its producer ids were new (pipeline.jobs.new_pid_events):
+Per user, from the times its producer ids were new (minibroker.pipeline.jobs.new_pid_events):
 
 * `needed`: the smallest producer_ids_rate under which the quota (its own slot arithmetic,
-  pipeline.model.needed_rate) admits every one of them, over the audit as recorded;
+  minibroker.pipeline.model.needed_rate) admits every one of them, over the audit as recorded;
 * `per_window`: what a whole window W (producer.id.quota.window.size.seconds) needs. An audit at
   least W long measures it (`needed`). A shorter one cannot: its count grows with its length. Then
   the need is measured at shorter windows inside the audit (span/16, span/8, span/4, span/2) and
@@ -17,7 +17,7 @@ Then: `outliers` are the users above the largest gap (at least `OUTLIER_GAP` x) 
 `per_window` values; `throttle_rate` (X) is the smallest 1-2-5 value at least `HEADROOM` x the most
 any other user needs, kept below what the outliers need; `nobody_rate` (Y) is the largest
 `per_window`, rounded up to two significant digits. Both are checked against the broker's own
-AlterClientQuotas validation (quotas.config), and both are replayed as candidates, so the report's
+AlterClientQuotas validation (minibroker.quotas.config), and both are replayed as candidates, so the report's
 first lines give the replay's exact counts for them.
 """
 
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pipeline.model import needed_rate
-from protocol.errors import ErrorCode
-from quotas.config import QuotaConfigStore
+from minibroker.pipeline.model import needed_rate
+from minibroker.protocol.errors import ErrorCode
+from minibroker.quotas.config import QuotaConfigStore
 
 __all__ = [
     "HEADROOM",

@@ -1,5 +1,5 @@
 """What-if replay: a user's Produce events through the project's own quota classes, under one
-setting, resumable at any point (so a hot user's history can be split by time, pipeline.whatif).
+setting, resumable at any point (so a hot user's history can be split by time, minibroker.pipeline.whatif).
 
 For a `QuotaSettings`, a user's Produce events go, in the broker's order (sorted by `ts`, then
 `seq`), through `quotas.producer_id_quota.ProducerIdQuotaManager` and a byte-rate
@@ -26,7 +26,7 @@ false positive, which it charges too); the filter only remembers ids for the bro
 counts false positives. Skipping it makes the replay 3-6x faster and keeps every decision
 (tests/test_pipeline_model.py compares both, and tests/test_pipeline_replay_live.py the broker).
 
-Quota changes (`QuotaSettings.recorded`: "the broker's quotas", pipeline.timeline): the recorded
+Quota changes (`QuotaSettings.recorded`: "the broker's quotas", minibroker.pipeline.timeline): the recorded
 configuration is applied at its place in the stream, and at each recorded broker start the
 managers begin empty with the window settings then recorded, as the broker's did (producer state,
 the replay's `has_state`, survives a restart). Candidates keep their own quotas but restart with
@@ -35,7 +35,7 @@ the broker too, and use the recorded window settings unless they set their own.
 So replaying a broker's own audit under the broker's recorded quotas reproduces its `pid_new` and
 producer-id throttle decisions event for event. Users never share quota state (the PID quota is per
 user; byte-rate quotas at user or user-default level have per-user sensors), so each (user,
-setting) replays on its own (pipeline.whatif runs them as separate Spark tasks).
+setting) replays on its own (minibroker.pipeline.whatif runs them as separate Spark tasks).
 
 `appended` says whether the batch would have been appended under the setting: not rejected by the
 PID quota and, in the audit, either appended (error 0) or rejected only by the broker's own PID quota
@@ -51,14 +51,14 @@ from typing import Any, Sequence, cast
 import numpy as np
 import pandas as pd
 
-from pipeline.timeline import QuotaStep, QuotaTimeline, WindowSettings
-from quotas.bloom import ABSENT, LayeredBloomFilter
-from quotas.callback import DEFAULT, ClientQuotaEntity
-from quotas.client_quota import ClientQuotaManager, QuotaType
-from quotas.config import QuotaConfigStore
-from quotas.producer_id_quota import ProducerIdQuotaManager
-from quotas.rate import MetricConfig
-from storage.audit_format import API_PRODUCE, HELD_BY_PID_QUOTA, REFUSED_BEFORE_PID_QUOTA, user_of
+from minibroker.pipeline.timeline import QuotaStep, QuotaTimeline, WindowSettings
+from minibroker.quotas.bloom import ABSENT, LayeredBloomFilter
+from minibroker.quotas.callback import DEFAULT, ClientQuotaEntity
+from minibroker.quotas.client_quota import ClientQuotaManager, QuotaType
+from minibroker.quotas.config import QuotaConfigStore
+from minibroker.quotas.producer_id_quota import ProducerIdQuotaManager
+from minibroker.quotas.rate import MetricConfig
+from minibroker.storage.audit_format import API_PRODUCE, HELD_BY_PID_QUOTA, REFUSED_BEFORE_PID_QUOTA, user_of
 
 __all__ = [
     "INPUT_COLUMNS",
@@ -90,7 +90,7 @@ INPUT_COLUMNS = [
 @dataclass(frozen=True)
 class QuotaSettings:
     """One setting to replay. Rates: `producer_ids_rate` in new PIDs per
-    `pid_window_size_seconds` (KIP-936 as implemented in quotas.producer_id_quota: fractions as the
+    `pid_window_size_seconds` (KIP-936 as implemented in minibroker.quotas.producer_id_quota: fractions as the
     broker accepts them), `producer_byte_rate` in bytes per second; `None` = unlimited. The plain
     fields are the user default; `user_*` give per-user values, which win.
 
@@ -456,7 +456,7 @@ def replay_principal(pdf: pd.DataFrame, settings: Sequence[QuotaSettings],
 
 def replay(events, settings: Sequence[QuotaSettings], timeline: QuotaTimeline | None = None):
     """The replay decisions (`REPLAY_SCHEMA`) as a Spark DataFrame: one row per Produce event per
-    setting (tests, `--keep-decisions`; the report aggregates in the tasks instead, pipeline.whatif)."""
+    setting (tests, `--keep-decisions`; the report aggregates in the tasks instead, minibroker.pipeline.whatif)."""
     from pyspark.sql import functions as F
 
     settings = tuple(settings)

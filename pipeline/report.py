@@ -1,13 +1,13 @@
 """Run the jobs and write the report: Parquet tables, PNG plots (matplotlib, Agg) and `index.html`.
 
 The page's first lines answer the question the pipeline exists for: "a default producer_ids_rate
-of X throttles only carol (N batches); Y throttles nobody" (pipeline.recommend picks X and Y, the
+of X throttles only carol (N batches); Y throttles nobody" (minibroker.pipeline.recommend picks X and Y, the
 replay counts what they do). Then everything a reader needs: what was read, the broker's quota
 configuration as recorded (and any disagreement with the flags given), what each setting would have
 done beside what the broker did ("observed"), per user, and three plots, each with a sentence saying
 how to read it. Tables (Parquet, one directory each, readable by Spark, pandas, DuckDB ...):
 
-* `summary/`: per window, principal and client id (pipeline.jobs.summary);
+* `summary/`: per window, principal and client id (minibroker.pipeline.jobs.summary);
 * `new_pids_per_window/`: the producer-id quota's demand per principal and window;
 * `replay_decisions/` (only with `--keep-decisions`): one row per Produce event per setting;
 * `replay_windows/`, `replay_totals.parquet`: the what-if replay, per window and in total (with the
@@ -38,13 +38,13 @@ from pyspark import StorageLevel  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from pipeline import jobs  # noqa: E402
-from pipeline.model import StateMemoryModel  # noqa: E402
-from pipeline.read import decision_events, is_audit_event, is_quota_config, quota_records  # noqa: E402
-from pipeline.recommend import Answer, answer  # noqa: E402
-from pipeline.replay import QuotaSettings, replay  # noqa: E402
-from pipeline.timeline import QuotaTimeline, WindowSettings  # noqa: E402
-from pipeline.whatif import COUNTS, state_table, totals_table, whatif, windows_table  # noqa: E402
+from minibroker.pipeline import jobs  # noqa: E402
+from minibroker.pipeline.model import StateMemoryModel  # noqa: E402
+from minibroker.pipeline.read import decision_events, is_audit_event, is_quota_config, quota_records  # noqa: E402
+from minibroker.pipeline.recommend import Answer, answer  # noqa: E402
+from minibroker.pipeline.replay import QuotaSettings, replay  # noqa: E402
+from minibroker.pipeline.timeline import QuotaTimeline, WindowSettings  # noqa: E402
+from minibroker.pipeline.whatif import COUNTS, state_table, totals_table, whatif, windows_table  # noqa: E402
 
 __all__ = ["OBSERVED", "ReportResult", "build_report", "candidate"]
 
@@ -69,7 +69,7 @@ class ReportResult:
 
 class _Stages:
     """Times each stage and reports it (`progress(name, what, seconds)`) when it ends; with a
-    `cpu` probe (pipeline.session.cpu_seconds_probe) also how many cores it kept busy on average."""
+    `cpu` probe (minibroker.pipeline.session.cpu_seconds_probe) also how many cores it kept busy on average."""
 
     def __init__(self, progress: Callable[[str, str, float], None] | None, cpu: Callable[[], float] | None = None) -> None:
         self.timings: dict[str, float] = {}

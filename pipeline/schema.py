@@ -1,6 +1,6 @@
-"""The audit event as a Spark schema, built from the one field list in `storage.audit_format`.
+"""The audit event as a Spark schema, built from the one field list in `minibroker.storage.audit_format`.
 
-`AUDIT_SCHEMA` has exactly the event's fields (see `storage.audit_format` for their meaning);
+`AUDIT_SCHEMA` has exactly the event's fields (see `minibroker.storage.audit_format` for their meaning);
 `EVENTS_SCHEMA` adds `seq`, the event's position in the stream it was read from (the record offset in
 the audit topic; the row order of a trace), which breaks ties between events of the same `ts` the way
 the broker ordered them.
@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from storage.audit_format import AUDIT_FIELDS
+from minibroker.storage.audit_format import AUDIT_FIELDS
 
 __all__ = ["AUDIT_SCHEMA", "EVENTS_SCHEMA", "SPARK_TYPES"]
 

@@ -1,8 +1,8 @@
 """The audit topic's records straight from a broker's data directory, in plain Python: the segment
-files of each `__minibroker_audit-N` partition (`storage.log_dir`), their whole batches
-(`storage.batch_scan.scan_headers`) and records (`protocol.records.decode_records`).
+files of each `__minibroker_audit-N` partition (`minibroker.storage.log_dir`), their whole batches
+(`minibroker.storage.batch_scan.scan_headers`) and records (`minibroker.protocol.records.decode_records`).
 `pipeline.sources.SegmentRecordsSource` reads byte ranges of them for Spark; `iter_audit_events`
-decodes the JSON values here too (`storage.audit_format.decode_event`), for tests and tools that
+decodes the JSON values here too (`minibroker.storage.audit_format.decode_event`), for tests and tools that
 want the events without Spark.
 
 Never opens the log through `storage.log.PartitionLog` (that would run recovery on a live broker's
@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from protocol.records import (
+from minibroker.protocol.records import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -27,9 +27,9 @@ from protocol.records import (
     iter_headers,
     read_header,
 )
-from storage import log_dir
-from storage.audit_format import AUDIT_TOPIC, decode_event
-from storage.batch_scan import scan_headers
+from minibroker.storage import log_dir
+from minibroker.storage.audit_format import AUDIT_TOPIC, decode_event
+from minibroker.storage.batch_scan import scan_headers
 
 __all__ = ["SegmentFile", "batch_positions", "iter_audit_events", "iter_batches", "iter_records", "segment_files"]
 

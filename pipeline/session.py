@@ -14,13 +14,19 @@ Spark's web UI and its console progress bar are on (as in spark-submit) unless `
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-ROOT = Path(__file__).resolve().parents[1]
+# The folder the package `minibroker` is found in (found, not imported: the pipeline stays apart from
+# the broker): the repository (the editable install maps the rest of the package there) or
+# site-packages.
+_SPEC = importlib.util.find_spec("minibroker")
+assert _SPEC is not None and _SPEC.origin is not None
+ROOT = Path(_SPEC.origin).resolve().parents[1]
 
 
 def spark_session(
@@ -33,7 +39,7 @@ def spark_session(
 ) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # Executors started by this driver import `pipeline`, `quotas`, `storage`, `protocol` from here.
+    # Executors started by this driver import `minibroker` (its pipeline, quotas, storage) from here.
     path = os.environ.get("PYTHONPATH", "")
     if str(ROOT) not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)

@@ -2,7 +2,7 @@
 
 Both yield Spark's Kafka-source columns (`RAW_SCHEMA`: key, value, topic, partition, offset,
 timestamp, timestampType) and split their input the way Spark's Kafka source does, so one audit
-partition becomes many tasks; `pipeline.read` parses the values with `from_json` in Spark.
+partition becomes many tasks; `minibroker.pipeline.read` parses the values with `from_json` in Spark.
 
 * `KafkaRecordsSource`, format "minibroker_kafka": any broker over the Kafka protocol (minibroker, or
   a Kafka cluster the audit was copied to), through confluent-kafka (librdkafka: the fastest Python
@@ -23,7 +23,7 @@ partition becomes many tasks; `pipeline.read` parses the values with `from_json`
   FileRecords walk; the index files are not trusted for it); a task reads its range's whole
   batches, like a fetch, so a batch still being written is not seen. Records below the partition's
   log start offset (DeleteRecords, retention) are skipped; control and compressed batches (the broker
-  writes neither) are skipped with a warning. Never opens the log through `storage.log` (that would
+  writes neither) are skipped with a warning. Never opens the log through `minibroker.storage.log` (that would
   run recovery on a live broker's files).
 
 Splitting (both, as Spark's KafkaOffsetRangeCalculator): a range is cut into
@@ -50,7 +50,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from storage.audit_format import AUDIT_TOPIC
+from minibroker.storage.audit_format import AUDIT_TOPIC
 
 __all__ = [
     "KAFKA_FORMAT",
@@ -354,7 +354,7 @@ def segment_byte_ranges(data_dir: str | Path, topic: str = AUDIT_TOPIC,
                         max_bytes: int = DEFAULT_MAX_BYTES_PER_PARTITION, min_parts: int = 0) -> list[ByteRange]:
     """Every segment of the topic's partitions in `data_dir`, cut at batch boundaries into ranges
     (see the module docstring); [] when the topic is not there."""
-    from pipeline.segments import batch_positions, segment_files
+    from minibroker.pipeline.segments import batch_positions, segment_files
 
     files = [(f.path, f.partition, f.log_start_offset, batch_positions(f.path)) for f in segment_files(data_dir, topic)]
     pieces = split_sizes([positions[-1] for *_, positions in files], max_bytes, min_parts)
@@ -388,7 +388,7 @@ class _SegmentReader(DataSourceReader):
                                                                self.min_partitions)]
 
     def read(self, partition: InputPartition):
-        from pipeline.segments import iter_records
+        from minibroker.pipeline.segments import iter_records
 
         r: ByteRange = partition.value
         columns = _Columns(r.topic, r.partition)

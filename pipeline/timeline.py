@@ -1,12 +1,12 @@
 """The broker's quota configuration over time, from the quota-configuration events of its audit
-(storage.audit_format): what the replay of "the broker's quotas" applies, and the window settings
+(minibroker.storage.audit_format): what the replay of "the broker's quotas" applies, and the window settings
 every candidate is measured with.
 
 A `QuotaTimeline` is a list of `QuotaStep`s in stream order. A start step (the broker started) carries
 the window settings (`WindowSettings`) and the whole user-level configuration, and means the broker's
 quota managers began empty then; an AlterClientQuotas step carries the user-level values it changed.
 Only user-level entities (a user, or the user default) are replayed: `producer_ids_rate` exists only
-there, and byte-rate quotas on client ids are not replayed (pipeline.replay).
+there, and byte-rate quotas on client ids are not replayed (minibroker.pipeline.replay).
 
 `complete` says whether the record starts with a start step: otherwise (retention removed it, or the
 audit was written by a broker that did not record its quotas) the quotas in force before the first
@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from quotas.producer_id_quota import DEFAULT_FALSE_POSITIVE_RATE, DEFAULT_LAYER_COUNT, DEFAULT_WINDOW_SIZE_SECONDS
-from storage.audit_format import API_QUOTA_CONFIG
+from minibroker.quotas.producer_id_quota import DEFAULT_FALSE_POSITIVE_RATE, DEFAULT_LAYER_COUNT, DEFAULT_WINDOW_SIZE_SECONDS
+from minibroker.storage.audit_format import API_QUOTA_CONFIG
 
 __all__ = ["QuotaStep", "QuotaTimeline", "REPLAYED_KEYS", "WindowSettings", "user_level"]
 
@@ -110,7 +110,7 @@ class QuotaTimeline:
 
     @classmethod
     def from_records(cls, records: Iterable[dict]) -> QuotaTimeline:
-        """From `pipeline.read.quota_records` (dicts with ts, seq, api, principal, quotas,
+        """From `minibroker.pipeline.read.quota_records` (dicts with ts, seq, api, principal, quotas,
         quota_settings), in stream order."""
         steps = []
         for record in sorted(records, key=lambda r: (r["ts"], r["seq"])):

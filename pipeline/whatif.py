@@ -1,4 +1,4 @@
-"""What each setting would have done: the replay (pipeline.replay) run in parallel across users AND
+"""What each setting would have done: the replay (minibroker.pipeline.replay) run in parallel across users AND
 settings, hot users split by time with the quota state carried over, and aggregated inside the tasks
 (numpy), so the per-event decisions (events x settings rows) never become a Spark table.
 
@@ -47,10 +47,10 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.model import KAFKA_BATCHES_TO_RETAIN, StateMemoryModel
-from pipeline.replay import INPUT_COLUMNS, PRODUCE_KEY, Decisions, QuotaSettings, UserEvents, UserReplay
-from pipeline.timeline import DEFAULT_PRODUCER_ID_EXPIRATION_MS, QuotaTimeline
-from storage.audit_format import user_of
+from minibroker.pipeline.model import KAFKA_BATCHES_TO_RETAIN, StateMemoryModel
+from minibroker.pipeline.replay import INPUT_COLUMNS, PRODUCE_KEY, Decisions, QuotaSettings, UserEvents, UserReplay
+from minibroker.pipeline.timeline import DEFAULT_PRODUCER_ID_EXPIRATION_MS, QuotaTimeline
+from minibroker.storage.audit_format import user_of
 
 __all__ = [
     "AGGREGATE_SCHEMA",
@@ -416,7 +416,7 @@ def _events_from_arrow(table) -> UserEvents:
     topics, topic = codes("topic")
     pid_new = table["pid_new"]
     audit_new = pc.if_else(pc.is_null(pid_new), pa.scalar(-1, pa.int8()), pc.cast(pid_new.fill_null(False), pa.int8()))
-    from storage.audit_format import HELD_BY_PID_QUOTA, REFUSED_BEFORE_PID_QUOTA
+    from minibroker.storage.audit_format import HELD_BY_PID_QUOTA, REFUSED_BEFORE_PID_QUOTA
 
     held = pc.equal(quota, HELD_BY_PID_QUOTA).to_numpy(zero_copy_only=False)
     own = pc.equal(quota, "producer_ids_rate").to_numpy(zero_copy_only=False)

@@ -1,6 +1,6 @@
-"""The reference idempotent producer over a socket: a thin blocking driver for `producer.core`.
+"""The reference idempotent producer over a socket: a thin blocking driver for `minibroker.producer.core`.
 
-    from producer import IdempotentProducer
+    from minibroker.producer import IdempotentProducer
 
     with IdempotentProducer("127.0.0.1:9092") as producer:
         deliveries = [producer.send("orders", 0, b"order %d" % i) for i in range(10_000)]
@@ -20,7 +20,7 @@ import selectors
 import socket
 import time
 
-from producer.core import Delivery, ProducerCore, ProducerStats
+from minibroker.producer.core import Delivery, ProducerCore, ProducerStats
 
 __all__ = ["IdempotentProducer"]
 
@@ -28,7 +28,7 @@ READ_SIZE = 1 << 20
 
 
 class IdempotentProducer:
-    """A seed 003 producer (see `producer.core`) connected to `bootstrap` (HOST:PORT)."""
+    """A seed 003 producer (see `minibroker.producer.core`) connected to `bootstrap` (HOST:PORT)."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "minibroker-producer",
                  max_in_flight_batches: int | None = None, batch_records: int = 100,

@@ -9,7 +9,7 @@ What seed 003 asks of a producer, and how this one does it:
 - "Producer need keep a same value of max.in.flight.sequence.number.per.connection decided by
   broker ... Broker will piggyback the value ... on API response": the first request on every
   connection is ApiVersions v3, whose response carries the broker's window in tagged field 19778
-  (protocol.extensions); InitProducerId v4 carries it too. A broker that sends none (Kafka, or
+  (minibroker.protocol.extensions); InitProducerId v4 carries it too. A broker that sends none (Kafka, or
   minibroker in `kafka` producer-state mode) keeps Kafka's 5 batches, so the producer keeps to
   Kafka's 5 batches in flight unless told otherwise (`max_in_flight_batches`).
 - "max.in.flight.requests.per.connection ... will be obsolete": with a window, up to
@@ -51,11 +51,11 @@ from typing import Any, Final
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from protocol.entities import build
-from protocol.extensions import read_max_in_flight_sequence
-from protocol.framing import FrameDecoder
-from protocol.messages import decode_response_tags, encode_request
-from protocol.records import encode_batch
+from minibroker.protocol.entities import build
+from minibroker.protocol.extensions import read_max_in_flight_sequence
+from minibroker.protocol.framing import FrameDecoder
+from minibroker.protocol.messages import decode_response_tags, encode_request
+from minibroker.protocol.records import encode_batch
 
 __all__ = [
     "Delivery",

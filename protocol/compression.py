@@ -2,8 +2,8 @@
 
 Kafka's codecs (attribute bits 0-2): 1 gzip, 2 snappy, 3 lz4, 4 zstd; 5-7 are not codecs. The broker
 stores batches compressed, as produced; it decompresses once, only to check the records inside
-(protocol.records.check_records), and throws the result away; and ListOffsets by timestamp reads the
-records of the one batch that straddles its target (storage.segment), as Kafka answers the exact record.
+(minibroker.protocol.records.check_records), and throws the result away; and ListOffsets by timestamp reads the
+records of the one batch that straddles its target (minibroker.storage.segment), as Kafka answers the exact record.
 
 * gzip: RFC 1952 members (Java's GZIPOutputStream, librdkafka), through the standard library's zlib
   with `max_length`, so a bomb stops at the bound.
@@ -19,7 +19,7 @@ batch that really holds little costs little memory, and a bomb costs at most the
 
 A bound that is exceeded raises `DecompressionLimitError`, a kind of `DecompressionError`, which is
 what data the codec cannot decode raises (catch the limit first where the two are answered apart);
-protocol.records turns them into Kafka's error codes.
+minibroker.protocol.records turns them into Kafka's error codes.
 """
 
 from __future__ import annotations

@@ -52,13 +52,13 @@ _INT32 = struct.Struct(">i")
 
 
 def max_in_flight_sequence_field(window: int) -> dict[int, bytes]:
-    """The raw tagged field announcing `window`, for `protocol.messages.encode_response`."""
+    """The raw tagged field announcing `window`, for `minibroker.protocol.messages.encode_response`."""
     return {MAX_IN_FLIGHT_SEQUENCE_TAG: _INT32.pack(window)}
 
 
 def read_max_in_flight_sequence(unknown_tags: Mapping[int, bytes]) -> int | None:
     """The window a broker announced, from a response's unknown tagged fields
-    (`protocol.messages.decode_response_tags`); None when the broker sent none."""
+    (`minibroker.protocol.messages.decode_response_tags`); None when the broker sent none."""
     raw = unknown_tags.get(MAX_IN_FLIGHT_SEQUENCE_TAG)
     if raw is None:
         return None

@@ -18,8 +18,8 @@ import os
 import struct
 from typing import Any, Iterator, Mapping
 
-from protocol.entities import build
-from protocol.messages import ApiSchema, encode_response
+from minibroker.protocol.entities import build
+from minibroker.protocol.messages import ApiSchema, encode_response
 
 __all__ = ["FrameParts", "SPLICE_MIN_BYTES", "encode_fetch_response"]
 

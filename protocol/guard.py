@@ -51,7 +51,7 @@ from kio.serial._introspect import (
 )
 from kio.static.protocol import Entity
 
-from protocol.records.varint import read_uvarint, write_uvarint
+from minibroker.protocol.records.varint import read_uvarint, write_uvarint
 
 __all__ = ["RequestRejected", "checker"]
 

@@ -11,7 +11,7 @@ Tagged fields the schema does not define (KIP-482: a reader must skip them) are 
 because kio's reader refuses them and its writer cannot write them: `read_entity` reads a top-level
 tagged section field by field and returns the unknown fields by tag, and `encode_response` can add
 unknown fields to a response's top-level tagged section (minibroker's own additions are listed in
-protocol.extensions).
+minibroker.protocol.extensions).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from kio.serial._introspect import get_field_tag
 from kio.static.primitive import i16, i32
 from kio.static.protocol import Entity
 
-from protocol.guard import RequestRejected, checker
-from protocol.produce_request import produce_decoder
-from protocol.records.varint import read_uvarint, write_uvarint
+from minibroker.protocol.guard import RequestRejected, checker
+from minibroker.protocol.produce_request import produce_decoder
+from minibroker.protocol.records.varint import read_uvarint, write_uvarint
 
 API_VERSIONS_KEY = 18
 _HEADER_FIXED = struct.Struct(">hhih")
@@ -135,7 +135,7 @@ class ApiSchema:
     flexible: bool
     reader: Any
     writer: Any
-    check: Any  # protocol.guard: declared lengths against the bytes there, before `reader` runs
+    check: Any  # minibroker.protocol.guard: declared lengths against the bytes there, before `reader` runs
     # A decoder of this module's own that does guard + reader in one pass, or None (kio's reader).
     decode: Any = None
 
@@ -162,7 +162,7 @@ def api_schema(api_key: int, version: int) -> ApiSchema:
 
 
 # APIs whose requests are decoded here rather than by kio (same fields, same checks): Produce, whose
-# records stay views of the frame instead of being copied out (protocol.produce_request).
+# records stay views of the frame instead of being copied out (minibroker.protocol.produce_request).
 _DECODERS = {0: produce_decoder}
 
 
@@ -170,12 +170,12 @@ def decode_request(schema: ApiSchema, frame: bytes | bytearray, offset: int) -> 
     """Decode the request body after the header: (request, trailing byte count).
 
     Any decoding fault is the peer's. Every declared length is first checked against the bytes in
-    the frame (protocol.guard): kio's native reader would allocate what a count claims before
+    the frame (minibroker.protocol.guard): kio's native reader would allocate what a count claims before
     reading a byte of it. Bytes after the last field the schema defines are not a fault: Kafka's
     request parser reads the schema's fields and ignores what follows (librdkafka 2.16's Metadata
     v13 request for all topics carries 3 such bytes), so they are counted, not refused.
 
-    Produce is decoded by protocol.produce_request (the same checks and fields, records left in the
+    Produce is decoded by minibroker.protocol.produce_request (the same checks and fields, records left in the
     frame).
     """
     if schema.decode is not None:

@@ -6,7 +6,7 @@ most of `decode_request`'s share of the broker's CPU. This decoder reads only wh
 handler uses and hands each partition's records on as a memoryview of the frame: the bytes the
 socket delivered are the bytes validation walks and `os.writev` writes.
 
-It gives exactly what kio plus the request guard (protocol.guard) give for the same frame, field
+It gives exactly what kio plus the request guard (minibroker.protocol.guard) give for the same frame, field
 for field (tests/test_produce_request.py compares the two on the captured client frames and on
 generated requests of every version):
 
@@ -33,8 +33,8 @@ import typing
 import uuid
 from typing import Callable
 
-from protocol.guard import RequestRejected
-from protocol.records.varint import read_uvarint
+from minibroker.protocol.guard import RequestRejected
+from minibroker.protocol.records.varint import read_uvarint
 
 __all__ = ["PartitionProduceData", "ProduceRequest", "TopicProduceData", "produce_decoder"]
 
@@ -54,7 +54,7 @@ class PartitionProduceData:
 
     @property
     def origin(self) -> tuple[bytes, int] | None:
-        """(frame, position) of the records, for protocol.records.check_produce_records to walk
+        """(frame, position) of the records, for minibroker.protocol.records.check_produce_records to walk
         them in the frame rather than copy them out; None for null records."""
         return None if self.records is None else (typing.cast(bytes, self.records.obj), self.records_at)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from quotas.cluster import Cluster
+    from minibroker.quotas.cluster import Cluster
 
 __all__ = [
     "CALLBACK_CLASS_CONFIG",

@@ -43,7 +43,7 @@ import math
 from collections.abc import Hashable
 from typing import Final
 
-from quotas.callback import (
+from minibroker.quotas.callback import (
     CLIENT_ID_TAG,
     USER_TAG,
     ClientQuotaCallback,
@@ -52,7 +52,7 @@ from quotas.callback import (
     DefaultQuotaCallback,
     QuotaType,
 )
-from quotas.rate import Avg, MetricConfig, QuotaViolation, Rate, Sensor, TokenBucket
+from minibroker.quotas.rate import Avg, MetricConfig, QuotaViolation, Rate, Sensor, TokenBucket
 
 __all__ = [
     "QUOTA_ALGORITHMS",

@@ -13,7 +13,7 @@ Where this differs from Kafka, on purpose:
 
 - ``producer_ids_rate`` (KIP-936, not in Kafka) is valid for a user and the user default only. It is
   a DOUBLE, as the KIP's QuotaConfigs defines it: new producer ids per
-  ``producer.id.quota.window.size.seconds``, fractions allowed (quotas.producer_id_quota says what
+  ``producer.id.quota.window.size.seconds``, fractions allowed (minibroker.quotas.producer_id_quota says what
   a fraction means). Unlike Kafka's other doubles it must also be finite.
 - An ``ip`` entity must be an IP literal (or the default): Kafka also accepts a host name it can
   resolve, which would need DNS, i.e. I/O.
@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from protocol.errors import ErrorCode
-from quotas.callback import CLIENT_ID, IP, USER, ClientQuotaEntity
+from minibroker.protocol.errors import ErrorCode
+from minibroker.quotas.callback import CLIENT_ID, IP, USER, ClientQuotaEntity
 
 __all__ = [
     "QUOTA_KEYS",

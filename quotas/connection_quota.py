@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from quotas.rate import Avg, MetricConfig, Rate, Sensor
+from minibroker.quotas.rate import Avg, MetricConfig, Rate, Sensor
 
 __all__ = [
     "ConnectionRateQuotas",

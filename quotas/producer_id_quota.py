@@ -80,8 +80,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from quotas.bloom import ABSENT, HASH_SEED, OLDER, LayeredBloomFilter, Shape, _murmur, _pack_pid
-from quotas.rate import Avg, MetricConfig
+from minibroker.quotas.bloom import ABSENT, HASH_SEED, OLDER, LayeredBloomFilter, Shape, _murmur, _pack_pid
+from minibroker.quotas.rate import Avg, MetricConfig
 
 __all__ = [
     "DEFAULT_FALSE_POSITIVE_RATE",
@@ -107,7 +107,7 @@ MAX_THROTTLE_TIME_MS = 2**31 - 1  # throttle_time_ms is an int32 on the wire
 
 def lookback_ms(rate: float, window_ms: int) -> int:
     """T: the span over which admissions count against `rate` (W, or W / rate below 1)."""
-    # The slack keeps W / (W / T) from rounding up to T + 1 (pipeline.model.needed_rate relies on it).
+    # The slack keeps W / (W / T) from rounding up to T + 1 (minibroker.pipeline.model.needed_rate relies on it).
     return window_ms if rate >= 1.0 else math.ceil(window_ms / rate - 1e-9)
 
 

@@ -46,7 +46,7 @@ it altered. Their decision fields keep the defaults (`topic` null, `partition` -
 A start event also means the broker (re)started: its quota managers began empty then (the
 producer-id quota's admission counts and Bloom layers live in memory only; producer state survives).
 
-Replay contract (what `pipeline.replay` relies on to reproduce the broker's decisions exactly): the
+Replay contract (what `minibroker.pipeline.replay` relies on to reproduce the broker's decisions exactly): the
 broker calls `ProducerIdQuotaManager.track(user, producer_id, ts)` for exactly the Produce events with
 `producer_id >= 0` (transactional batches included: issue 14 appends them after the quota like any
 batch with a producer id; except batches held back behind a throttled earlier one, `throttle_quota`
@@ -64,7 +64,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 __all__ = [
     "AUDIT_FIELDS",

@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Sequence
 
 from crc32c import crc32c
 
-from protocol.records.batch import (
+from minibroker.protocol.records.batch import (
     BATCH_HEADER,
     CRC_START,
     HEADER_SIZE,

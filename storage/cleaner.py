@@ -51,7 +51,7 @@ Cleaning (`clean`, on any thread; `commit`, on the log's owner's), Kafka's Clean
 Crash safety (Kafka's `.cleaned` / `.swap` / `.deleted` suffixes): each `.cleaned` segment (log and
 both indexes) is fsynced complete before `commit` swaps it in through `PartitionLog.replace_segments`
 (rename to `.swap`, old segments to `.deleted`, swap to final name, fsyncing the directory between).
-At the next load `storage.log_dir` removes `.cleaned` and `.deleted` files and completes `.swap`s, so
+At the next load `minibroker.storage.log_dir` removes `.cleaned` and `.deleted` files and completes `.swap`s, so
 a kill at any point leaves either the old segments or the cleaned one, never both, never neither.
 
 The checkpoint (`read_checkpoint` / `write_checkpoint`): Kafka's `cleaner-offset-checkpoint` in
@@ -76,8 +76,8 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, Sequence
 
 from crc32c import crc32c
 
-from protocol.compression import DecompressionError, compress, decompress
-from protocol.records.batch import (
+from minibroker.protocol.compression import DecompressionError, compress, decompress
+from minibroker.protocol.records.batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -90,16 +90,16 @@ from protocol.records.batch import (
     BatchHeader,
     iter_headers,
 )
-from protocol.records.validation import MAX_COMPRESSION_RATIO, CorruptRecordError
-from protocol.records.varint import read_varint, write_varint
-from storage.config import LONG_MAX
-from storage.files import unlink_if_exists, write_atomically
-from storage.log_dir import CLEANED_SUFFIX
-from storage.segment import LogSegment, segment_paths, txn_index_path
+from minibroker.protocol.records.validation import MAX_COMPRESSION_RATIO, CorruptRecordError
+from minibroker.protocol.records.varint import read_varint, write_varint
+from minibroker.storage.config import LONG_MAX
+from minibroker.storage.files import unlink_if_exists, write_atomically
+from minibroker.storage.log_dir import CLEANED_SUFFIX
+from minibroker.storage.segment import LogSegment, segment_paths, txn_index_path
 
 if TYPE_CHECKING:
-    from storage.log import PartitionLog
-    from storage.producer_state.txns import AbortedTxn
+    from minibroker.storage.log import PartitionLog
+    from minibroker.storage.producer_state.txns import AbortedTxn
 
 __all__ = [
     "CHECKPOINT_FILE",

@@ -12,7 +12,7 @@ Only some settings change what this broker does: segment.bytes, segment.ms, rete
 retention.ms, index.interval.bytes, max.message.bytes, flush.messages, flush.ms,
 message.timestamp.type, and the timestamp bounds, min.insync.replicas, and the compaction settings
 (cleanup.policy, min.cleanable.dirty.ratio, min/max.compaction.lag.ms, delete.retention.ms: the log
-cleaner's, storage.cleaner). The rest are accepted, validated, stored and described so clients and
+cleaner's, minibroker.storage.cleaner). The rest are accepted, validated, stored and described so clients and
 admin tools see what they expect.
 
 Like Kafka 4, segment.bytes must be at least 1 MiB; the internal `internal.segment.bytes` topic
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from protocol.errors import ApiError, ErrorCode
+from minibroker.protocol.errors import ApiError, ErrorCode
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -299,7 +299,7 @@ class LogConfig:
     Field names are the topic config names with '.' replaced by '_'.
     """
 
-    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete" (storage.cleaner)
+    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete" (minibroker.storage.cleaner)
     compression_type: str = "producer"
     compression_gzip_level: int = -1
     compression_lz4_level: int = 9

@@ -41,7 +41,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, TypeVar
 
-from protocol.records import read_uvarint, write_uvarint
+from minibroker.protocol.records import read_uvarint, write_uvarint
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ deletes it), appended to in uncompressed v2 batches.
 
 Kafka keeps coordinator state in compacted internal topics and rebuilds its caches by replaying them
 (CoordinatorLoaderImpl, TransactionStateManager.loadTransactionMetadata). So does this broker: the
-topics are ordinary compacted topics, cleaned by the log cleaner (storage.cleaner), which keeps the
+topics are ordinary compacted topics, cleaned by the log cleaner (minibroker.storage.cleaner), which keeps the
 last record of each key, so a cleaned log replays to the same state. A record the replay cannot
 read (damage) is skipped and logged; it stays in the log unless a later record of its key
 supersedes it, where a person can still recover it.
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Sequence, TypeVar
 
 from construct import ConstructError
 
-from protocol.records import BatchHeader, decode_records, encode_batch, iter_headers
+from minibroker.protocol.records import BatchHeader, decode_records, encode_batch, iter_headers
 
 if TYPE_CHECKING:
-    from storage.log import PartitionLog
-    from storage.manager import LogManager
+    from minibroker.storage.log import PartitionLog
+    from minibroker.storage.manager import LogManager
 
 __all__ = ["INTERNAL_TOPIC_CONFIGS", "CoordinatorLog", "Record"]
 
@@ -34,7 +34,7 @@ Record = tuple[bytes | None, bytes | None]
 
 # Kafka's settings of its internal topics (offsets.topic.segment.bytes and
 # transaction.state.log.segment.bytes are 100 MiB). A compact-only topic loses nothing to time or
-# size retention (storage.retention).
+# size retention (minibroker.storage.retention).
 INTERNAL_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "segment.bytes": str(100 * 1024 * 1024),

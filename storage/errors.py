@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protocol.errors import ApiError, ErrorCode
+from minibroker.protocol.errors import ApiError, ErrorCode
 
 
 class DamagedFileError(ValueError):

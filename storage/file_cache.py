@@ -5,7 +5,7 @@ Kafka keeps every segment's files open (and its indexes mmapped) for the life of
 its users to raise the descriptor limit. A test broker should not: here a partition's `.log` files
 are opened when they are used and stay open only while they are among the `capacity` most recently
 used, so ten thousand idle partitions hold no descriptor at all. The index files hold none either:
-their entries live in memory (storage.index) and are written at a flush, a roll or a clean close,
+their entries live in memory (minibroker.storage.index) and are written at a flush, a roll or a clean close,
 through a descriptor opened for that write and closed after it.
 
 Every use of a descriptor is bracketed, `fd = cache.acquire(path)` ... `cache.release(path)`: while
@@ -20,7 +20,7 @@ remembers that it has unflushed data: its next flush (flush.messages, flush.ms, 
 close) opens the file again and fsyncs it (on Linux fsync writes back the file's dirty pages,
 whichever descriptor wrote them). So eviction costs a close, and a reopen an open (microseconds).
 
-Descriptors are drawn from a `storage.descriptors` budget share when one is given. When none can
+Descriptors are drawn from a `minibroker.storage.descriptors` budget share when one is given. When none can
 be had (the share is at its cap, the budget is full, or the kernel says EMFILE/ENFILE because
 something outside the budget holds descriptors), the least recently used unpinned file is closed
 and the open tried again; when no file is left to close, the open fails with an OSError(EMFILE)
@@ -38,7 +38,7 @@ import os
 import threading
 from collections import OrderedDict
 
-from storage.descriptors import Share
+from minibroker.storage.descriptors import Share
 
 logger = logging.getLogger(__name__)
 

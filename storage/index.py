@@ -27,7 +27,7 @@ segment rebuilds it from the log): whole entries only; offsets (and positions, a
 order; every entry inside the segment (offsets from the base offset up to, not including, the
 segment's next offset when it is known; positions inside the log file). An index can pass all that
 and still be wrong (a plausible file that belongs to other data); the segment therefore also checks
-each entry it uses against the batch header it points at (storage.segment).
+each entry it uses against the batch header it points at (minibroker.storage.segment).
 """
 
 from __future__ import annotations

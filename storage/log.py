@@ -1,11 +1,11 @@
 """`PartitionLog`: the on-disk log of one topic partition (Kafka's UnifiedLog + LocalLog, minus
-replication; compaction is storage.cleaner's, which swaps cleaned segments in through
+replication; compaction is minibroker.storage.cleaner's, which swaps cleaned segments in through
 `replace_segments`).
 
 Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by base offset padded to
-20 digits (`00000000000000000000.log`, `.index`, `.timeindex`, `.txnindex`; see `storage.segment`,
-`storage.index` and `storage.txn_index` for the formats), an optional `log-start-offset` file (written by DeleteRecords)
-and, while the files are consistent, a `clean-shutdown` marker (`storage.log_dir`: those files, and
+20 digits (`00000000000000000000.log`, `.index`, `.timeindex`, `.txnindex`; see `minibroker.storage.segment`,
+`minibroker.storage.index` and `minibroker.storage.txn_index` for the formats), an optional `log-start-offset` file (written by DeleteRecords)
+and, while the files are consistent, a `clean-shutdown` marker (`minibroker.storage.log_dir`: those files, and
 the leftovers removed when the directory is listed).
 
 Descriptors (issue 21): a log holds none of its own. Its segments borrow their `.log` file's from a
@@ -31,7 +31,7 @@ Flush policy (Kafka's defaults):
 The clean-shutdown marker: written by a clean close (and by `create`: an empty log is consistent),
 removed before the first change to the log's files after it is loaded (`_begin_write`), not at the
 load: a log that was only read keeps it, so a crash leaves nothing to recover there. What loading
-trusts with and without it: `storage.log_loader`.
+trusts with and without it: `minibroker.storage.log_loader`.
 
 Not thread-safe: call from one thread. Reads are consistent with interleaved appends (they never go
 past the whole batches already written), but retention and deletion close files a concurrent reader in
@@ -48,8 +48,8 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-from protocol.errors import ApiError, ErrorCode
-from protocol.records.batch import (
+from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.protocol.records.batch import (
     APPEND_FIELDS,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -58,13 +58,13 @@ from protocol.records.batch import (
     batch_buffers,
     batch_spans,
 )
-from protocol.records.codec import ControlRecord, read_control_record
-from protocol.records.validation import CorruptRecordError
-from storage.config import LogConfig
-from storage.file_cache import FileCache
-from storage.files import fsync_directory
-from storage.index import NO_TIMESTAMP
-from storage.log_dir import (
+from minibroker.protocol.records.codec import ControlRecord, read_control_record
+from minibroker.protocol.records.validation import CorruptRecordError
+from minibroker.storage.config import LogConfig
+from minibroker.storage.file_cache import FileCache
+from minibroker.storage.files import fsync_directory
+from minibroker.storage.index import NO_TIMESTAMP
+from minibroker.storage.log_dir import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     create_marker,
@@ -75,13 +75,13 @@ from storage.log_dir import (
     segment_files,
     write_log_start_offset,
 )
-from storage.log_loader import load_segments
-from storage.producer_state.snapshot import CorruptSnapshot, list_snapshots, read_snapshot
-from storage.producer_state.txns import AbortedTxn, OngoingTxns
-from storage.retention import segments_past_retention
-from storage.segment import LOG_SUFFIX, LogSegment, segment_name
-from storage.timestamps import latest_timestamp, offset_for_timestamp
-from storage.txn_index import CorruptTxnIndex
+from minibroker.storage.log_loader import load_segments
+from minibroker.storage.producer_state.snapshot import CorruptSnapshot, list_snapshots, read_snapshot
+from minibroker.storage.producer_state.txns import AbortedTxn, OngoingTxns
+from minibroker.storage.retention import segments_past_retention
+from minibroker.storage.segment import LOG_SUFFIX, LogSegment, segment_name
+from minibroker.storage.timestamps import latest_timestamp, offset_for_timestamp
+from minibroker.storage.txn_index import CorruptTxnIndex
 
 logger = logging.getLogger(__name__)
 
@@ -635,19 +635,19 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """ListOffsets by timestamp: (offset, timestamp) of the first record at or after the log
-        start offset whose timestamp is >= `timestamp_ms`, None when none is (storage.timestamps)."""
+        start offset whose timestamp is >= `timestamp_ms`, None when none is (minibroker.storage.timestamps)."""
         return offset_for_timestamp(self._loaded_segments(), self._log_start_offset, timestamp_ms)
 
     def latest_timestamp(self) -> tuple[int, int]:
         """ListOffsets MAX_TIMESTAMP (-3, KIP-734): (offset, timestamp) of the first record carrying
-        the largest timestamp in the log, (-1, -1) when it is empty (storage.timestamps)."""
+        the largest timestamp in the log, (-1, -1) when it is empty (minibroker.storage.timestamps)."""
         return latest_timestamp(self._loaded_segments(), self._log_start_offset)
 
     # -- retention and truncation -----------------------------------------------------------------
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete the old segments retention.ms, retention.bytes and the log start offset leave
-        behind (storage.retention), never the active one; returns how many. A log not loaded yet
+        behind (minibroker.storage.retention), never the active one; returns how many. A log not loaded yet
         is loaded only when it has more than one segment file (the active segment is never
         deleted; an unloaded log gains none), and its directory is listed once to find out."""
         if self._segments is None:
@@ -682,7 +682,7 @@ class PartitionLog:
         step, with two fsyncs of the directory whatever the number of groups:
 
         1. every `new`'s files are renamed `.cleaned` -> `.swap`, the directory fsynced: from here a
-           restart completes each swap (storage.log_dir) instead of discarding it;
+           restart completes each swap (minibroker.storage.log_dir) instead of discarding it;
         2. the old segments that do not share their `new`'s base offset are renamed `.deleted`;
         3. every `new`'s files are renamed `.swap` -> their final names, atomically replacing the
            old segment of the same base offset; the directory is fsynced;

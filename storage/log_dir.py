@@ -1,19 +1,19 @@
 """A partition log's directory: which files it holds besides the segments' own, and how they are read.
 
 `<data_dir>/<topic>-<partition>/` holds the segments (`<base offset, 20 digits>.log`, `.index`,
-`.timeindex`, `.txnindex`; storage.segment), and:
+`.timeindex`, `.txnindex`; minibroker.storage.segment), and:
 
 * `log-start-offset`: the log start offset DeleteRecords moved up, decimal text, written atomically;
   absent while the log starts at its first segment. An unreadable one is recovered from what is on
   disk: the log starts at its first segment (the records it hid become readable; nothing is deleted).
-* `clean-shutdown`: the marker a clean close leaves (storage.log explains when it is trusted).
+* `clean-shutdown`: the marker a clean close leaves (minibroker.storage.log explains when it is trusted).
 * leftovers of unfinished work, dealt with when the directory is listed: our own `.tmp` files and
   the `.deleted`/`.cleaned`/`.tmp` segment files (a cleaning cut short, a deletion not finished) are
   removed, index files whose log is gone too; a `.swap` segment (the log cleaner had finished a
   cleaned segment and begun to swap it in) is swapped in, as Kafka's LogLoader does: the `.log`
   files whose base offset lies in the swap's offset range (its base offset to the offset after its
   last batch) are the ones it replaces and go, then the swap is renamed to `.log` and its indexes
-  are rebuilt from it (storage.cleaner describes the sequence and why every crash point is safe);
+  are rebuilt from it (minibroker.storage.cleaner describes the sequence and why every crash point is safe);
   an index `.swap` left without its `.log.swap` (the swap's log renamed, its indexes not yet) takes
   the indexes under the final names with it, as they are the replaced segment's: rebuilt at load.
 """
@@ -24,9 +24,9 @@ import logging
 import os
 from pathlib import Path
 
-from storage.batch_scan import scan_headers
-from storage.files import TMP_SUFFIX, fsync_directory, unlink_if_exists, write_atomically
-from storage.segment import (
+from minibroker.storage.batch_scan import scan_headers
+from minibroker.storage.files import TMP_SUFFIX, fsync_directory, unlink_if_exists, write_atomically
+from minibroker.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,

@@ -1,6 +1,6 @@
 """Loading a partition log's segments from disk, recovering what a crash tore (Kafka's LogLoader).
 
-What is trusted depends on the clean-shutdown marker (storage.log_dir), which a clean close writes
+What is trusted depends on the clean-shutdown marker (minibroker.storage.log_dir), which a clean close writes
 and the first change to the log's files after a load removes:
 
 * With the marker, loading trusts the indexes and checks only the active segment's tail (the batches
@@ -12,7 +12,7 @@ and the first change to the log's files after a load removes:
 
 Older segments were fsynced when they were rolled, so they are never scanned: a missing or badly
 sized index file of any segment is rebuilt from its log, and a corrupt one when first used
-(storage.segment). Nothing is deleted on a guess.
+(minibroker.storage.segment). Nothing is deleted on a guess.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from storage.config import LogConfig
-from storage.file_cache import FileCache
-from storage.segment import LogSegment
+from minibroker.storage.config import LogConfig
+from minibroker.storage.file_cache import FileCache
+from minibroker.storage.segment import LogSegment
 
 __all__ = ["load_segments"]
 

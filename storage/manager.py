@@ -3,8 +3,8 @@
 Layout of the data directory:
 
 * `topics/<name>.json`: one file per topic, the commit point of its creation and deletion (its
-  format: `storage.topic_file`).
-* `<topic>-<partition>/`: one `PartitionLog` directory per partition (see `storage.log`).
+  format: `minibroker.storage.topic_file`).
+* `<topic>-<partition>/`: one `PartitionLog` directory per partition (see `minibroker.storage.log`).
 * `<topic>-<partition>.<topic id hex>-delete/`: a partition of a topic being deleted (Kafka renames
   deleted partitions the same way before removing them).
 * Anything else (the producer-ids file, other components' files) is left alone.
@@ -42,20 +42,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from protocol.errors import ApiError, ErrorCode
-from storage.config import (
+from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.storage.config import (
     ConfigError,
     InvalidTopicError,
     LogConfig,
     has_collision,
     validate_topic_name,
 )
-from storage.errors import StrayDataError
-from storage.file_cache import FileCache
-from storage.files import fsync_directory, sync_filesystem
-from storage.log import PartitionLog
-from storage.segment import LOG_SUFFIX
-from storage.topic_file import MAX_PARTITIONS, TopicInfo, new_topic_id, read_topic_file, write_topic_file
+from minibroker.storage.errors import StrayDataError
+from minibroker.storage.file_cache import FileCache
+from minibroker.storage.files import fsync_directory, sync_filesystem
+from minibroker.storage.log import PartitionLog
+from minibroker.storage.segment import LOG_SUFFIX
+from minibroker.storage.topic_file import MAX_PARTITIONS, TopicInfo, new_topic_id, read_topic_file, write_topic_file
 
 __all__ = [
     "ConfigError",

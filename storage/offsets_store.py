@@ -12,7 +12,7 @@ six record types are in storage/consumer_group_records.py), inside ordinary unco
 batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
 
 The topic is an ordinary compacted topic (cleanup.policy=compact, Kafka's settings): the broker's
-log cleaner (storage.cleaner) keeps the last record of each key and removes tombstones once
+log cleaner (minibroker.storage.cleaner) keeps the last record of each key and removes tombstones once
 delete.retention.ms has passed, as Kafka's does for its offsets topic; the records are designed for
 that (each key holds the whole of what it describes, so any cleaned log replays to the same state;
 the cleaner stops at the last stable offset and keeps transaction markers, so pending transactional
@@ -33,19 +33,19 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from construct import ConstructError
 
-from protocol.records import BatchHeader, decode_records, encode_batch, read_control_record
-from protocol.records.batch import ATTR_TRANSACTIONAL
-from protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT
-from protocol.records.validation import CorruptRecordError
-from storage.consumer_group_records import (
+from minibroker.protocol.records import BatchHeader, decode_records, encode_batch, read_control_record
+from minibroker.protocol.records.batch import ATTR_TRANSACTIONAL
+from minibroker.protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT
+from minibroker.protocol.records.validation import CorruptRecordError
+from minibroker.storage.consumer_group_records import (
     CONSUMER_RECORD_TYPES,
     StoredConsumerGroup,
     apply_record,
     diff_records,
     parse_consumer_key,
 )
-from storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog
-from storage.group_records import (
+from minibroker.storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog
+from minibroker.storage.group_records import (
     GROUP_KEY,
     OFFSET_KEY,
     RECORD_KEY,
@@ -61,7 +61,7 @@ from storage.group_records import (
 )
 
 if TYPE_CHECKING:
-    from storage.log import PartitionLog
+    from minibroker.storage.log import PartitionLog
 
 __all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredConsumerGroup", "StoredGroup",
            "StoredMember"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from storage.errors import DamagedFileError
-from storage.files import write_atomically
+from minibroker.storage.errors import DamagedFileError
+from minibroker.storage.files import write_atomically
 
 PRODUCER_IDS_FILE = "producer-ids"
 DEFAULT_BLOCK_SIZE = 1000

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from storage.config import LogConfig
-from storage.segment import LogSegment
+from minibroker.storage.config import LogConfig
+from minibroker.storage.segment import LogSegment
 
 __all__ = ["segments_past_retention"]
 

@@ -1,5 +1,5 @@
 """One log segment: a `.log` file of record batches plus its `.index`, `.timeindex` and `.txnindex`
-(Kafka's LogSegment; the transaction index: storage.txn_index).
+(Kafka's LogSegment; the transaction index: minibroker.storage.txn_index).
 
 The `.log` file holds v2 record batches exactly as produced, with their offsets assigned. Its name is
 the segment's base offset (the first offset it may hold) padded to 20 digits; the index files share
@@ -9,12 +9,12 @@ a read never sees a half-written batch.
 
 A segment holds no descriptor of its own: it borrows its `.log` file's from the log's
 `storage.file_cache.FileCache` for each system call (opened on demand, closed when least recently
-used: issue 21), and its indexes are written lazily (storage.index). Whether the file has data not
+used: issue 21), and its indexes are written lazily (minibroker.storage.index). Whether the file has data not
 yet fsynced is the segment's to remember (`_dirty`), not the descriptor's, so closing an evicted
 descriptor never loses a flush that is due.
 
 Indexes are checked against the log (issue 11: a plausible but wrong index made fetches skip
-records silently): on load, Kafka's sanity checks and more (storage.index); and every entry a lookup
+records silently): on load, Kafka's sanity checks and more (minibroker.storage.index); and every entry a lookup
 uses is checked against the batch header it points at (the offset-index entry (O, P) must find, at
 position P, the batch whose last offset is O; the time-index entry (T, O) the batch ending at O with
 max timestamp T), which costs nothing extra for offset lookups (that header is read anyway by the
@@ -32,13 +32,13 @@ from typing import Iterator, Sequence
 
 from crc32c import crc32c
 
-from protocol.records.batch import CRC_START, LOG_OVERHEAD, OFFSET_AND_LENGTH, BatchHeader
-from storage.batch_scan import scan_headers, scan_verified, whole_batches_length, write_fully
-from storage.file_cache import FileCache
-from storage.files import unlink_if_exists
-from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
-from storage.timestamps import first_record_at_or_after
-from storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
+from minibroker.protocol.records.batch import CRC_START, LOG_OVERHEAD, OFFSET_AND_LENGTH, BatchHeader
+from minibroker.storage.batch_scan import scan_headers, scan_verified, whole_batches_length, write_fully
+from minibroker.storage.file_cache import FileCache
+from minibroker.storage.files import unlink_if_exists
+from minibroker.storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from minibroker.storage.timestamps import first_record_at_or_after
+from minibroker.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class LogSegment:
         self.write_indexes()
         self.files.forget(self._log_key)
         # The transaction index first: a `.log.swap` found at start-up then finds the cleaned
-        # segment's index already renamed (storage.log_dir completes swaps).
+        # segment's index already renamed (minibroker.storage.log_dir completes swaps).
         txn_path = txn_index_path(self.directory, self.base_offset, suffix)
         try:
             os.replace(self.txn_index.path, txn_path)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from protocol.compression import CODEC_NAMES, DecompressionLimitError
-from protocol.records import BatchHeader, InvalidRecordError, record_timestamps
+from minibroker.protocol.compression import CODEC_NAMES, DecompressionLimitError
+from minibroker.protocol.records import BatchHeader, InvalidRecordError, record_timestamps
 
 if TYPE_CHECKING:
-    from storage.segment import LogSegment
+    from minibroker.storage.segment import LogSegment
 
 __all__ = [
     "MAX_DECOMPRESSED_BATCH_BYTES",

@@ -1,7 +1,7 @@
 """A topic's file, `topics/<name>.json`: the commit point of its creation and deletion.
 
 {"version": 1, "name", "topic_id" (UUID string), "num_partitions", "configs" (the topic's config
-overrides, strings)}, written atomically (storage.files.write_atomically). The topic id is a uuid4
+overrides, strings)}, written atomically (minibroker.storage.files.write_atomically). The topic id is a uuid4
 drawn at creation and kept for the topic's life, across restarts. (Kafka keeps the id in each
 partition directory's `partition.metadata` and the configs in the metadata log; one file per topic
 serves both here.) A file that cannot be read, or whose stored configs are no longer valid, is a
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from storage.config import ConfigError, LogConfig, validate_topic_name
-from storage.errors import DamagedFileError
-from storage.files import write_atomically
+from minibroker.storage.config import ConfigError, LogConfig, validate_topic_name
+from minibroker.storage.errors import DamagedFileError
+from minibroker.storage.files import write_atomically
 
 __all__ = ["MAX_PARTITIONS", "TopicInfo", "new_topic_id", "read_topic_file", "write_topic_file"]
 

@@ -30,8 +30,8 @@ import enum
 import struct
 from dataclasses import dataclass, field
 
-from protocol.messages import ProtocolError, read_tagged_section, write_tagged_section
-from protocol.records.varint import read_uvarint, write_uvarint
+from minibroker.protocol.messages import ProtocolError, read_tagged_section, write_tagged_section
+from minibroker.protocol.records.varint import read_uvarint, write_uvarint
 
 __all__ = [
     "TRANSACTION_LOG_RECORD_TYPE", "TxnState", "TxnRecord", "transaction_key", "transaction_value",

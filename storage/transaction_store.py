@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog
-from storage.transaction_records import (
+from minibroker.storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog
+from minibroker.storage.transaction_records import (
     TxnRecord,
     parse_transaction_key,
     parse_transaction_value,
@@ -28,7 +28,7 @@ from storage.transaction_records import (
 )
 
 if TYPE_CHECKING:
-    from storage.log import PartitionLog
+    from minibroker.storage.log import PartitionLog
 
 __all__ = ["TOPIC", "TOPIC_CONFIGS", "TransactionStore"]
 

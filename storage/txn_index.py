@@ -15,7 +15,7 @@ and stops at the first entry whose last stable offset reaches the range's end
 Entries are written as they are appended (one write, O_APPEND, so a killed broker keeps them) and
 fsynced with the segment. A file that does not check out (a size that is not a multiple of 34, a
 version other than 0, an entry outside the segment or out of order) raises CorruptTxnIndex when it
-is loaded; the log then rebuilds it from the log itself (storage.log), never guessing around it.
+is loaded; the log then rebuilds it from the log itself (minibroker.storage.log), never guessing around it.
 Pure file handling: no clock, no trio.
 """
 
@@ -25,8 +25,8 @@ import os
 import struct
 from pathlib import Path
 
-from storage.files import unlink_if_exists
-from storage.producer_state.txns import AbortedTxn
+from minibroker.storage.files import unlink_if_exists
+from minibroker.storage.producer_state.txns import AbortedTxn
 
 __all__ = ["ENTRY_SIZE", "TXN_INDEX_SUFFIX", "CorruptTxnIndex", "TransactionIndex"]
 

@@ -1,11 +1,11 @@
-"""Clean a log to its end now, with the broker's log cleaner (storage.cleaner), for tests of what
+"""Clean a log to its end now, with the broker's log cleaner (minibroker.storage.cleaner), for tests of what
 lives on compacted topics (the offsets store): the active segment rolled first, so everything
 written so far can be cleaned, then rounds until none is due."""
 
 from __future__ import annotations
 
-from storage.cleaner import CleaningRound, OffsetMap, choose_filthiest, clean, commit, log_to_clean
-from storage.log import PartitionLog
+from minibroker.storage.cleaner import CleaningRound, OffsetMap, choose_filthiest, clean, commit, log_to_clean
+from minibroker.storage.log import PartitionLog
 
 
 def clean_fully(log: PartitionLog, now_ms: int, *, memory: int = 1 << 20) -> int:

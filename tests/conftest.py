@@ -48,7 +48,7 @@ def java(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark():
     """One small local Spark (2 cores, 1 GB) for every pipeline test of the run."""
-    from pipeline.session import spark_session
+    from minibroker.pipeline.session import spark_session
 
     session = spark_session("local[2]", "minibroker-tests", shuffle_partitions=4, quiet=True,
                             conf={"spark.driver.memory": "1g"})

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from minibroker.groups.api import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResult
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 
 @dataclass

@@ -14,9 +14,9 @@ from __future__ import annotations
 import errno
 import os
 
-STORAGE_MODULES = ("storage.segment", "storage.batch_scan", "storage.index", "storage.log", "storage.log_dir",
-                   "storage.files", "storage.retention", "storage.manager", "storage.producer_state.snapshot",
-                   "storage.file_cache")
+STORAGE_MODULES = ("minibroker.storage.segment", "minibroker.storage.batch_scan", "minibroker.storage.index", "minibroker.storage.log", "minibroker.storage.log_dir",
+                   "minibroker.storage.files", "minibroker.storage.retention", "minibroker.storage.manager", "minibroker.storage.producer_state.snapshot",
+                   "minibroker.storage.file_cache")
 
 
 class FaultyOs:

@@ -45,9 +45,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
 from minibroker.handlers import load_all
-from protocol.entities import timestamp
-from protocol.messages import api_schema
-from protocol.records import read_uvarint
+from minibroker.protocol.entities import timestamp
+from minibroker.protocol.messages import api_schema
+from minibroker.protocol.records import read_uvarint
 from tests.batches import make_batch
 
 settings.register_profile(

@@ -4,9 +4,9 @@ and InitProducerId decisions appear with their producer ids."""
 
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
-from pipeline.segments import iter_audit_events
-from protocol.errors import ErrorCode
-from protocol.records import encode_batch
+from minibroker.pipeline.segments import iter_audit_events
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import encode_batch
 
 
 def test_audit_records_fetch_throttles_and_producer_ids(tmp_path, unique):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from minibroker.audit import AuditLog
-from pipeline.segments import iter_audit_events, segment_files
-from protocol.records import decode_records, iter_headers
-from storage.audit_format import (
+from minibroker.pipeline.segments import iter_audit_events, segment_files
+from minibroker.protocol.records import decode_records, iter_headers
+from minibroker.storage.audit_format import (
     AUDIT_FIELD_NAMES,
     AUDIT_TOPIC,
     audit_event,
@@ -20,8 +20,8 @@ from storage.audit_format import (
     encode_event,
     user_of,
 )
-from storage.config import LogConfig
-from storage.manager import LogManager
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
 
 NOW = 1_767_225_600_000
 BROKER = LogConfig.from_broker({})
@@ -168,7 +168,7 @@ def test_a_failed_flush_drops_its_events_and_counts_them(tmp_path, logs, caplog)
 
 def test_the_reader_skips_what_is_not_an_audit_event(tmp_path, logs):
     """A client may produce to the internal topic like any other: non-JSON values are skipped."""
-    from protocol.records import encode_batch
+    from minibroker.protocol.records import encode_batch
 
     audit = AuditLog(logs)
     audit.record(make_event(0))
@@ -191,7 +191,7 @@ def test_event_format_round_trip_and_field_order():
 
 def test_audit_format_is_pure():
     """storage/audit_format.py is shared by the broker and the pipeline: no I/O, no trio, no Spark."""
-    import storage.audit_format as module
+    import minibroker.storage.audit_format as module
 
     source = Path(module.__file__).read_text()
     for forbidden in ("import trio", "pyspark", "import minibroker", "open(", "import time"):
@@ -202,7 +202,7 @@ def test_call_site_helpers_build_contract_events(logs):
     """record_produce / record_fetch / record_init_producer_id: what the handlers call."""
     from types import SimpleNamespace
 
-    from protocol.records import read_header
+    from minibroker.protocol.records import read_header
 
     ctx = SimpleNamespace(connection=SimpleNamespace(principal="User:alice", listener="SASL_PLAINTEXT"),
                           client_id="p-1", version=11)
@@ -227,6 +227,6 @@ def test_call_site_helpers_build_contract_events(logs):
 
 
 def encode_batch_with_pid(pid: int, epoch: int, count: int) -> bytes:
-    from protocol.records import encode_batch
+    from minibroker.protocol.records import encode_batch
 
     return encode_batch([(None, b"v")] * count, NOW, producer_id=pid, producer_epoch=epoch, base_sequence=0)

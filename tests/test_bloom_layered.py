@@ -2,7 +2,7 @@
 
 import pytest
 
-from quotas.bloom import ABSENT, CURRENT, OLDER, LayeredBloomFilter, Shape
+from minibroker.quotas.bloom import ABSENT, CURRENT, OLDER, LayeredBloomFilter, Shape
 
 # 4 layers over 4 s: a new target every 1000 ms, each layer gone 4000 ms after it began.
 WINDOW_MS = 4000

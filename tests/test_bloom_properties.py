@@ -5,7 +5,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quotas.bloom import BloomFilter, LayeredBloomFilter, Shape
+from minibroker.quotas.bloom import BloomFilter, LayeredBloomFilter, Shape
 
 pids = st.integers(-(2**63), 2**63 - 1)
 

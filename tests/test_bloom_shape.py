@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quotas.bloom import BloomFilter, Shape, pid_hash
+from minibroker.quotas.bloom import BloomFilter, Shape, pid_hash
 
 
 # (n, p) -> (m, k), worked by hand from m = ceil(n ln p / -(ln 2)^2), k = round(ln 2 * m / n):

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from protocol.entities import build, to_ms
+from minibroker.protocol.entities import build, to_ms
 from tests.wire import WireClient, encode_request, schema
 
 ms = lambda n: datetime.timedelta(milliseconds=n)  # noqa: E731
@@ -243,7 +243,7 @@ def test_fetch_at_a_bad_offset_is_out_of_range(broker, unique):
 
 
 def test_large_produce_requests_received_in_place_are_stored_byte_for_byte(broker, unique):
-    """Produce requests over protocol.framing's BODY_BUFFER_MIN are received into buffers of their
+    """Produce requests over minibroker.protocol.framing's BODY_BUFFER_MIN are received into buffers of their
     own, reused from one request to the next (FrameDecoder.recycle): pipelined in one send with a
     small request between them and of different sizes (the reused buffer shrinks and grows), each
     batch is stored exactly as sent and each request answered in order."""

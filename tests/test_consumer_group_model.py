@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from minibroker.groups.api import GroupConfig
 from minibroker.groups.consumer_group import ConsumerGroup, held_partitions
 from minibroker.groups.shard import GroupCoordinatorShard
-from storage.offsets_store import OffsetsStore
+from minibroker.storage.offsets_store import OffsetsStore
 from tests.consumer_group_sim import FakeTopics, SimConsumer
 
 GROUP = "model"

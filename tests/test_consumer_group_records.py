@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import decode_records, iter_headers
-from storage.config import LogConfig
-from storage.consumer_group_records import (
+from minibroker.protocol.records import decode_records, iter_headers
+from minibroker.storage.config import LogConfig
+from minibroker.storage.consumer_group_records import (
     StoredConsumerGroup,
     StoredConsumerMember,
     StoredMemberAssignment,
@@ -34,8 +34,8 @@ from storage.consumer_group_records import (
     partition_metadata_value,
     target_assignment_value,
 )
-from storage.manager import LogManager
-from storage.offsets_store import OffsetsStore
+from minibroker.storage.manager import LogManager
+from minibroker.storage.offsets_store import OffsetsStore
 from tests.cleaning import clean_fully
 
 TOPIC = uuid.UUID("0123456789abcdef0123456789abcdef")

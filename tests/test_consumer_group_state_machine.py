@@ -21,10 +21,10 @@ from minibroker.groups.api import (
 )
 from minibroker.groups.consumer_group import ConsumerGroup, MemberState
 from minibroker.groups.shard import GroupCoordinatorShard
-from protocol.errors import ErrorCode
-from storage.config import LogConfig
-from storage.manager import LogManager
-from storage.offsets_store import OffsetAndMetadata, OffsetsStore
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
+from minibroker.storage.offsets_store import OffsetAndMetadata, OffsetsStore
 from tests.consumer_group_sim import FakeTopics, SimConsumer
 
 GROUP = "cg"

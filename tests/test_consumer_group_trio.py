@@ -14,7 +14,7 @@ from minibroker.groups.api import ConsumerGroupHeartbeatRequest, GroupConfig
 from minibroker.groups.consumer_group import ConsumerGroup
 from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.purgatory import Purgatory
-from storage.offsets_store import OffsetsStore
+from minibroker.storage.offsets_store import OffsetsStore
 from tests.consumer_group_sim import FakeTopics, SimConsumer
 
 GROUP = "trio-cg"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.entities import build
+from minibroker.protocol.entities import build
 from tests.wire import WireClient, schema
 
 HEARTBEAT, DESCRIBE, COMMIT, FETCH, LIST, CLASSIC_DESCRIBE, API_VERSIONS = 68, 69, 8, 9, 16, 15, 18

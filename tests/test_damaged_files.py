@@ -12,11 +12,11 @@ import pytest
 
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
-from protocol.records import decode_records, encode_batch, iter_headers
-from storage.config import LogConfig
-from storage.errors import DamagedFileError
-from storage.manager import LogManager
-from storage.offsets_store import TOPIC as OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
+from minibroker.protocol.records import decode_records, encode_batch, iter_headers
+from minibroker.storage.config import LogConfig
+from minibroker.storage.errors import DamagedFileError
+from minibroker.storage.manager import LogManager
+from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
 from tests.cleaning import clean_fully
 from tests.damage import sole_error
 

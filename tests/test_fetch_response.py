@@ -1,4 +1,4 @@
-"""Fetch responses with their records spliced in uncopied (protocol.fetch_response) are byte for
+"""Fetch responses with their records spliced in uncopied (minibroker.protocol.fetch_response) are byte for
 byte kio's encoding of the same response, in every Fetch version the broker serves, and go out
 whole over a real socket however the kernel splits the vectored send (minibroker.server.send_frame).
 """
@@ -15,9 +15,9 @@ from hypothesis import given, settings, strategies as st
 
 from minibroker.handlers import load_all
 from minibroker.server import send_frame
-from protocol.entities import build
-from protocol.fetch_response import SPLICE_MIN_BYTES, FrameParts, encode_fetch_response
-from protocol.messages import api_schema, encode_response
+from minibroker.protocol.entities import build
+from minibroker.protocol.fetch_response import SPLICE_MIN_BYTES, FrameParts, encode_fetch_response
+from minibroker.protocol.messages import api_schema, encode_response
 
 FETCH = load_all()[1]
 VERSIONS = range(FETCH.min_version, FETCH.max_version + 1)

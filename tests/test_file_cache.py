@@ -21,8 +21,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage.descriptors import DescriptorBudget
-from storage.file_cache import FileCache
+from minibroker.storage.descriptors import DescriptorBudget
+from minibroker.storage.file_cache import FileCache
 from tests.broker_process import open_files_under
 
 PATHS = 8

@@ -23,7 +23,7 @@ import uuid
 import pytest
 
 from minibroker.testing import running_broker
-from protocol.messages import API_VERSIONS_KEY, decode_response, peek_api
+from minibroker.protocol.messages import API_VERSIONS_KEY, decode_response, peek_api
 from tests.frame_corpus import CORPUS_DIR, captured, pinned_versions, read_corpus
 
 # What the capture story makes every client send; a corpus without one of them was captured wrong.

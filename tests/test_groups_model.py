@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from minibroker.groups.api import GroupConfig, Pending
 from minibroker.groups.classic_group import EMPTY, STABLE
 from minibroker.groups.coordinator import GroupCoordinator
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 GROUP = "model"
 SESSION_MS, HEARTBEAT_S, REBALANCE_MS = 6000, 1.0, 10_000

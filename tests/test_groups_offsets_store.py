@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
 from minibroker.groups.classic_group import ClassicGroup
-from protocol.records import check_produce_records, decode_records, encode_batch, iter_headers
-from storage.config import LogConfig
-from storage.group_records import (
+from minibroker.protocol.records import check_produce_records, decode_records, encode_batch, iter_headers
+from minibroker.storage.config import LogConfig
+from minibroker.storage.group_records import (
     StoredMember,
     group_key,
     group_value,
@@ -26,9 +26,9 @@ from storage.group_records import (
     parse_group_value,
     parse_offset_value,
 )
-from storage.manager import LogManager
+from minibroker.storage.manager import LogManager
 from tests.cleaning import clean_fully
-from storage.offsets_store import (
+from minibroker.storage.offsets_store import (
     TOPIC,
     OffsetAndMetadata,
     OffsetsStore,

@@ -26,7 +26,7 @@ from minibroker.groups.classic_group import (
     IllegalStateTransition,
 )
 from minibroker.groups.coordinator import GroupCoordinator
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 SESSION_MS = 6000
 REBALANCE_MS = 10_000

@@ -12,7 +12,7 @@ from minibroker.groups.api import GroupConfig, JoinResult, SyncResult
 from minibroker.groups.classic_group import EMPTY, PREPARING_REBALANCE, STABLE
 from minibroker.groups.coordinator import DelayedSync, GroupCoordinator
 from minibroker.purgatory import Purgatory
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 GROUP = "trio-group"
 SESSION_MS, REBALANCE_MS = 6000, 10_000

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from protocol.entities import build
+from minibroker.protocol.entities import build
 from tests.wire import WireClient, schema
 
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH, LIST, DESCRIBE, DELETE = 11, 14, 12, 13, 8, 9, 16, 15, 42
@@ -275,11 +275,11 @@ def test_offsets_in_the_old_record_layout_are_served_after_an_upgrade(start_brok
     before Kafka's: the broker starts on it and serves those offsets and groups as they were."""
     import struct
 
-    from protocol.records import encode_batch
-    from storage.config import LogConfig
-    from storage.group_records import group_key, offset_key
-    from storage.manager import LogManager
-    from storage.offsets_store import TOPIC
+    from minibroker.protocol.records import encode_batch
+    from minibroker.storage.config import LogConfig
+    from minibroker.storage.group_records import group_key, offset_key
+    from minibroker.storage.manager import LogManager
+    from minibroker.storage.offsets_store import TOPIC
 
     with start_broker() as broker, WireClient(broker.bootstrap) as client:
         assert create_topic(client, "old-t").error_code == NONE

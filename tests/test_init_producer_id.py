@@ -3,7 +3,7 @@ re-initialising with the current PID and epoch bumps the epoch (KIP-360), an old
 and the partitions then hold the producer to its new epoch."""
 
 from minibroker.admin_client import AdminClient
-from protocol.records import encode_batch
+from minibroker.protocol.records import encode_batch
 
 
 def init(c, pid=-1, epoch=-1, version=None, transactional_id=None):

@@ -9,7 +9,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
-from protocol.records import encode_batch
+from minibroker.protocol.records import encode_batch
 
 INVALID_TOPIC_EXCEPTION = 17
 
@@ -39,7 +39,7 @@ def test_a_forged_offset_commit_record_cannot_reach_the_offsets_log(tmp_path):
     """The reproduction from the issue: a record produced into __consumer_offsets rewrote a group's
     committed offset after a restart. It is refused, so the committed offset survives."""
     data = tmp_path / "data"
-    from storage.group_records import OffsetAndMetadata, offset_key, offset_value
+    from minibroker.storage.group_records import OffsetAndMetadata, offset_key, offset_value
     with running_broker(data) as broker:
         with AdminClient(broker.bootstrap) as c:
             c.call(19, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,

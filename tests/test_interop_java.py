@@ -28,7 +28,7 @@ from collections import defaultdict
 
 import pytest
 
-from protocol.messages import peek_api
+from minibroker.protocol.messages import peek_api
 from tests.clients import ALL, KafkaPython, Message
 from tests.java_client import of_type
 from tests.test_interop_clients import expected_records, make_messages, normalise
@@ -326,7 +326,7 @@ def test_java_reaction_to_producer_state_errors(java, broker, unique, code):
     elif JAVA_REACTION[code] == "bumped":
         # Delivered after all, each record once, by batches of the next epoch from sequence 0. (Under
         # load Java may split the 3 records into 2 batches and resend them in another order.)
-        from protocol.records import iter_headers
+        from minibroker.protocol.records import iter_headers
 
         assert all(line["type"] == "produced" for line in lines), lines
         assert sorted(line["offset"] for line in lines) == [0, 1, 2], lines
@@ -346,7 +346,7 @@ def test_java_reaction_to_the_producer_id_quota(java, start_broker, unique):
     id is admitted and every record, sent in many small batches in flight at once, is stored exactly
     once, in order."""
     from minibroker.admin_client import AdminClient
-    from protocol.records import encode_batch
+    from minibroker.protocol.records import encode_batch
 
     topic = unique("java-pidq")
     count = 200

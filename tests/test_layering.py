@@ -5,7 +5,7 @@
   replays quotas; nothing imports pipeline/, scripts/ or tests/;
 * the core (protocol/, storage/, quotas/, producer/) imports neither trio nor minibroker;
 * only the shells read a clock or sleep: minibroker/ (the broker's) and producer/client.py (the
-  reference producer's socket driver, which is to producer.core what minibroker/ is to the core);
+  reference producer's socket driver, which is to minibroker.producer.core what minibroker/ is to the core);
   pipeline/ may time its own runs for its report, as a tool.
 
 The imports are read from the source (every `import` and `from ... import`, wherever it stands), so
@@ -48,15 +48,45 @@ def sources(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+LAYERS = ("protocol", "storage", "quotas", "producer", "pipeline")
+
+
+def layer_of(module: str) -> str:
+    """The layer a module belongs to: `minibroker.storage.log` -> storage (the build maps each
+    layer's folder under `minibroker`), `minibroker.server` -> minibroker, `trio.lowlevel` -> trio."""
+    parts = module.split(".")
+    if parts[0] == "minibroker" and len(parts) > 1 and parts[1] in LAYERS:
+        return parts[1]
+    return parts[0]
+
+
 def imported_packages(tree: ast.AST) -> set[str]:
-    """The top-level package of every module `tree` imports (relative imports are its own)."""
+    """The layer of every module `tree` imports (relative imports are its own)."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(layer_of(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            if node.module == "minibroker":  # from minibroker import storage
+                found.update(layer_of(f"minibroker.{alias.name}") for alias in node.names)
+            else:
+                found.add(layer_of(node.module))
     return found
+
+
+def test_layers_are_imported_by_their_installed_name_only():
+    """`minibroker.storage`, never the folder's bare name `storage`: the bare name works only inside
+    the repository, and would load a second copy of the module beside the installed one."""
+    bare = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if any(part in (".venv", ".cache", "build", ".git") for part in path.relative_to(ROOT).parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                     else [])
+            bare += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in LAYERS]
+    assert bare == []
 
 
 def clock_reads(tree: ast.AST) -> list[str]:
@@ -99,21 +129,25 @@ def test_the_checks_see_what_they_look_for():
     """The contract's own detectors find the forms they must find (so an empty answer above means
     there is nothing, not that nothing was looked at)."""
     tree = ast.parse("import trio.lowlevel\nfrom minibroker.broker import Broker\nimport time\n"
-                     "from time import monotonic\nx = time.time_ns()\ny = datetime.now()\n")
-    assert imported_packages(tree) == {"trio", "minibroker", "time"}
+                     "from time import monotonic\nx = time.time_ns()\ny = datetime.now()\n"
+                     "import minibroker.storage.log\nfrom minibroker.quotas.rate import Rate\n"
+                     "from minibroker import protocol\n")
+    assert imported_packages(tree) == {"trio", "minibroker", "time", "storage", "quotas", "protocol"}
     assert clock_reads(tree) == ["line 4: from time import monotonic", "line 5: time.time_ns",
                                  "line 6: datetime.now"]
 
 
 def test_importing_the_core_loads_neither_trio_nor_the_broker():
     modules = sorted(
-        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        "minibroker." + ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for package in CORE for path in sources(package)
         if path.name != "client.py" or package != "producer"  # the producer's driver: sockets, fine
     )
+    layers = tuple(f"minibroker.{layer}" for layer in CORE)
     code = (
         f"import sys\nsys.modules['hypothesis'] = None\nimport {', '.join(modules)}\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trio', 'minibroker', 'pipeline')))\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] == 'trio' or (m.startswith('minibroker.')"
+        f" and not m.startswith({layers!r}))))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                             timeout=120, check=True)

@@ -24,7 +24,7 @@ from minibroker.broker import Broker
 from minibroker.config import BrokerConfig, ConfigError
 from minibroker.limits import RequestMemoryPool
 from minibroker.server import serve_connection
-from protocol.entities import build
+from minibroker.protocol.entities import build
 from tests.test_broker_wire import create_topic, ms
 from tests.test_metrics_http import scrape
 from tests.wire import WireClient, encode_request, schema

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.compression import CODEC_NAMES
+from minibroker.protocol.compression import CODEC_NAMES
 
 pytestmark = pytest.mark.interop
 

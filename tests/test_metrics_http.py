@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from protocol.entities import build
+from minibroker.protocol.entities import build
 from tests.batches import make_batch
 from tests.wire import WireClient, schema
 

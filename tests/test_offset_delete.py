@@ -9,7 +9,7 @@ import time
 import pytest
 
 from minibroker.groups.classic_group import consumer_subscription_topics
-from protocol.entities import build
+from minibroker.protocol.entities import build
 from tests.wire import WireClient, schema
 
 OFFSET_DELETE, COMMIT, FETCH, JOIN = 47, 8, 9, 11

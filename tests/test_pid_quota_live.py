@@ -20,8 +20,8 @@ import sys
 import pytest
 
 from minibroker.admin_client import AdminClient
-from protocol.entities import to_ms
-from protocol.records import encode_batch
+from minibroker.protocol.entities import to_ms
+from minibroker.protocol.records import encode_batch
 from tests.clients import ALL, KafkaPython, Message
 
 pytestmark = pytest.mark.interop

@@ -9,15 +9,15 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import jobs
-from pipeline.gen import generate, write_trace
-from pipeline.model import KAFKA_BYTES_BY_BATCHES, StateMemoryModel
-from pipeline.read import decision_events, read_data_dir, read_trace
-from pipeline.replay import QuotaSettings, replay
-from pipeline.report import build_report
-from pipeline.schema import EVENTS_SCHEMA
-from pipeline.whatif import state_table, totals_table, whatif, windows_table
-from storage.audit_format import AUDIT_FIELD_NAMES, audit_event
+from minibroker.pipeline import jobs
+from minibroker.pipeline.gen import generate, write_trace
+from minibroker.pipeline.model import KAFKA_BYTES_BY_BATCHES, StateMemoryModel
+from minibroker.pipeline.read import decision_events, read_data_dir, read_trace
+from minibroker.pipeline.replay import QuotaSettings, replay
+from minibroker.pipeline.report import build_report
+from minibroker.pipeline.schema import EVENTS_SCHEMA
+from minibroker.pipeline.whatif import state_table, totals_table, whatif, windows_table
+from minibroker.storage.audit_format import AUDIT_FIELD_NAMES, audit_event
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a whole number of seconds and minutes
 
@@ -221,8 +221,8 @@ def test_report_end_to_end(spark, tmp_path):
     default rate X throttles only it, Y nobody (both values the broker accepts, counted by the
     replay); the candidates given and the "observed" row are replayed beside them; page, plots and
     tables are all written."""
-    from pipeline.recommend import accepted
-    from pipeline.report import OBSERVED
+    from minibroker.pipeline.recommend import accepted
+    from minibroker.pipeline.report import OBSERVED
 
     trace = write_trace(generate(8000, seed=11), tmp_path / "trace.parquet")
     out = tmp_path / "report"
@@ -272,8 +272,8 @@ def test_report_of_an_empty_audit(spark, tmp_path):
 def test_settings_from_the_brokers_quota_store(tmp_path):
     """scripts/pipeline on a data dir whose audit records no quota configuration falls back on the
     broker's quota store (user-level quotas only)."""
-    from pipeline.cli import QUOTA_STORE_FILE, fallback_from, parser
-    from quotas.config import QuotaConfigStore
+    from minibroker.pipeline.cli import QUOTA_STORE_FILE, fallback_from, parser
+    from minibroker.quotas.config import QuotaConfigStore
 
     store = QuotaConfigStore()
     results = store.alter([
@@ -293,7 +293,7 @@ def test_settings_from_the_brokers_quota_store(tmp_path):
 
 
 def test_cli_options():
-    from pipeline.cli import DEFAULT_BOOTSTRAP, candidates_from, consumer_config, parser
+    from minibroker.pipeline.cli import DEFAULT_BOOTSTRAP, candidates_from, consumer_config, parser
 
     args = parser().parse_args(["--rates", "50,0.5,10", "--pid-window-seconds", "60", "--producer-byte-rate", "1e6",
                                 "--conf", "spark.executor.memory=2g", "--conf", "spark.ui.port=4050",

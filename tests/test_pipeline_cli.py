@@ -5,7 +5,7 @@ per stage; and the same command with `--master` runs on a Spark standalone clust
 (master, worker, driver, executor) and takes about 100 s on the shared 2-core machine, so it runs
 only when asked: `MINIBROKER_SPARK_STANDALONE=1 scripts/test tests/test_pipeline_cli.py`.
 
-(The tests run `python -m pipeline.cli`, which is what scripts/pipeline execs once its venv is
+(The tests run `python -m minibroker.pipeline.cli`, which is what scripts/pipeline execs once its venv is
 there; Spark's web UI gets port 0 through PYSPARK_SUBMIT_ARGS, as tests must not take fixed ports.)
 """
 
@@ -57,7 +57,7 @@ def audited(tmp_path_factory):
 
 
 def run_pipeline(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=_env(), capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "minibroker.pipeline.cli", *args], cwd=cwd, env=_env(), capture_output=True,
                             text=True, timeout=480)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -86,7 +86,7 @@ def test_the_pipeline_reads_a_running_broker_with_no_other_flag(audited, tmp_pat
 @pytest.mark.skipif(os.environ.get("MINIBROKER_SPARK_STANDALONE") != "1",
                     reason="a Spark standalone cluster (about 100 s): MINIBROKER_SPARK_STANDALONE=1 runs it")
 def test_the_same_command_on_a_standalone_cluster(audited, tmp_path):
-    from pipeline.standalone import start, status, stop
+    from minibroker.pipeline.standalone import start, status, stop
 
     state = tmp_path / "spark"
     try:

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.gen import generate
-from pipeline.model import needed_rate
-from pipeline.replay import QuotaSettings, replay_principal
-from quotas.producer_id_quota import ProducerIdQuotaManager
+from minibroker.pipeline.gen import generate
+from minibroker.pipeline.model import needed_rate
+from minibroker.pipeline.replay import QuotaSettings, replay_principal
+from minibroker.quotas.producer_id_quota import ProducerIdQuotaManager
 
 WINDOW_S, LAYERS = 2.0, 4  # W = 2 s in slots of 500 ms
 
@@ -127,10 +127,10 @@ def test_generated_trace_has_the_advertised_population():
 
 def test_aggregates_of_a_principal_without_producer_ids():
     """Non-idempotent producers (producer id -1): counted, never tracked, no producer state."""
-    from pipeline.model import StateMemoryModel
-    from pipeline.replay import UserEvents
-    from pipeline.timeline import QuotaTimeline
-    from pipeline.whatif import TOTAL, run_chunk
+    from minibroker.pipeline.model import StateMemoryModel
+    from minibroker.pipeline.replay import UserEvents
+    from minibroker.pipeline.timeline import QuotaTimeline
+    from minibroker.pipeline.whatif import TOTAL, run_chunk
 
     pdf = frame_of(seq=[0, 1, 2], ts=[0, 10, 1500], partition=[0, 1, 0], producer_id=-1)
     rows = run_chunk(UserEvents.from_pandas(pdf), QuotaSettings("q", producer_ids_rate=1.0), QuotaTimeline(), None,
@@ -159,7 +159,7 @@ def test_the_replay_without_a_bloom_filter_decides_as_the_brokers_manager(seed):
     authority (has_state), the filter never changes a decision. The broker's manager (real layered
     filter, here with a false-positive rate of 0.3 so that its claims without state happen often)
     and the replay's give the same known / throttle verdict for every call."""
-    from pipeline.replay import ReplayPidQuota
+    from minibroker.pipeline.replay import ReplayPidQuota
 
     rng = np.random.default_rng(seed)
     real = ProducerIdQuotaManager(window_size_seconds=2.0, layer_count=4, false_positive_rate=0.3,
@@ -189,7 +189,7 @@ def _random_user(rng, n):
 
 
 def _combined(frames):
-    from pipeline.whatif import COUNTS, DELTAS, TOTAL
+    from minibroker.pipeline.whatif import COUNTS, DELTAS, TOTAL
 
     rows = pd.concat(frames, ignore_index=True)
     totals = rows[rows.window_start_ms == TOTAL]
@@ -208,10 +208,10 @@ def test_a_user_split_by_time_replays_exactly_as_in_one_pass(seed):
     record, and a byte-rate quota."""
     import pickle
 
-    from pipeline.model import StateMemoryModel
-    from pipeline.replay import UserEvents
-    from pipeline.timeline import QuotaTimeline
-    from pipeline.whatif import replay_chunks, run_chunk
+    from minibroker.pipeline.model import StateMemoryModel
+    from minibroker.pipeline.replay import UserEvents
+    from minibroker.pipeline.timeline import QuotaTimeline
+    from minibroker.pipeline.whatif import replay_chunks, run_chunk
 
     rng = np.random.default_rng(seed)
     events = UserEvents.from_pandas(_random_user(rng, int(rng.integers(100, 500))))
@@ -256,8 +256,8 @@ def test_the_broker_s_quotas_are_replayed_as_they_changed():
     (known: it has producer state), 4 at 2900 (admitted: 2's slot left the lookback), 5 at 3100
     (admitted: the restart emptied the counts), 6 at 3200 (throttled, 4499 - 3200 ms). A candidate with rate 1 throughout also counts PID 1 at 500 and,
     restarting with the broker, admits 5 too."""
-    from pipeline.replay import UserEvents, replay_user
-    from pipeline.timeline import QuotaTimeline
+    from minibroker.pipeline.replay import UserEvents, replay_user
+    from minibroker.pipeline.timeline import QuotaTimeline
 
     settings = {"producer.id.quota.window.size.seconds": 1.0, "producer.id.quota.cache.layer.count": 2.0}
     timeline = QuotaTimeline.from_records([

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from minibroker.audit import AuditLog
-from pipeline.read import PARSED_SCHEMA, decision_events, quota_records, read_data_dir, read_kafka
-from pipeline.sources import segment_byte_ranges, split_sizes
-from storage.audit_format import AUDIT_FIELD_NAMES, AUDIT_TOPIC, audit_event
-from storage.config import LogConfig
-from storage.manager import LogManager
+from minibroker.pipeline.read import PARSED_SCHEMA, decision_events, quota_records, read_data_dir, read_kafka
+from minibroker.pipeline.sources import segment_byte_ranges, split_sizes
+from minibroker.storage.audit_format import AUDIT_FIELD_NAMES, AUDIT_TOPIC, audit_event
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
 
 T0 = 1_767_225_600_000
 
@@ -102,7 +102,7 @@ def test_kafka_reader_reads_a_running_broker_in_offset_ranges(spark, tmp_path, u
 
 def test_values_that_are_not_audit_events_are_skipped(spark, tmp_path):
     """A client may produce anything to the topic: Spark's from_json turns it into nulls, skipped."""
-    from protocol.records import encode_batch
+    from minibroker.protocol.records import encode_batch
 
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), T0)
     audit = AuditLog(logs)
@@ -117,7 +117,7 @@ def test_values_that_are_not_audit_events_are_skipped(spark, tmp_path):
 
 
 def test_an_unreachable_broker_is_named_in_the_error():
-    from pipeline.sources import kafka_offset_ranges
+    from minibroker.pipeline.sources import kafka_offset_ranges
 
     with pytest.raises(RuntimeError, match="127.0.0.1:1"):
         kafka_offset_ranges({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}, AUDIT_TOPIC, timeout_s=2)

@@ -26,11 +26,11 @@ import time
 import pytest
 
 from minibroker.config import BROKER_CONFIGS
-from pipeline.model import StateMemoryModel
-from pipeline.read import decision_events, quota_records, read_kafka
-from pipeline.replay import QuotaSettings, replay
-from pipeline.timeline import QuotaTimeline
-from pipeline.whatif import totals_table, whatif
+from minibroker.pipeline.model import StateMemoryModel
+from minibroker.pipeline.read import decision_events, quota_records, read_kafka
+from minibroker.pipeline.replay import QuotaSettings, replay
+from minibroker.pipeline.timeline import QuotaTimeline
+from minibroker.pipeline.whatif import totals_table, whatif
 
 WIRED = "audit.enable" in BROKER_CONFIGS
 pytestmark = [

@@ -14,11 +14,11 @@ what is true of it.
 from __future__ import annotations
 
 from minibroker.audit import AuditLog
-from pipeline.read import read_data_dir
-from pipeline.report import OBSERVED, build_report
-from storage.audit_format import audit_event, quota_config_event
-from storage.config import LogConfig
-from storage.manager import LogManager
+from minibroker.pipeline.read import read_data_dir
+from minibroker.pipeline.report import OBSERVED, build_report
+from minibroker.storage.audit_format import audit_event, quota_config_event
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
 
 T0 = 1_767_225_600_000
 SETTINGS = {"producer.id.quota.window.size.seconds": 1.0, "producer.id.quota.cache.layer.count": 2.0,

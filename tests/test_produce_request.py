@@ -1,4 +1,4 @@
-"""protocol.produce_request against kio: the same requests, the same refusals, records not copied.
+"""minibroker.protocol.produce_request against kio: the same requests, the same refusals, records not copied.
 
 The reference is the path every other API takes, `decode_request` with the request guard and kio's
 reader (the schema with its own decoder taken away). On the frames real clients sent (the corpus in
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.messages import MalformedRequestError, api_schema, decode_request, parse_header
-from protocol.produce_request import FIRST_VERSION, LAST_VERSION, ProduceRequest
+from minibroker.protocol.messages import MalformedRequestError, api_schema, decode_request, parse_header
+from minibroker.protocol.produce_request import FIRST_VERSION, LAST_VERSION, ProduceRequest
 from tests.fuzzing import fuzz_settings, header, hostile_bodies, valid_bodies
 from tests.frame_corpus import captured, read_corpus
 

@@ -1,4 +1,4 @@
-"""Produce responses written by protocol.produce_response are byte for byte kio's encoding of the
+"""Produce responses written by minibroker.protocol.produce_response are byte for byte kio's encoding of the
 same body (build + encode_response, what Broker._encode wrote before), in every version the broker
 serves (v3-v13): generated bodies with errors, messages, record errors, nulls, topic names or topic
 ids, the v10+ tagged fields and the broker's extra top-level tagged fields; and a body kio refuses
@@ -14,9 +14,9 @@ from hypothesis import given, settings, strategies as st
 from kio.schema.errors import ErrorCode
 
 from minibroker.handlers import load_all
-from protocol.entities import build
-from protocol.messages import api_schema, decode_response, encode_response
-from protocol.produce_response import encode_produce_response
+from minibroker.protocol.entities import build
+from minibroker.protocol.messages import api_schema, decode_response, encode_response
+from minibroker.protocol.produce_response import encode_produce_response
 
 PRODUCE = load_all()[0]
 VERSIONS = range(PRODUCE.min_version, PRODUCE.max_version + 1)
@@ -64,7 +64,7 @@ body = st.builds(lambda responses, *optional: {"responses": responses,
                  st.lists(topic, max_size=3),
                  maybe("throttle_time", st.integers(0, 2**31 - 1)),
                  maybe("node_endpoints", st.none() | st.lists(node, max_size=3)))
-# The broker's additions to the top-level tagged section (protocol.extensions); tag 0 is the schema's
+# The broker's additions to the top-level tagged section (minibroker.protocol.extensions); tag 0 is the schema's
 # own from v10 (refused there, see below).
 extra_tags = st.none() | st.dictionaries(st.integers(1, 70_000), st.binary(max_size=6), max_size=3)
 
@@ -125,11 +125,11 @@ def test_a_body_kio_refuses_is_refused(version, breakage, error):
 
 
 def test_the_broker_answers_produce_with_it(tmp_path):
-    """Broker._encode's Produce frames (protocol.produce_response's since issue 17) are still kio's
+    """Broker._encode's Produce frames (minibroker.protocol.produce_response's since issue 17) are still kio's
     encoding of the handler's body with the throttle time, the broker's response tags included."""
     from minibroker.broker import Broker, Connection, RequestContext
     from minibroker.config import BrokerConfig
-    from protocol.messages import RequestHeader
+    from minibroker.protocol.messages import RequestHeader
 
     broker = Broker(BrokerConfig({"log.dirs": str(tmp_path), "listeners": "127.0.0.1:0"}))
     broker.response_tags[0] = {19778: b"\0\0\0\x05"}

@@ -1,4 +1,4 @@
-"""Unit tests for storage.producer_state: each validation rule, expiry, and the snapshot files.
+"""Unit tests for minibroker.storage.producer_state: each validation rule, expiry, and the snapshot files.
 
 Headers are built by hand (BatchHeader objects), one rule per test, in both modes where the rule is
 shared. The model-based test lives in test_producer_state_model.py.
@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
-from protocol.errors import ErrorCode
-from protocol.records import BatchHeader
-from storage.producer_state import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import BatchHeader
+from minibroker.storage.producer_state import (
     DEFAULT_MAX_IN_FLIGHT,
     MAX_SEQUENCE,
     PRODUCER_SNAPSHOT,
@@ -199,7 +199,7 @@ def test_producers_are_independent(mode):
 
 
 def test_for_mode_builds_the_implementation_of_each_mode():
-    from storage.producer_state import (
+    from minibroker.storage.producer_state import (
         KafkaProducerStateManager,
         LeanProducerStateManager,
     )
@@ -489,7 +489,7 @@ def test_corrupt_snapshot_is_logged_deleted_and_the_older_one_used(
     data[position] ^= 0x40
     newest.write_bytes(bytes(data))
     fresh = ProducerStateManager.for_mode(mode)
-    with caplog.at_level(logging.WARNING, logger="storage.producer_state"):
+    with caplog.at_level(logging.WARNING, logger="minibroker.storage.producer_state"):
         assert fresh.truncate_and_reload(tmp_path, part.log_end) == 4
     assert any("corrupt" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     assert not newest.exists()
@@ -505,7 +505,7 @@ def test_truncated_snapshot_is_never_trusted(mode, tmp_path, caplog):
         path.write_bytes(data[:cut])
         fresh = ProducerStateManager.for_mode(mode)
         fresh.update(batch(pid=99), now_ms=0)  # loading replaces whatever was there
-        with caplog.at_level(logging.WARNING, logger="storage.producer_state"):
+        with caplog.at_level(logging.WARNING, logger="minibroker.storage.producer_state"):
             assert fresh.truncate_and_reload(tmp_path, 10) == 0
         assert fresh.producer_id_count == 0
         assert not path.exists()
@@ -515,7 +515,7 @@ def test_truncated_snapshot_is_never_trusted(mode, tmp_path, caplog):
 def test_snapshot_with_valid_crc_but_impossible_values_is_rejected(tmp_path, caplog):
     from crc32c import crc32c
 
-    from storage.producer_state import PRODUCER_SNAPSHOT_ENTRY
+    from minibroker.storage.producer_state import PRODUCER_SNAPSHOT_ENTRY
 
     def write(entries, version=1):
         rows = b"".join(PRODUCER_SNAPSHOT_ENTRY.build(e) for e in entries)
@@ -539,7 +539,7 @@ def test_snapshot_with_valid_crc_but_impossible_values_is_rejected(tmp_path, cap
     ]
     for entries in bad_entries:
         write(entries)
-        with caplog.at_level(logging.WARNING, logger="storage.producer_state"):
+        with caplog.at_level(logging.WARNING, logger="minibroker.storage.producer_state"):
             assert psm.truncate_and_reload(tmp_path, 5) == 0
     write([good], version=2)
     assert psm.truncate_and_reload(tmp_path, 5) == 0

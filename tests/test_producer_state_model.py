@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from protocol.records import BatchHeader
-from storage.producer_state import (
+from minibroker.protocol.records import BatchHeader
+from minibroker.storage.producer_state import (
     DEFAULT_MAX_IN_FLIGHT,
     KafkaProducerStateManager,
     LeanProducerStateManager,

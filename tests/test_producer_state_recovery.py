@@ -11,11 +11,11 @@ import time
 from minibroker.broker import Broker
 from minibroker.config import BrokerConfig
 from minibroker.producers import EAGER_REBUILD_BYTES, replay_bytes
-from protocol.errors import ErrorCode
-from protocol.records import read_header
-from storage.config import LogConfig
-from storage.manager import LogManager
-from storage.producer_state.snapshot import list_snapshots
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import read_header
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
+from minibroker.storage.producer_state.snapshot import list_snapshots
 from tests.batches import make_batch
 
 BIG_PIDS = (11, 12, 13)

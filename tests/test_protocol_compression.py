@@ -1,11 +1,11 @@
-"""protocol.compression: every codec producers use decompresses to the original bytes, bad bytes
+"""minibroker.protocol.compression: every codec producers use decompresses to the original bytes, bad bytes
 raise DecompressionError (never something else), and no output grows past the limit."""
 
 import os
 
 import pytest
 
-from protocol.compression import DecompressionError, DecompressionLimitError, decompress
+from minibroker.protocol.compression import DecompressionError, DecompressionLimitError, decompress
 from tests.batches import CODECS, compress
 
 DATA = os.urandom(3000) + bytes(20000)  # some incompressible, some very compressible

@@ -1,4 +1,4 @@
-"""Seed 003's duplicate window on the wire (protocol.extensions): tagged field 19778 on ApiVersions
+"""Seed 003's duplicate window on the wire (minibroker.protocol.extensions): tagged field 19778 on ApiVersions
 (v3+) and InitProducerId (v2+) responses in lean mode, absent in kafka mode and in non-flexible
 versions; our decoder reads it, kio's strict reader alone would refuse it, and real clients (their
 own decoders, and idempotent producers end to end) take the responses as before."""
@@ -11,13 +11,13 @@ import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from protocol.entities import build
-from protocol.extensions import (
+from minibroker.protocol.entities import build
+from minibroker.protocol.extensions import (
     MAX_IN_FLIGHT_SEQUENCE_TAG,
     max_in_flight_sequence_field,
     read_max_in_flight_sequence,
 )
-from protocol.messages import add_tagged_fields, decode_response_tags, encode_request, read_entity
+from minibroker.protocol.messages import add_tagged_fields, decode_response_tags, encode_request, read_entity
 from tests.clients import ALL, Message
 from tests.wire import WireClient, schema
 

@@ -6,8 +6,8 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import protocol.framing as framing
-from protocol.framing import FrameDecoder, FrameError, frame
+import minibroker.protocol.framing as framing
+from minibroker.protocol.framing import FrameDecoder, FrameError, frame
 
 payloads = st.lists(st.binary(max_size=300), max_size=8)
 
@@ -273,7 +273,7 @@ def test_a_connection_keeps_its_largest_buffer_whatever_the_order_of_sizes(alloc
 def test_a_frame_over_recycle_max_is_not_kept(monkeypatch, allocation):
     """A connection keeps at most RECYCLE_MAX bytes between requests: a larger frame's memory is
     freed; a kept one is used whole for the next body (more than the read-ahead would allocate)."""
-    import protocol.framing as framing
+    import minibroker.protocol.framing as framing
 
     monkeypatch.setattr(framing, "RECYCLE_MAX", 100)
     decoder = FrameDecoder(body_buffer_min=8, read_ahead=16)

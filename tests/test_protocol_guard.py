@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from protocol.guard import checker
-from protocol.messages import MalformedRequestError, api_schema, decode_request, parse_header
+from minibroker.protocol.guard import checker
+from minibroker.protocol.messages import MalformedRequestError, api_schema, decode_request, parse_header
 from tests import fuzzing
 from tests.fuzzing import fuzz_settings, hostile_bodies, length_fields, served, served_ids, set_length
 
@@ -28,7 +28,7 @@ SERVED = served()
 
 _WORKER = r"""
 import struct, sys
-from protocol.messages import MalformedRequestError, api_schema, decode_request, parse_header
+from minibroker.protocol.messages import MalformedRequestError, api_schema, decode_request, parse_header
 read, write = sys.stdin.buffer.read, sys.stdout.buffer.write
 while (head := read(4)):
     frame = read(struct.unpack(">i", head)[0])

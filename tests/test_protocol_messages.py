@@ -9,8 +9,8 @@ from hypothesis import given, strategies as st
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.serial import entity_reader
 
-from protocol.entities import build, to_ms
-from protocol.messages import (
+from minibroker.protocol.entities import build, to_ms
+from minibroker.protocol.messages import (
     MalformedRequestError,
     UnsupportedVersionError,
     api_schema,

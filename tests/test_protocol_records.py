@@ -3,7 +3,7 @@
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from protocol.records import (
+from minibroker.protocol.records import (
     CorruptRecordError,
     InvalidRecordError,
     check_produce_records,
@@ -87,7 +87,7 @@ def test_iter_headers_stops_at_a_torn_tail():
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from protocol.records import decode_records, encode_batch  # noqa: E402
+from minibroker.protocol.records import decode_records, encode_batch  # noqa: E402
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
 

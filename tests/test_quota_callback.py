@@ -3,7 +3,7 @@ custom callback by import path."""
 
 import pytest
 
-from quotas.callback import (
+from minibroker.quotas.callback import (
     CALLBACK_CLASS_CONFIG,
     DEFAULT,
     ClientQuotaCallback,
@@ -12,7 +12,7 @@ from quotas.callback import (
     QuotaType,
     load_callback,
 )
-from quotas.client_quota import ClientQuotaManager
+from minibroker.quotas.client_quota import ClientQuotaManager
 
 USER, CLIENT = "alice", "c1"
 

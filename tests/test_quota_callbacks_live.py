@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from quotas.callback import DefaultQuotaCallback
+from minibroker.quotas.callback import DefaultQuotaCallback
 from tests.quota_clients import RECORD, alter_quota, produce
 
 pytestmark = pytest.mark.interop
@@ -81,7 +81,7 @@ def test_group_quota_two_client_ids_share_one_quota(start_broker, unique):
     for the group, limited at the group's value, and none for a or b by their own names."""
     topic = unique("grp")
     a, b, outsider = unique("report-a"), unique("report-b"), unique("other")
-    with start_broker(client_quota_callback_class="quotas.examples.group_quota:GroupQuotaCallback",
+    with start_broker(client_quota_callback_class="minibroker.quotas.examples.group_quota:GroupQuotaCallback",
                       **{"client_quota_callback_group_analytics": f"client-id:{a},client-id:{b}"}) as running:
         alter_quota(running.bootstrap, [("user", "analytics")], "producer_byte_rate", 2000)
         assert produce(running.bootstrap, topic, a, 15) == 0
@@ -103,7 +103,7 @@ def test_partition_quota_follows_the_clients_partitions(start_broker, unique):
 
     prefix = unique("pq")
     first, more = f"{prefix}-a", f"{prefix}-more"
-    with start_broker(client_quota_callback_class="quotas.examples.partition_quota:PartitionQuotaCallback",
+    with start_broker(client_quota_callback_class="minibroker.quotas.examples.partition_quota:PartitionQuotaCallback",
                       **{"client_quota_callback_partition_topics_ANONYMOUS": f"{prefix}-.*"}) as running:
         admin = KafkaAdminClient(bootstrap_servers=running.bootstrap)
         try:

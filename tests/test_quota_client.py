@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from quotas.callback import DEFAULT, ClientQuotaEntity, QuotaType
-from quotas.client_quota import (
+from minibroker.quotas.callback import DEFAULT, ClientQuotaEntity, QuotaType
+from minibroker.quotas.client_quota import (
     INACTIVE_SENSOR_EXPIRATION_MS,
     ClientQuotaManager,
     ClientRequestQuotaManager,

@@ -4,9 +4,9 @@ matching, JSON persistence, change notification."""
 import pytest
 from hypothesis import given, strategies as st
 
-from protocol.errors import ErrorCode
-from quotas.callback import DEFAULT, ClientQuotaEntity
-from quotas.config import QUOTA_KEYS, QuotaConfigStore
+from minibroker.protocol.errors import ErrorCode
+from minibroker.quotas.callback import DEFAULT, ClientQuotaEntity
+from minibroker.quotas.config import QUOTA_KEYS, QuotaConfigStore
 
 NONE, INVALID_REQUEST, UNSUPPORTED_VERSION = ErrorCode.none, ErrorCode.invalid_request, ErrorCode.unsupported_version
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import socket
 
-from quotas.connection_quota import ConnectionRateQuotas
-from quotas.rate import MetricConfig
+from minibroker.quotas.connection_quota import ConnectionRateQuotas
+from minibroker.quotas.rate import MetricConfig
 from tests.test_limits import api_versions_ok
 from tests.test_metrics_http import scrape
 from tests.wire import WireClient

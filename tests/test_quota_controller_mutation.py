@@ -15,8 +15,8 @@ import datetime
 import pytest
 
 
-from quotas.callback import DEFAULT, ClientQuotaEntity
-from quotas.client_quota import ControllerMutationQuotaManager
+from minibroker.quotas.callback import DEFAULT, ClientQuotaEntity
+from minibroker.quotas.client_quota import ControllerMutationQuotaManager
 from tests.test_quotas_shell import decode, new_broker, run, set_quota, simple_frame
 
 ANY = ClientQuotaEntity.of(user=DEFAULT, client_id=DEFAULT)
@@ -57,7 +57,7 @@ def test_permissive_always_admits_and_throttles_by_the_deficit():
 
 
 def test_burst_follows_the_quota_window_settings():
-    from quotas.rate import MetricConfig
+    from minibroker.quotas.rate import MetricConfig
 
     m = ControllerMutationQuotaManager(metric_config=MetricConfig(samples=2, window_ms=3000))
     m.update_quota(ANY, 2.0)  # B = 2 * 3 s * 2 = 12

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from quotas.callback import ClientQuotaEntity, DEFAULT, QuotaType, load_callback
-from quotas.client_quota import ClientQuotaManager
-from quotas.cluster import Cluster, Node, PartitionInfo
-from quotas.examples.group_quota import GroupQuotaCallback
-from quotas.examples.partition_quota import PartitionQuotaCallback
+from minibroker.quotas.callback import ClientQuotaEntity, DEFAULT, QuotaType, load_callback
+from minibroker.quotas.client_quota import ClientQuotaManager
+from minibroker.quotas.cluster import Cluster, Node, PartitionInfo
+from minibroker.quotas.examples.group_quota import GroupQuotaCallback
+from minibroker.quotas.examples.partition_quota import PartitionQuotaCallback
 
 NODES = [Node(1, "b1", 9092), Node(2, "b2", 9092), Node(3, "b3", 9092, rack="r3")]
 
@@ -205,8 +205,8 @@ def test_partition_settings_are_checked(configs, message):
 
 
 @pytest.mark.parametrize("path", [
-    "quotas.examples.group_quota:GroupQuotaCallback",
-    "quotas.examples.partition_quota:PartitionQuotaCallback",
+    "minibroker.quotas.examples.group_quota:GroupQuotaCallback",
+    "minibroker.quotas.examples.partition_quota:PartitionQuotaCallback",
 ])
 def test_the_examples_load_by_their_documented_names(path):
     assert load_callback(path).quota_reset_required(QuotaType.PRODUCE) is False

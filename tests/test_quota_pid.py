@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from quotas.bloom import CURRENT, OLDER
-from quotas.producer_id_quota import MAX_THROTTLE_TIME_MS, ProducerIdQuotaManager, TrackResult
+from minibroker.quotas.bloom import CURRENT, OLDER
+from minibroker.quotas.producer_id_quota import MAX_THROTTLE_TIME_MS, ProducerIdQuotaManager, TrackResult
 
 W = 4000
 

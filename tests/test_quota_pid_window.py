@@ -1,6 +1,6 @@
 """The producer-id quota's admission window against a naive reference that keeps exact timestamps.
 
-The contract (quotas.producer_id_quota): with allowance A = floor(R) (1 below R = 1) over a lookback
+The contract (minibroker.quotas.producer_id_quota): with allowance A = floor(R) (1 below R = 1) over a lookback
 T = W (W / R below 1), no interval of length T ever holds more than A admissions. The implementation
 counts per slot of W / L; these properties check, for arbitrary rates, layer counts and arrival times
 (including several at one millisecond and a clock that stands still):
@@ -20,7 +20,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quotas.producer_id_quota import AdmissionWindow, ProducerIdQuotaManager, allowance, lookback_ms
+from minibroker.quotas.producer_id_quota import AdmissionWindow, ProducerIdQuotaManager, allowance, lookback_ms
 
 rates = st.one_of(
     st.integers(1, 12).map(float),

@@ -9,7 +9,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from quotas.rate import Avg, Max, MetricConfig, QuotaViolation, Rate, Sensor, TokenBucket, round_half_up
+from minibroker.quotas.rate import Avg, Max, MetricConfig, QuotaViolation, Rate, Sensor, TokenBucket, round_half_up
 
 CONFIG = MetricConfig()  # samples=11, window_ms=1000
 

@@ -23,8 +23,8 @@ import trio.testing
 from minibroker.broker import Broker, Connection
 from minibroker.metrics_http import render
 from minibroker.server import serve_connection
-from protocol.framing import FrameDecoder
-from protocol.records import iter_headers
+from minibroker.protocol.framing import FrameDecoder
+from minibroker.protocol.records import iter_headers
 from tests.batches import make_batch
 from tests.test_quotas_shell import TOPIC, decode, fetch_frame, new_broker, produce_frame, run, set_quota
 

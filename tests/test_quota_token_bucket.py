@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from quotas.callback import DEFAULT, ClientQuotaEntity, QuotaType
-from quotas.client_quota import SAMPLED, TOKEN_BUCKET, ClientQuotaManager, ClientRequestQuotaManager
-from quotas.rate import MetricConfig
+from minibroker.quotas.callback import DEFAULT, ClientQuotaEntity, QuotaType
+from minibroker.quotas.client_quota import SAMPLED, TOKEN_BUCKET, ClientQuotaManager, ClientRequestQuotaManager
+from minibroker.quotas.rate import MetricConfig
 
 ANY = ClientQuotaEntity.of(user=DEFAULT, client_id=DEFAULT)
 NS_PER_S = 1_000_000_000

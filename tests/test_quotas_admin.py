@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from protocol.entities import build
+from minibroker.protocol.entities import build
 from tests.wire import WireClient, schema
 
 MINIBROKER = [sys.executable, "-m", "minibroker.cli"]

@@ -24,9 +24,9 @@ from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig, ConfigError
 from minibroker.handlers import Reply, load_all
 from minibroker.server import serve_connection
-from protocol.entities import build
-from protocol.messages import read_entity
-from quotas.callback import ClientQuotaCallback, QuotaType
+from minibroker.protocol.entities import build
+from minibroker.protocol.messages import read_entity
+from minibroker.quotas.callback import ClientQuotaCallback, QuotaType
 from tests.batches import make_batch
 from tests.wire import encode_request, schema
 
@@ -109,7 +109,7 @@ def test_which_versions_throttle_themselves(api_key, version, expected):
 def test_every_api_the_broker_serves_with_a_throttle_time_registers_when_its_clients_throttle(tmp_path):
     """Every served API with a throttle_time field registers the version from which its clients
     throttle themselves, or is deliberately left at Kafka's default."""
-    from protocol.messages import api_schema
+    from minibroker.protocol.messages import api_schema
 
     broker = new_broker(tmp_path)
     never = {60, 48, 49, 74, 68, 69, 61, 65, 66}  # Kafka's AbstractResponse default: the broker always delays these

@@ -19,7 +19,7 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.records import (
+from minibroker.protocol.records import (
     HEADER_SIZE,
     InvalidRecordError,
     check_produce_records,
@@ -169,7 +169,7 @@ def test_a_decompression_bomb_is_message_too_large(codec):
 BOMB_PROBE = """
 import resource, sys
 import cramjam
-from protocol.records import InvalidRecordError, check_produce_records
+from minibroker.protocol.records import InvalidRecordError, check_produce_records
 from tests.test_record_validation import TEMPLATE, rebatch
 codec = int(sys.argv[1])
 chunk = bytes(1 << 20)
@@ -331,7 +331,7 @@ def test_the_run_fast_path_accepts_exactly_what_the_reference_accepts(count, key
     all share a shape, and agree with the plain reference parser before and after one-byte damage.
     `growing` spreads timestamp deltas over the batch, as a producer's linger does, so the records
     come in runs whose timestamp-delta width steps up (1, 2 bytes), besides the offset delta's."""
-    from protocol.records.validation import MIN_RUN, _check_runs
+    from minibroker.protocol.records.validation import MIN_RUN, _check_runs
 
     if growing:
         timestamps = sorted(timestamps)
@@ -371,7 +371,7 @@ def test_a_producers_batch_under_load_is_checked_in_runs():
     for 300 ms, so the timestamp delta takes one byte, then two, while the offset delta takes one,
     two, then three. The runs cover it all, and with one byte flipped anywhere, the batch is
     refused exactly when the reference parser refuses it (a flipped payload byte is a valid batch)."""
-    from protocol.records.validation import _check_runs
+    from minibroker.protocol.records.validation import _check_runs
 
     count = 9000
     body = b"".join(encode_record(i, i * 300 // count, None, b"x" * 100) for i in range(count))
@@ -457,7 +457,7 @@ def _timestamp_of_width(width: int, draw) -> int:
 def _covered_prefix_is_walked(body: bytes, first: int, covered: int, position: int, require_keys: bool) -> None:
     """What the run check says it checked, the walk accepts: `covered` records from index `first`
     end exactly at `position` (raises InvalidRecordError otherwise)."""
-    from protocol.records.validation import _walk_records
+    from minibroker.protocol.records.validation import _walk_records
 
     if covered > first:
         _walk_records(body, 0, position, covered, require_keys, first)
@@ -468,7 +468,7 @@ def _covered_prefix_is_walked(body: bytes, first: int, covered: int, position: i
 def _verdicts(buf: bytes, end: int, first: int, count: int, require_keys: bool):
     """(runs then walk, walk alone): whether each accepts the records `first`..`count` - 1 in
     buf[:end] (the bytes after `end` are not records)."""
-    from protocol.records.validation import _check_runs, _walk_records
+    from minibroker.protocol.records.validation import _check_runs, _walk_records
 
     covered, position = _check_runs(buf, 0, end, first, count, require_keys)
     assert position <= end
@@ -515,7 +515,7 @@ def test_the_run_check_accepts_only_what_the_walk_accepts(data, first, segments,
     shape cache warm from the same batch (its shapes guessed) or emptied (each shape parsed)."""
     from hypothesis import event
 
-    from protocol.records import validation
+    from minibroker.protocol.records import validation
 
     odd = dict(odd)
     records, framings = [], []
@@ -570,8 +570,8 @@ def test_runs_of_one_shape_are_covered_whatever_the_cached_guess():
     holds another layout with the same first bytes (a key of 3 and a value of 10 bytes against a key
     of 4 and a value of 9: the same length), which the columns refute and the record's own shape
     replaces."""
-    from protocol.records import validation
-    from protocol.records.validation import _check_runs
+    from minibroker.protocol.records import validation
+    from minibroker.protocol.records.validation import _check_runs
 
     for ts_width in range(1, 11):
         stamp = (1 << (7 * (ts_width - 1) - 1)) if ts_width > 1 else 3
@@ -615,7 +615,7 @@ def test_every_framing_byte_of_a_run_damaged_gets_the_walks_verdict(first, key, 
     values), and each framing column changed in every record of the run (a fault a check against
     the run's first record would not see): the run check covers only what the walk accepts, and
     the verdict is the walk's."""
-    from protocol.records import validation
+    from minibroker.protocol.records import validation
 
     stamp = 3 if ts_width == 1 else (1 << (7 * (ts_width - 1) - 1))
     built = [_framed_record(first + i, stamp, key, b"v" * 30, 0, 0, 0) for i in range(48)]

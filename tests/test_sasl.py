@@ -24,7 +24,7 @@ from minibroker.sasl import (
     ScramServer,
     UserStore,
 )
-from protocol.entities import build
+from minibroker.protocol.entities import build
 from tests.wire import WireClient, schema
 
 # ---- SCRAM (RFC 5802 / RFC 7677) ----------------------------------------------------------------

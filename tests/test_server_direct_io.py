@@ -15,7 +15,7 @@ import trio
 from minibroker.broker import Broker
 from minibroker.config import BrokerConfig
 from minibroker.server import DirectSocketIO, serve_connection
-from protocol.messages import decode_response
+from minibroker.protocol.messages import decode_response
 from tests.batches import make_batch
 from tests.wire import encode_request, schema
 

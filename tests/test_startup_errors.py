@@ -15,7 +15,7 @@ import pytest
 from minibroker.broker import StartupError
 from minibroker.config import BrokerConfig, ConfigError
 from minibroker.testing import running_broker
-from storage.errors import DamagedFileError
+from minibroker.storage.errors import DamagedFileError
 
 MINIBROKER = [sys.executable, "-m", "minibroker.cli"]
 

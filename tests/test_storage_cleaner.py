@@ -1,4 +1,4 @@
-"""The log cleaner's storage half (storage.cleaner): the key map, the choice of log and offsets, the
+"""The log cleaner's storage half (minibroker.storage.cleaner): the key map, the choice of log and offsets, the
 rewrite of batches, delete horizons, producers' last batches, the checkpoint file and the swap's
 crash safety, on real segment files. Records are read back with kafka-python's own batch reader, so
 a rewritten batch is checked by an independent decoder."""
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatch
 
-from protocol.compression import decompress
-from protocol.records import iter_headers
-from storage.cleaner import (
+from minibroker.protocol.compression import decompress
+from minibroker.protocol.records import iter_headers
+from minibroker.storage.cleaner import (
     CHECKPOINT_FILE,
     DELETE_HORIZON_FLAG,
     CleaningRound,
@@ -29,9 +29,9 @@ from storage.cleaner import (
     read_checkpoint,
     write_checkpoint,
 )
-from storage.config import LogConfig
-from storage.log import PartitionLog
-from storage.log_dir import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
+from minibroker.storage.config import LogConfig
+from minibroker.storage.log import PartitionLog
+from minibroker.storage.log_dir import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
 from tests.batches import DEFAULT_TIMESTAMP_MS, make_batch
 
 T0 = DEFAULT_TIMESTAMP_MS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage.config import (
+from minibroker.storage.config import (
     BROKER_KEY_DEFAULTS,
     DEFAULT_LEVELS,
     INTERNAL_SEGMENT_BYTES,

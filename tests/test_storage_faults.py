@@ -17,9 +17,9 @@ import pytest
 
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
-from protocol.records import encode_batch
-from storage.config import LogConfig
-from storage.log import PartitionLog
+from minibroker.protocol.records import encode_batch
+from minibroker.storage.config import LogConfig
+from minibroker.storage.log import PartitionLog
 from tests.batches import make_batch
 from tests.faultyfs import install, is_index_fd
 
@@ -137,7 +137,7 @@ def test_a_roll_that_cannot_create_the_new_segment_leaves_the_old_one_active(tmp
 
 
 def test_index_files_that_cannot_be_written_are_rewritten_from_memory(tmp_path, monkeypatch):
-    """Index entries reach their files at a flush (storage.index); a flush whose index writes fail
+    """Index entries reach their files at a flush (minibroker.storage.index); a flush whose index writes fail
     raises (nothing is called durable that is not), keeps every entry in memory, and the next
     flush, or the clean close, writes the files whole."""
     config = LogConfig(index_interval_bytes=0)
@@ -170,7 +170,7 @@ def _produce(c, topic: str, value: bytes):
 
 
 def _fetch_values(c, topic: str) -> list[bytes]:
-    from protocol.records import decode_records
+    from minibroker.protocol.records import decode_records
 
     response = c.call(1, {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
                           "isolation_level": 0, "session_id": 0, "session_epoch": -1,

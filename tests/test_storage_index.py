@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from minibroker.storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 BASE = 1_000
 

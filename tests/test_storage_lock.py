@@ -10,7 +10,7 @@ import pytest
 
 from minibroker.testing import running_broker
 from tests.damage import sole_error
-from storage.lock import DataDirLock, DataDirLockedError
+from minibroker.storage.lock import DataDirLock, DataDirLockedError
 
 
 def test_a_second_broker_on_the_same_data_dir_is_refused_naming_the_directory(tmp_path):
@@ -33,14 +33,14 @@ def test_a_second_broker_on_the_same_data_dir_is_refused_naming_the_directory(tm
 def test_the_lock_holds_against_another_process_and_dies_with_it(tmp_path):
     lock = DataDirLock(tmp_path)
     probe = (
-        "import sys; from storage.lock import DataDirLock, DataDirLockedError\n"
+        "import sys; from minibroker.storage.lock import DataDirLock, DataDirLockedError\n"
         "try:\n    DataDirLock(sys.argv[1])\nexcept DataDirLockedError as e:\n    print(e); sys.exit(3)\n"
     )
     refused = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True)
     assert refused.returncode == 3 and str(tmp_path) in refused.stdout
     lock.release()
     # A holder killed with SIGKILL leaves no stale lock: the kernel drops it with the process.
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from storage.lock import DataDirLock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from minibroker.storage.lock import DataDirLock\n"
                                "l = DataDirLock(sys.argv[1]); print('held', flush=True); time.sleep(60)",
                                str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

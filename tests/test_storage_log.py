@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from protocol.records import check_batch, iter_headers, set_base_offset
-from storage.config import LogConfig
-from storage.log import OffsetOutOfRangeError, PartitionLog
-from storage.log_dir import CLEAN_SHUTDOWN_FILE
+from minibroker.protocol.records import check_batch, iter_headers, set_base_offset
+from minibroker.storage.config import LogConfig
+from minibroker.storage.log import OffsetOutOfRangeError, PartitionLog
+from minibroker.storage.log_dir import CLEAN_SHUTDOWN_FILE
 from tests.batches import make_batch
 
 T0 = 1_700_000_000_000
@@ -461,16 +461,16 @@ def test_log_append_time_compressed_batch_answers_its_first_record(tmp_path):
 def test_a_batch_too_big_to_decompress_is_answered_at_batch_granularity(tmp_path, monkeypatch, caplog):
     """The bound on decompressed bytes holds: over it, the batch's first offset and max timestamp
     answer (and a warning says why), instead of an allocation the batch's bytes do not justify."""
-    import storage.timestamps
+    import minibroker.storage.timestamps
 
-    monkeypatch.setattr(storage.timestamps, "MAX_DECOMPRESSED_BATCH_BYTES", 1000)
+    monkeypatch.setattr(minibroker.storage.timestamps, "MAX_DECOMPRESSED_BATCH_BYTES", 1000)
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
     log.append(make_batch([(None, bytes(500))] * 10, timestamps=[T0 + i for i in range(10)],
                           compression="zstd"), 0)
     assert log.offset_for_timestamp(T0 + 5) == (0, T0 + 9)
     assert log.latest_timestamp() == (0, T0 + 9)
     assert "batch granularity" in caplog.text
-    monkeypatch.setattr(storage.timestamps, "MAX_DECOMPRESSED_BATCH_BYTES", 10**6)
+    monkeypatch.setattr(minibroker.storage.timestamps, "MAX_DECOMPRESSED_BATCH_BYTES", 10**6)
     assert log.offset_for_timestamp(T0 + 5) == (5, T0 + 5)
     log.close()
 

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from storage.config import ConfigError, LogConfig
-from storage.errors import DamagedFileError
-from storage.manager import (
+from minibroker.storage.config import ConfigError, LogConfig
+from minibroker.storage.errors import DamagedFileError
+from minibroker.storage.manager import (
     InvalidPartitionsError,
     InvalidTopicError,
     LogManager,
@@ -208,7 +208,7 @@ def test_stray_directories_are_kept_logged_and_never_created_over(tmp_path, capl
     (tmp_path / "t-5").mkdir()
     (tmp_path / "not a partition").mkdir()
     (tmp_path / "producer-ids").write_text("{}")
-    with caplog.at_level(logging.WARNING, logger="storage.manager"):
+    with caplog.at_level(logging.WARNING, logger="minibroker.storage.manager"):
         reopened = LogManager.open(tmp_path, BROKER, 0)
     assert [t.name for t in reopened.topics()] == ["t"]
     logged = caplog.text

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import storage.manager
-from storage.config import LogConfig
-from storage.file_cache import FileCache
-from storage.log_dir import CLEAN_SHUTDOWN_FILE
-from storage.manager import LogManager
+import minibroker.storage.manager
+from minibroker.storage.config import LogConfig
+from minibroker.storage.file_cache import FileCache
+from minibroker.storage.log_dir import CLEAN_SHUTDOWN_FILE
+from minibroker.storage.manager import LogManager
 from tests.batches import make_batch
 from tests.broker_process import open_files_under
 
@@ -36,7 +36,7 @@ def batch_of(topic: int, partition: int, i: int, ts: int = T0) -> bytes:
 
 
 def values(log) -> list[bytes]:
-    from protocol.records import decode_records
+    from minibroker.protocol.records import decode_records
 
     data, out, position = log.read(log.log_start_offset, 1 << 30), [], 0
     while position < len(data):
@@ -126,7 +126,7 @@ def test_after_a_crash_only_the_partitions_changed_since_their_clean_load_are_re
     """Recovered on worker threads when their last segment is large (here: any size, with
     PARALLEL_RECOVERY_BYTES 0); small ones on the calling thread (threads would only contend)."""
     if large_from is not None:
-        monkeypatch.setattr(storage.manager, "PARALLEL_RECOVERY_BYTES", large_from)
+        monkeypatch.setattr(minibroker.storage.manager, "PARALLEL_RECOVERY_BYTES", large_from)
     manager = make_topics(tmp_path, 10, 1)
     for t in range(10):
         manager.log(f"t{t}", 0).append(batch_of(t, 0, 0), 0)
@@ -174,11 +174,11 @@ def test_a_clean_close_leaves_every_changed_log_durable_and_marked(tmp_path, mon
     """One syncfs for the whole data directory where the kernel has it, an fsync per file where not:
     either way every changed log gets its index files and its marker, and reopens without recovery."""
     if not syncfs:
-        monkeypatch.setattr(storage.manager, "sync_filesystem", lambda directory: False)
+        monkeypatch.setattr(minibroker.storage.manager, "sync_filesystem", lambda directory: False)
     synced = []
     if syncfs:
-        real = storage.manager.sync_filesystem
-        monkeypatch.setattr(storage.manager, "sync_filesystem", lambda d: synced.append(d) or real(d))
+        real = minibroker.storage.manager.sync_filesystem
+        monkeypatch.setattr(minibroker.storage.manager, "sync_filesystem", lambda d: synced.append(d) or real(d))
     manager = make_topics(tmp_path, 8, 2)
     for t in range(8):
         manager.log(f"t{t}", 0).append(batch_of(t, 0, 0), 0)

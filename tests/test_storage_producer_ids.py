@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from storage.errors import DamagedFileError
-from storage.producer_ids import PRODUCER_IDS_FILE, ProducerIdAllocator
+from minibroker.storage.errors import DamagedFileError
+from minibroker.storage.producer_ids import PRODUCER_IDS_FILE, ProducerIdAllocator
 
 
 def test_ids_start_at_zero_and_increase(tmp_path):

@@ -19,10 +19,10 @@ import trio.testing
 from minibroker.clock import BrokerClock
 from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.transactions.state import TxnConfig, TxnState
-from protocol.errors import ErrorCode
-from storage.config import LogConfig
-from storage.manager import LogManager
-from storage.transaction_store import TransactionStore
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
+from minibroker.storage.transaction_store import TransactionStore
 
 E = ErrorCode
 

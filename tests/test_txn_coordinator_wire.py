@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from minibroker.admin_client import AdminClient
 from minibroker.metrics_http import render
-from protocol.records import encode_batch, iter_headers
-from protocol.records.batch import ATTR_TRANSACTIONAL
+from minibroker.protocol.records import encode_batch, iter_headers
+from minibroker.protocol.records.batch import ATTR_TRANSACTIONAL
 
 E_NONE, INVALID_TXN_STATE, FENCED, INVALID_EPOCH = 0, 48, 90, 47
 

@@ -1,4 +1,4 @@
-"""The transaction index (`.txnindex`, storage.txn_index) and the log's transaction reads
+"""The transaction index (`.txnindex`, minibroker.storage.txn_index) and the log's transaction reads
 (issue 14): the file's bytes, collecting aborted transactions across segments, reads bounded by the
 last stable offset, the index going with its segment (truncation, retention, DeleteRecords, unclean
 recovery), and damage rebuilt from the log.
@@ -15,13 +15,13 @@ import struct
 
 import pytest
 
-from protocol.records import ATTR_TRANSACTIONAL, encode_batch, encode_control_batch, iter_headers, read_header
-from protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT, ControlRecord
-from storage.config import LogConfig
-from storage.log import PartitionLog
-from storage.producer_state import ProducerStateManager
-from storage.producer_state.txns import AbortedTxn
-from storage.txn_index import ENTRY_SIZE, TransactionIndex
+from minibroker.protocol.records import ATTR_TRANSACTIONAL, encode_batch, encode_control_batch, iter_headers, read_header
+from minibroker.protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT, ControlRecord
+from minibroker.storage.config import LogConfig
+from minibroker.storage.log import PartitionLog
+from minibroker.storage.producer_state import ProducerStateManager
+from minibroker.storage.producer_state.txns import AbortedTxn
+from minibroker.storage.txn_index import ENTRY_SIZE, TransactionIndex
 
 NOW = 1_000
 
@@ -253,7 +253,7 @@ def test_cleaning_keeps_the_committed_value_an_aborted_one_came_after(tmp_path):
     w2.data(3, value=b"open")        # 5: pid 3's transaction stays open: LSO 5
     w2.data(value=b"x", count=1)     # 6
     log2.roll(NOW)
-    from storage.cleaner import CleaningRound, OffsetMap, clean, commit, log_to_clean
+    from minibroker.storage.cleaner import CleaningRound, OffsetMap, clean, commit, log_to_clean
     target = log_to_clean("u", 0, log2, None, NOW, last_stable_offset=5)
     assert target.first_uncleanable_offset <= 5
     commit(clean(CleaningRound.of(target, NOW), OffsetMap(1 << 20)))

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.records import decode_records, iter_headers
-from storage.transaction_records import TxnState, parse_transaction_value
+from minibroker.protocol.records import decode_records, iter_headers
+from minibroker.storage.transaction_records import TxnState, parse_transaction_value
 from tests.broker_process import BrokerProcess
 from tests.java_client import of_type
 

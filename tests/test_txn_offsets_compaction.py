@@ -7,9 +7,9 @@ restart), and an open transaction holds the partition's last stable offset."""
 from __future__ import annotations
 
 from minibroker.admin_client import AdminClient
-from storage.config import LogConfig
-from storage.manager import LogManager
-from storage.offsets_store import TOPIC as OFFSETS
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
+from minibroker.storage.offsets_store import TOPIC as OFFSETS
 from tests.cleaning import clean_fully
 from tests.test_txn_coordinator_wire import E_NONE, create, end, fetch, init
 

@@ -1,4 +1,4 @@
-"""Unit tests for transactions in storage.producer_state (issue 14), in both modes: when a
+"""Unit tests for transactions in minibroker.storage.producer_state (issue 14), in both modes: when a
 transaction opens and ends, the first unstable offset, the transaction rules (INVALID_TXN_STATE,
 fenced marker epochs, fenced coordinator epochs, a marker's new epoch), expiry, snapshots and the
 replay of a real log. Headers are built by hand, as in test_producer_state.py.
@@ -10,14 +10,14 @@ import dataclasses
 
 import pytest
 
-from protocol.errors import ErrorCode
-from protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, encode_batch, encode_control_batch, read_header
-from protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT, ControlRecord
-from storage.config import LogConfig
-from storage.log import PartitionLog
-from storage.producer_state import ProducerStateManager, list_snapshots
-from storage.producer_state.snapshot import read_snapshot
-from storage.producer_state.txns import AbortedTxn
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, encode_batch, encode_control_batch, read_header
+from minibroker.protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT, ControlRecord
+from minibroker.storage.config import LogConfig
+from minibroker.storage.log import PartitionLog
+from minibroker.storage.producer_state import ProducerStateManager, list_snapshots
+from minibroker.storage.producer_state.snapshot import read_snapshot
+from minibroker.storage.producer_state.txns import AbortedTxn
 from tests.test_producer_state import batch
 
 MODES = ["lean", "kafka"]

@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
-from storage.config import LogConfig
-from storage.manager import LogManager
-from storage.transaction_records import (
+from minibroker.storage.config import LogConfig
+from minibroker.storage.manager import LogManager
+from minibroker.storage.transaction_records import (
     TxnRecord,
     TxnState,
     parse_transaction_key,
@@ -19,7 +19,7 @@ from storage.transaction_records import (
     transaction_key,
     transaction_value,
 )
-from storage.transaction_store import TOPIC, TransactionStore
+from minibroker.storage.transaction_store import TOPIC, TransactionStore
 
 
 def test_key_is_record_type_0_and_the_transactional_id():

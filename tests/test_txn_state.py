@@ -11,7 +11,7 @@ import itertools
 import pytest
 
 from minibroker.transactions.state import TransactionStateMachine, TxnConfig, TxnState
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 E = ErrorCode
 

@@ -23,8 +23,8 @@ import pytest
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
 from minibroker.txn_markers import TxnMarker
-from protocol.errors import ErrorCode
-from protocol.records import ATTR_TRANSACTIONAL, decode_records, encode_batch, iter_headers
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import ATTR_TRANSACTIONAL, decode_records, encode_batch, iter_headers
 from tests.broker_process import BrokerProcess
 from tests.wire import create_topic_with
 

@@ -11,8 +11,8 @@ import struct
 
 from kio.index import load_request_schema
 
-from protocol.messages import decode_response
-from protocol.messages import encode_request as protocol_encode_request
+from minibroker.protocol.messages import decode_response
+from minibroker.protocol.messages import encode_request as protocol_encode_request
 
 
 def encode_request(request, correlation_id: int = 1, client_id: str = "wire-test") -> bytes:

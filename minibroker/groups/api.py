@@ -18,11 +18,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
-    from storage.offsets_store import OffsetAndMetadata
+    from minibroker.storage.offsets_store import OffsetAndMetadata
 
 CLASSIC = "classic"  # ListGroups v5 group types
 CONSUMER = "consumer"

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from minibroker.groups.api import CLASSIC, CONSUMER_PROTOCOL_TYPE, GroupDescription, MemberDescription, Pending
-from protocol.errors import ErrorCode
-from storage.group_records import StoredGroup, StoredMember
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.group_records import StoredGroup, StoredMember
 
 if TYPE_CHECKING:
-    from storage.group_records import OffsetAndMetadata
+    from minibroker.storage.group_records import OffsetAndMetadata
 
 log = logging.getLogger(__name__)
 

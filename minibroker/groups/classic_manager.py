@@ -44,8 +44,8 @@ from minibroker.groups.classic_group import (
     ClassicGroup,
     ClassicGroupMember,
 )
-from protocol.errors import ErrorCode
-from storage.errors import storage_error_message
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.errors import storage_error_message
 
 if TYPE_CHECKING:
     from minibroker.groups.shard import GroupCoordinatorShard

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from minibroker.groups.api import CONSUMER, CONSUMER_PROTOCOL_TYPE
-from protocol.errors import ErrorCode
-from storage.consumer_group_records import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.consumer_group_records import (
     StoredConsumerGroup,
     StoredConsumerMember,
     StoredMemberAssignment,
@@ -57,7 +57,7 @@ from storage.consumer_group_records import (
 )
 
 if TYPE_CHECKING:
-    from storage.group_records import OffsetAndMetadata
+    from minibroker.storage.group_records import OffsetAndMetadata
 
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 EMPTY_ASSIGNMENT: Assignment = {}

@@ -67,9 +67,9 @@ from minibroker.groups.consumer_group import (
     reconcile,
 )
 from minibroker.regex import RegexError, compile_client_regex
-from protocol.errors import ErrorCode
-from storage.errors import storage_error_message
-from storage.offsets_store import TOPIC
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.errors import storage_error_message
+from minibroker.storage.offsets_store import TOPIC
 
 if TYPE_CHECKING:
     from minibroker.groups.shard import GroupCoordinatorShard

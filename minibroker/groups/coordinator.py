@@ -44,12 +44,12 @@ from minibroker.groups.classic_group import ClassicGroup
 from minibroker.groups.consumer_group import ConsumerGroup
 from minibroker.groups.shard import GroupCoordinatorShard
 from minibroker.purgatory import DelayedOperation, Purgatory
-from protocol.errors import ErrorCode
-from storage.offsets_store import OffsetAndMetadata, OffsetsStore
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.offsets_store import OffsetAndMetadata, OffsetsStore
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
-    from storage.manager import LogManager
+    from minibroker.storage.manager import LogManager
 
 TopicPartition = tuple[str, int]
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from protocol.errors import ErrorCode
-from storage.errors import FencedEpochError, storage_error_message
-from storage.offsets_store import OffsetAndMetadata
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.errors import FencedEpochError, storage_error_message
+from minibroker.storage.offsets_store import OffsetAndMetadata
 
 if TYPE_CHECKING:
     from minibroker.groups.api import Group

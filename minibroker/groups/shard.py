@@ -34,9 +34,9 @@ from minibroker.groups.classic_manager import ClassicGroupManager
 from minibroker.groups.consumer_group import ConsumerGroup
 from minibroker.groups.consumer_manager import ConsumerGroupManager
 from minibroker.groups.offsets import OffsetMetadataManager
-from protocol.errors import ErrorCode
-from storage.errors import storage_error_message
-from storage.offsets_store import TOPIC, OffsetsStore
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.errors import storage_error_message
+from minibroker.storage.offsets_store import TOPIC, OffsetsStore
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ generated from this registry (clamped to what kio has schemas for), so what the 
 exactly what it answers.
 
 The contract: `async def handle(ctx: RequestContext, request) -> Reply | None`. `request` is kio's
-request object of the version asked for (Produce's is protocol.produce_request's: the same fields, its
+request object of the version asked for (Produce's is minibroker.protocol.produce_request's: the same fields, its
 records views of the frame). A `Reply` holds the response's fields over the union of all
-its versions (protocol.entities.build keeps the ones the version has), never `throttle_time`, which
+its versions (minibroker.protocol.entities.build keeps the ones the version has), never `throttle_time`, which
 the broker fills in from the quotas and `Reply.throttle_ms`; None means no response at all (Produce
 with acks=0).
 """
@@ -21,7 +21,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from protocol.messages import api_name, kio_versions
+from minibroker.protocol.messages import api_name, kio_versions
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

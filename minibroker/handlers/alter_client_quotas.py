@@ -6,7 +6,7 @@ entity, key or value. Applied changes reach the quota managers at once (the next
 affected client sees the new limit) and are written to `client-quotas.json` in the data dir before
 the response goes out. validate_only checks without applying. Its clients never throttle themselves
 (Kafka's default): a quota throttle holds the response back. With `audit.enable`, the entities
-altered are recorded in the audit stream with their new values (storage.audit_format).
+altered are recorded in the audit stream with their new values (minibroker.storage.audit_format).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.audit import quota_settings
 from minibroker.handlers import Reply, handler
-from protocol.errors import ErrorCode
-from quotas.callback import ClientQuotaEntity
+from minibroker.protocol.errors import ErrorCode
+from minibroker.quotas.callback import ClientQuotaEntity
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

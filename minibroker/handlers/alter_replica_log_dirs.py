@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.describe_log_dirs import log_dir
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

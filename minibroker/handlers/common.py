@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from protocol.errors import ApiError, ErrorCode
-from storage.audit_format import AUDIT_TOPIC
-from storage.config import is_internal
-from storage.errors import StrayDataError, storage_error_message
-from storage.manager import TopicExistsError, TopicInfo
+from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.storage.audit_format import AUDIT_TOPIC
+from minibroker.storage.config import is_internal
+from minibroker.storage.errors import StrayDataError, storage_error_message
+from minibroker.storage.manager import TopicExistsError, TopicInfo
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker

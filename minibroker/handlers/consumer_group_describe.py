@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
 from minibroker.handlers.describe_groups import GROUP_ALL_OPERATIONS
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext
-    from storage.manager import LogManager
+    from minibroker.storage.manager import LogManager
 
 CONSUMER_MEMBER = 1  # MemberType: -1 unknown, 0 classic protocol, 1 consumer protocol
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from minibroker.groups.api import ConsumerGroupHeartbeatRequest
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.join_group import client_host
-from protocol.entities import to_ms
+from minibroker.protocol.entities import to_ms
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, error_answer
-from protocol.errors import ApiError, ErrorCode
+from minibroker.protocol.errors import ApiError, ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

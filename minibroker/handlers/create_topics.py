@@ -28,8 +28,8 @@ from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, error_answer, log
 from minibroker.handlers.describe_configs import topic_config_entries
 from minibroker.limits import MAX_PARTITIONS_PER_REQUEST, over_cap_message, partitions_in_use
-from protocol.errors import ApiError, ErrorCode
-from storage.manager import TopicExistsError
+from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.storage.manager import TopicExistsError
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
-from protocol.errors import ApiError, ErrorCode
-from storage.config import is_internal
+from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.storage.config import is_internal
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

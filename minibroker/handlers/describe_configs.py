@@ -5,7 +5,7 @@ Every value carries its source and, when asked (include_synonyms), its synonyms 
 a topic's own override (DYNAMIC_TOPIC_CONFIG), then its broker key's values from this broker's
 dynamic configs (DYNAMIC_BROKER_CONFIG), the cluster-wide dynamic defaults
 (DYNAMIC_DEFAULT_BROKER_CONFIG), the broker's properties (STATIC_BROKER_CONFIG) and the built-in
-defaults (DEFAULT_CONFIG); the source of a value is its first synonym's (storage.config.describe
+defaults (DEFAULT_CONFIG); the source of a value is its first synonym's (minibroker.storage.config.describe
 has Kafka's rule, quirks included). v3+ adds each config's type.
 
 The broker resource named by this broker's id lists every broker setting with its effective value
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from minibroker.config import BROKER_CONFIGS
 from minibroker.dynamic_config import DYNAMIC_KEYS, STATIC_DEFAULTS
 from minibroker.handlers import Reply, handler
-from protocol.errors import ErrorCode
-from storage.config import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import (
     BROKER_LOG_KEYS,
     CONFIG_TYPE_IDS,
     SOURCE_DEFAULT_CONFIG,

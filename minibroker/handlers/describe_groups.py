@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

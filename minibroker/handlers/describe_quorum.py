@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.cluster import METADATA_PARTITION, METADATA_TOPIC
 from minibroker.handlers import Reply, handler
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.metadata import topic_metadata
 from minibroker.handlers.common import TOPIC_ALL_OPERATIONS
-from protocol.errors import ErrorCode
-from storage.config import InvalidTopicError, is_internal, validate_topic_name
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import InvalidTopicError, is_internal, validate_topic_name
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

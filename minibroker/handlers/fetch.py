@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from minibroker.handlers import ByteRate, Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.purgatory import DelayedOperation
-from protocol.entities import to_ms
-from protocol.errors import ErrorCode
-from protocol.records import iter_headers
-from storage.log import OffsetOutOfRangeError
+from minibroker.protocol.entities import to_ms
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import iter_headers
+from minibroker.storage.log import OffsetOutOfRangeError
 
 READ_COMMITTED = 1  # isolation_level
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
-from protocol.entities import to_ms
-from protocol.errors import ErrorCode
-from storage.transaction_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from minibroker.protocol.entities import to_ms
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.transaction_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

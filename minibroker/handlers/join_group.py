@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.groups.coordinator import DelayedJoin
 from minibroker.handlers import Reply, handler
-from protocol.entities import to_ms
+from minibroker.protocol.entities import to_ms
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

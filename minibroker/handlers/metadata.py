@@ -37,8 +37,8 @@ from minibroker.handlers.common import (
     create_topic_or_error,
 )
 from minibroker.limits import partitions_in_use
-from protocol.errors import ErrorCode
-from storage.config import InvalidTopicError, is_internal, validate_topic_name
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import InvalidTopicError, is_internal, validate_topic_name
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

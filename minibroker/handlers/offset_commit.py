@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from protocol.entities import to_ms
-from protocol.errors import ErrorCode
+from minibroker.protocol.entities import to_ms
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

@@ -1,7 +1,7 @@
 """Produce (key 0), v3-v13: check each partition's batch, append it, wake waiting fetches.
 
 Behaviour: every partition is answered on its own. A partition's records must be exactly one v2
-batch (Kafka's rule from v3) whose records add up (protocol.records: count, offset deltas, record
+batch (Kafka's rule from v3) whose records add up (minibroker.protocol.records: count, offset deltas, record
 framing, a known codec that decompresses); framing and CRC faults answer CORRUPT_MESSAGE, records
 that do not add up INVALID_RECORD, codecs 5-7 (and zstd before v7) UNSUPPORTED_COMPRESSION_TYPE, a
 batch over the topic's max.message.bytes (or decompressing past 64 times it) MESSAGE_TOO_LARGE, a
@@ -12,7 +12,7 @@ response at all; acks=1 and acks=-1 are the same on one broker (the leader is th
 v13 names topics by id. Producing never creates a topic (Metadata does).
 
 Transactional batches (issue 14) go through the same checks and the same producer state as
-idempotent ones (storage.producer_state: a non-transactional batch of a producer with a transaction
+idempotent ones (minibroker.storage.producer_state: a non-transactional batch of a producer with a transaction
 open is INVALID_TXN_STATE), after the producer-id quota (they count like any batch with a producer
 id). Before they are appended, `broker.transactions.verify_produce` (KIP-890 part 1: was the
 partition added to the producer's transaction?) may refuse them with its own error code, which
@@ -21,7 +21,7 @@ default verifier (minibroker.txn_markers) accepts every one until the coordinato
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
 INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal topics.
 
-Producer-id quota (KIP-936, quotas.producer_id_quota): before anything is appended, a batch whose
+Producer-id quota (KIP-936, minibroker.quotas.producer_id_quota): before anything is appended, a batch whose
 producer id is new for the connection's user while that user's window is full is rejected for its
 partition (not appended, so no producer state is created) with `producer.id.quota.error.code` and
 the response's throttle_time set; the connection is then muted for that long (KIP-219). A producer
@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from minibroker.handlers import ByteRate, Reply, handler
 from minibroker.handlers.common import broker_owned, error_answer
-from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, InvalidRecordError, check_produce_records
-from storage.producer_state import SEQUENCE_SPACE
+from minibroker.protocol.errors import ErrorCode
+from minibroker.protocol.records import BatchHeader, InvalidRecordError, check_produce_records
+from minibroker.storage.producer_state import SEQUENCE_SPACE
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker, Connection, RequestContext
-    from storage.manager import TopicInfo
+    from minibroker.storage.manager import TopicInfo
 
 HELD_PER_CONNECTION = 256
 
@@ -105,7 +105,7 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
                      ) -> PartitionOutcome:
     """Check and append one partition's records (`conn`: the Connection they came on;
     `transactional_id`: the request's; `origin`: where a view `records` lies in its frame, so
-    validation reads it there, uncopied; see protocol.produce_request)."""
+    validation reads it there, uncopied; see minibroker.protocol.produce_request)."""
     log = broker.logs.log(topic.name, partition_index) if topic is not None else None
     if topic is None or log is None:
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, SaslPhase, handler
 from minibroker.sasl import SaslAuthenticationFailed
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, SaslPhase, handler
 from minibroker.sasl import SaslSession
-from protocol.errors import ErrorCode
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.broker import RequestContext

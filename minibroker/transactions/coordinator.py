@@ -48,16 +48,16 @@ from minibroker.transactions.state import (
     TxnMetadata,
     TxnState,
 )
-from protocol.errors import ApiError, ErrorCode
-from storage.errors import storage_error_message
-from storage.offsets_store import TOPIC as OFFSETS_TOPIC
-from storage.transaction_store import TOPIC, TransactionStore
+from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.storage.errors import storage_error_message
+from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC
+from minibroker.storage.transaction_store import TOPIC, TransactionStore
 
 if TYPE_CHECKING:
     from minibroker.clock import BrokerClock
     from minibroker.config import BrokerConfig
     from minibroker.groups.coordinator import GroupCoordinator
-    from storage.manager import LogManager
+    from minibroker.storage.manager import LogManager
 
 __all__ = ["MarkerWriter", "TransactionCoordinator"]
 

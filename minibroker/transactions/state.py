@@ -33,8 +33,8 @@ from minibroker.regex import compile_client_regex
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from protocol.errors import ErrorCode
-from storage.transaction_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnRecord, TxnState
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.transaction_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnRecord, TxnState
 
 __all__ = ["TxnConfig", "TxnMetadata", "TransactionStateMachine", "TopicPartition", "TxnState", "is_epoch_exhausted"]
 

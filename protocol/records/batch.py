@@ -67,7 +67,7 @@ LOG_OVERHEAD = 12
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no record bytes
 OFFSET_AND_LENGTH = struct.Struct(">qi")
 # What an append reads of a batch: batchLength, attributes, lastOffsetDelta, maxTimestamp (a
-# 4-tuple instead of BATCH_HEADER's 13: the one-batch append of storage.log unpacks it per Produce).
+# 4-tuple instead of BATCH_HEADER's 13: the one-batch append of minibroker.storage.log unpacks it per Produce).
 APPEND_FIELDS = struct.Struct(">8xi9xhi8xq")
 assert APPEND_FIELDS.size == 43
 

@@ -1,6 +1,6 @@
 """The broker's own records: batches it writes itself (committed offsets, the audit stream) and reads
 back, and the record-level reading ListOffsets by timestamp needs. Clients' batches are never decoded
-on the produce or fetch path (protocol.records.validation walks them without building records).
+on the produce or fetch path (minibroker.protocol.records.validation walks them without building records).
 Uncompressed batches only, except `record_timestamps`, which decompresses one stored batch.
 
 A record (Kafka's DefaultRecord): length, attributes i8, timestampDelta, offsetDelta, key and value
@@ -15,8 +15,8 @@ from typing import Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
-from protocol.compression import DecompressionError, DecompressionLimitError, decompress
-from protocol.records.batch import (
+from minibroker.protocol.compression import DecompressionError, DecompressionLimitError, decompress
+from minibroker.protocol.records.batch import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
@@ -29,8 +29,8 @@ from protocol.records.batch import (
     NO_SEQUENCE,
     read_header,
 )
-from protocol.records.validation import CorruptRecordError, InvalidRecordError
-from protocol.records.varint import read_varint, write_varint
+from minibroker.protocol.records.validation import CorruptRecordError, InvalidRecordError
+from minibroker.protocol.records.varint import read_varint, write_varint
 
 __all__ = [
     "CONTROL_ABORT",
@@ -159,7 +159,7 @@ def record_timestamps(
 
     For ListOffsets by timestamp, never the produce or fetch path. A LogAppendTime batch's records
     all carry the batch's max timestamp (Kafka's DefaultRecord.timestamp). A compressed batch is
-    decompressed whole, at most `max_decompressed` bytes (protocol.compression); its codec's errors
+    decompressed whole, at most `max_decompressed` bytes (minibroker.protocol.compression); its codec's errors
     and a record that runs past its batch raise CorruptRecordError.
     """
     header = read_header(batch, 0)

@@ -7,7 +7,7 @@ bytes, outside the CRC). Before that, `check_produce_records` checks what Kafka'
 * the header: magic 2, batchLength within the bytes given, CRC32C, records count > 0 and equal to
   lastOffsetDelta + 1, no control batch, a known codec (0-4; 5-7 are UNSUPPORTED_COMPRESSION_TYPE);
 * the records: the records section (decompressed once for a compressed batch, with a bound: see
-  protocol.compression) holds exactly records_count records whose varint framing adds up: each
+  minibroker.protocol.compression) holds exactly records_count records whose varint framing adds up: each
   record's length covers its attributes, timestamp delta, offset delta, key, value and headers
   exactly; offset deltas are 0, 1, 2, ... (so every offset is assigned once); no byte is left over.
   Keys are required on compacted topics (Kafka's validateKey).
@@ -28,16 +28,16 @@ undecodable compressed data INVALID_RECORD. And where Kafka silently rebuilds a 
 whose offset deltas are not 0, 1, 2, ..., this broker, which never rewrites a producer's records,
 refuses it (INVALID_RECORD); real clients always write them so.
 
-The header's layout is protocol.records.batch's.
+The header's layout is minibroker.protocol.records.batch's.
 """
 
 from __future__ import annotations
 
 from crc32c import crc32c
 
-from protocol.compression import DecompressionError, DecompressionLimitError, decompress
-from protocol.errors import ApiError, ErrorCode
-from protocol.records.batch import (
+from minibroker.protocol.compression import DecompressionError, DecompressionLimitError, decompress
+from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.protocol.records.batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
     BATCH_HEADER,
@@ -49,7 +49,7 @@ from protocol.records.batch import (
     OFFSET_AND_LENGTH,
     BatchHeader,
 )
-from protocol.records.varint import read_uvarint
+from minibroker.protocol.records.varint import read_uvarint
 
 __all__ = [
     "CorruptRecordError",
@@ -145,7 +145,7 @@ def check_produce_records(
     """Check the records of one partition in a Produce request (v3+): exactly one v2 batch, whose
     records add up (see the module docstring). `max_message_bytes` bounds decompression (times
     MAX_COMPRESSION_RATIO); `require_keys` for compacted topics. `origin`: when `buf` is a view of
-    a larger bytes object (the request frame, protocol.produce_request), that object and where
+    a larger bytes object (the request frame, minibroker.protocol.produce_request), that object and where
     `buf` starts in it, so that the records are walked where they are instead of copied out."""
     header = check_batch(buf, 0)
     if header.size != len(buf):

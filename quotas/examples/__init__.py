@@ -1,9 +1,9 @@
 """Example quota callbacks (KIP-257, seed 004): the seed's two scenarios, built on the public
 `quotas.callback.ClientQuotaCallback` interface and ready to use with `client.quota.callback.class`.
 
-- `quotas.examples.group_quota:GroupQuotaCallback`: scenario 1, a quota group: several users and
+- `minibroker.quotas.examples.group_quota:GroupQuotaCallback`: scenario 1, a quota group: several users and
   client ids share one quota.
-- `quotas.examples.partition_quota:PartitionQuotaCallback`: scenario 2, a quota proportional to the
+- `minibroker.quotas.examples.partition_quota:PartitionQuotaCallback`: scenario 2, a quota proportional to the
   partitions a client uses that this broker leads, recomputed from `update_cluster_metadata`.
 
 Each module's docstring shows its settings. Both extend `DefaultQuotaCallback`, so clients outside

@@ -3,7 +3,7 @@
 "It is useful to define a quota group that combines multiple user principals and/or client-ids. All
 the requests from the group may then share a single quota." Settings::
 
-    client.quota.callback.class=quotas.examples.group_quota:GroupQuotaCallback
+    client.quota.callback.class=minibroker.quotas.examples.group_quota:GroupQuotaCallback
     client.quota.callback.group.analytics=user:alice,user:bob,client-id:nightly-report
     client.quota.callback.group.ingest=client-id:loader-1,client-id:loader-2
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from quotas.callback import CLIENT_ID_TAG, USER_TAG, ClientQuotaEntity, DefaultQuotaCallback, QuotaType
+from minibroker.quotas.callback import CLIENT_ID_TAG, USER_TAG, ClientQuotaEntity, DefaultQuotaCallback, QuotaType
 
 __all__ = ["GROUP_CONFIG_PREFIX", "GROUP_TAG", "GroupQuotaCallback"]
 

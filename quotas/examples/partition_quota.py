@@ -6,7 +6,7 @@ quotas that are proportional to the number of partitions used by the client that
 broker. Since partition leaders may change dynamically, it will be better to compute quotas at
 runtime." Settings::
 
-    client.quota.callback.class=quotas.examples.partition_quota:PartitionQuotaCallback
+    client.quota.callback.class=minibroker.quotas.examples.partition_quota:PartitionQuotaCallback
     client.quota.callback.partition.topics.alice=orders|orders-.*   # the topics alice's clients use
     client.quota.callback.partition.scope=partition                 # or: cluster
 
@@ -41,8 +41,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from quotas.callback import DefaultQuotaCallback, QuotaType
-from quotas.cluster import Cluster
+from minibroker.quotas.callback import DefaultQuotaCallback, QuotaType
+from minibroker.quotas.cluster import Cluster
 
 __all__ = ["PARTITIONS_TAG", "PartitionQuotaCallback", "SCOPE_CONFIG", "TOPICS_CONFIG_PREFIX"]
 

@@ -14,9 +14,9 @@ Two implementations of one interface, chosen by `producer.state.mode`
 Pure: no clock, no trio; I/O only for the snapshot files.
 """
 
-from storage.producer_state.kafka import KAFKA_BATCHES_TO_RETAIN, KafkaProducerStateManager
-from storage.producer_state.lean import LeanProducerStateManager
-from storage.producer_state.manager import (
+from minibroker.storage.producer_state.kafka import KAFKA_BATCHES_TO_RETAIN, KafkaProducerStateManager
+from minibroker.storage.producer_state.lean import LeanProducerStateManager
+from minibroker.storage.producer_state.manager import (
     DEFAULT_EXPIRATION_MS,
     DEFAULT_MAX_IN_FLIGHT,
     MAX_SEQUENCE,
@@ -25,7 +25,7 @@ from storage.producer_state.manager import (
     ProducerStateEntry,
     ProducerStateManager,
 )
-from storage.producer_state.snapshot import (
+from minibroker.storage.producer_state.snapshot import (
     PRODUCER_SNAPSHOT,
     PRODUCER_SNAPSHOT_ENTRY,
     PRODUCER_SNAPSHOT_HEADER,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Iterator
 
-from protocol.errors import ErrorCode
-from storage.producer_state.manager import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.producer_state.manager import (
     ACCEPT,
     BatchMetadata,
     ProducerAppendInfo,
@@ -25,10 +25,10 @@ from storage.producer_state.manager import (
     ProducerStateManager,
     next_sequence,
 )
-from storage.producer_state.snapshot import SEQUENCE_SPACE, SnapshotRow
+from minibroker.storage.producer_state.snapshot import SEQUENCE_SPACE, SnapshotRow
 
 if TYPE_CHECKING:
-    from protocol.records import BatchHeader
+    from minibroker.protocol.records import BatchHeader
 
 KAFKA_BATCHES_TO_RETAIN = 5  # ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 

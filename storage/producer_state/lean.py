@@ -42,7 +42,7 @@ The default is the seed's: DEFAULT_MAX_IN_FLIGHT = 10,000,000 sequence numbers (
 clients keep at most 5 batches in flight (librdkafka caps a batch at batch.num.messages = 10,000
 records; the Java client's 16 KiB batch.size holds about 2,300 minimal uncompressed records), so
 10 million covers them with room to spare, and it is what the seed's phase 2 producers are told
-(the broker sends it on the wire, protocol.extensions): such a producer keeps many batches in
+(the broker sends it on the wire, minibroker.protocol.extensions): such a producer keeps many batches in
 flight and throttles itself only when its unacknowledged sequence numbers on a partition would
 exceed the window. The residual risk of a wide window is a false duplicate for sequences this
 broker never stored, which only happens when the producer's state was lost (expiry, KIP-360
@@ -66,8 +66,8 @@ import struct
 import sys
 from typing import TYPE_CHECKING, Iterator
 
-from protocol.errors import ErrorCode
-from storage.producer_state.manager import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.producer_state.manager import (
     ACCEPT,
     BatchMetadata,
     ProducerAppendInfo,
@@ -75,10 +75,10 @@ from storage.producer_state.manager import (
     ProducerStateManager,
     next_sequence,
 )
-from storage.producer_state.snapshot import SEQUENCE_SPACE, SnapshotRow
+from minibroker.storage.producer_state.snapshot import SEQUENCE_SPACE, SnapshotRow
 
 if TYPE_CHECKING:
-    from protocol.records import BatchHeader
+    from minibroker.protocol.records import BatchHeader
 
 # epoch i16, last_sequence i32, last_offset i64, offset_delta i32, last_append_ms i64: 26 bytes.
 _LEAN = struct.Struct("<hiqiq")

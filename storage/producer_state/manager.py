@@ -50,10 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, NamedTuple
 
-from protocol.errors import ErrorCode
-from storage.files import unlink_if_exists
-from storage.producer_state.txns import AbortedTxn, CompletedTxn, OngoingTxns
-from storage.producer_state.snapshot import (
+from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.files import unlink_if_exists
+from minibroker.storage.producer_state.txns import AbortedTxn, CompletedTxn, OngoingTxns
+from minibroker.storage.producer_state.snapshot import (
     SEQUENCE_SPACE,
     SNAPSHOTS_TO_KEEP,
     CorruptSnapshot,
@@ -65,7 +65,7 @@ from storage.producer_state.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from protocol.records import BatchHeader, ControlRecord
+    from minibroker.protocol.records import BatchHeader, ControlRecord
 
 logger = logging.getLogger(__name__)
 

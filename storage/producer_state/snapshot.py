@@ -18,7 +18,7 @@ from typing import Iterable
 from construct import Const, Int16sb, Int32sb, Int32ub, Int64sb, PrefixedArray, Struct, Terminated
 from crc32c import crc32c
 
-from storage.files import TMP_SUFFIX, unlink_if_exists, write_atomically
+from minibroker.storage.files import TMP_SUFFIX, unlink_if_exists, write_atomically
 
 SEQUENCE_SPACE = 1 << 31  # sequences are int32 >= 0; 2147483647 is followed by 0
 MAX_SEQUENCE = SEQUENCE_SPACE - 1

@@ -5,12 +5,12 @@ A transaction starts at the first transactional batch of a producer that has non
 its COMMIT or ABORT marker (a control batch). The first unstable offset is the first offset of the
 oldest open transaction; the last stable offset (LSO) of the partition is that, else the high
 watermark (UnifiedLog.lastStableOffset). When an ABORT ends a transaction that wrote data here, the
-partition's transaction index (storage.txn_index) gets an entry whose last stable offset is the first
+partition's transaction index (minibroker.storage.txn_index) gets an entry whose last stable offset is the first
 offset of the oldest transaction still open (another producer's), else the marker's offset + 1
 (ProducerStateManager.lastStableOffset(CompletedTxn)): a fetch that searches the index stops there.
 
 Used by both producer state managers (the same for the lean and kafka modes) and by the rebuild of a
-damaged transaction index (storage.log). Pure: no I/O, no clock.
+damaged transaction index (minibroker.storage.log). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
