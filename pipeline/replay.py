@@ -24,7 +24,7 @@ the filter never changes a decision: `track` answers known exactly when `has_sta
 (filter hit or miss), and charges the admission window otherwise (a miss, or a hit without state, a
 false positive, which it charges too); the filter only remembers ids for the broker's memory and
 counts false positives. Skipping it makes the replay 3-6x faster and keeps every decision
-(tests/test_pipeline_model.py compares both, and tests/test_pipeline_replay_live.py the broker).
+(tests/pipeline/test_pipeline_model.py compares both, and tests/pipeline/test_pipeline_replay_live.py the broker).
 
 Quota changes (`QuotaSettings.recorded`: "the broker's quotas", minibroker.pipeline.timeline): the recorded
 configuration is applied at its place in the stream, and at each recorded broker start the

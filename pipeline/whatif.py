@@ -28,7 +28,7 @@ over the earlier chunks (the cheap part: no aggregation) and hands each chunk it
 (`ChunkCarry`): the pickled `UserReplay` (quota managers, producer-state model, place in the quota
 record), the PIDs already counted as new or throttled, and the open producer-state sessions, each
 kept only for what appears again later. So a chunk's decisions and aggregates are exactly those of
-one pass over the whole history (tests/test_pipeline_model.py checks it on random cuts).
+one pass over the whole history (tests/pipeline/test_pipeline_model.py checks it on random cuts).
 
 `state_table` adds the deltas of all users per window and accumulates them: the state the whole
 broker would hold at the end of each window.

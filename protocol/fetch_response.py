@@ -9,7 +9,7 @@ the real length prefix put in its place and the records kept as a buffer of thei
 then a `FrameParts`: the bytes between the records, and the records themselves, to be sent one after
 another (a vectored send). No length encloses a partition's records but their own prefix (arrays
 count elements), so the frame size is the only other number to fix. The bytes are exactly kio's
-encoding of the same response (tests/test_fetch_response.py checks every Fetch version).
+encoding of the same response (tests/protocol/test_fetch_response.py checks every Fetch version).
 """
 
 from __future__ import annotations

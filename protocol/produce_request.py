@@ -7,7 +7,7 @@ handler uses and hands each partition's records on as a memoryview of the frame:
 socket delivered are the bytes validation walks and `os.writev` writes.
 
 It gives exactly what kio plus the request guard (minibroker.protocol.guard) give for the same frame, field
-for field (tests/test_produce_request.py compares the two on the captured client frames and on
+for field (tests/protocol/test_produce_request.py compares the two on the captured client frames and on
 generated requests of every version):
 
 * the same fields: `transactional_id`, `acks`, `timeout` (a timedelta, as kio's i32Timedelta;

@@ -8,7 +8,7 @@ whose records cost the broker ~500 us in all. Here the same bytes come from one 
 partition in the common case (no record errors, no message, no current leader).
 
 `encode_produce_response` writes exactly what `encode_response(schema, correlation_id,
-build(schema.response, body), tagged_fields)` writes for the same body (tests/test_produce_response.py
+build(schema.response, body), tagged_fields)` writes for the same body (tests/protocol/test_produce_response.py
 compares the two byte for byte over generated bodies of every version):
 
 * the response header: the correlation id (header v0) before v9, plus an empty tagged section

@@ -24,7 +24,7 @@ only store 100 PIDs in 1 hour and throttle any unseen PID"):
   t is admitted while the admissions in every slot that overlaps (t - T, t] number fewer than the
   allowance. That over-counts by at most one slot, never under-counts: every admission inside any
   interval of length T ending at t lies in such a slot, so the guarantee holds for every sliding
-  interval (tests/test_quota_pid_window.py proves it against a reference that keeps exact
+  interval (tests/quotas/test_pid_window.py proves it against a reference that keeps exact
   timestamps). The price: an admission stops counting between T and T + W / L after it was made.
   Memory per user: one [slot, count] pair per non-empty slot, at most L + 1 (one below R = 1).
 * Throttle: a rejected id gets throttle_time_ms = the exact time until the slot count admits one

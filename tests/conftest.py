@@ -34,8 +34,8 @@ def admin(broker):
 
 @pytest.fixture(scope="session")
 def java(tmp_path_factory):
-    """The Java client (tests/java_client.py), MiniClient compiled once per session."""
-    from tests.java_client import JavaClientError, compile_mini_client
+    """The Java client (tests/support/java_client.py), MiniClient compiled once per session."""
+    from tests.support.java_client import JavaClientError, compile_mini_client
 
     try:
         client = compile_mini_client(tmp_path_factory.mktemp("java-classes"))

@@ -16,7 +16,7 @@ The records are never decoded into objects. Runs of records of one shape (what p
 same size, same layout) are checked a framing column at a time, one strided slice per column for
 the whole run (`_check_runs`, about 5 ns a record); the rest are walked with index arithmetic on the
 bytes (`_walk_records`), one varint at a time (about 400 ns a record). The walk is the definition:
-the run check accepts exactly the records the walk accepts (tests/test_record_validation.py holds
+the run check accepts exactly the records the walk accepts (tests/protocol/test_record_validation.py holds
 it to that) and leaves everything else, faults included, to the walk, which names them.
 
 Errors follow Kafka: framing and CRC faults of the batch are CORRUPT_MESSAGE (2), records that do not

@@ -1,5 +1,5 @@
 // A small command-line driver for the real Java Kafka client (kafka-clients 4.3.0), used by
-// tests/test_interop_java.py against minibroker. It uses only the public KafkaProducer,
+// tests/clients/test_interop_java.py against minibroker. It uses only the public KafkaProducer,
 // KafkaConsumer and Admin APIs, with the settings an application would use.
 //
 // Usage: java -cp 'LIBS/*:CLASSES' MiniClient COMMAND ARGS... [-- COMMAND ARGS...]...
@@ -70,7 +70,7 @@
 //   consume-transform-produce BOOTSTRAP IN OUT GROUP TXN_ID COUNT   the exactly-once loop
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
-// Record i of `produce` is deterministic (tests/test_interop_java.py computes the same bytes):
+// Record i of `produce` is deterministic (tests/clients/test_interop_java.py computes the same bytes):
 //   key "key-<i>", value of length (i * 7919) % 301 with byte j = (i * 131 + j * 29 + (j >> 3)) & 0xff,
 //   headers ("trace", "<i>"), ("origin", the 4 big-endian bytes of (i * 2654435761) mod 2^32).
 

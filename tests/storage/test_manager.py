@@ -1,0 +1,323 @@
+"""LogManager on a real data directory: topics survive reopen with the same ids and configs,
+creation is validated in Kafka's order with Kafka's errors, deletion removes the directories."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+
+import pytest
+
+from minibroker.storage.config import ConfigError, LogConfig
+from minibroker.storage.errors import DamagedFileError
+from minibroker.storage.manager import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    LogManager,
+    StrayDataError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from tests.support.batches import make_batch
+
+BROKER = LogConfig.from_broker({"log.retention.hours": "24"})
+
+
+def test_create_and_reopen_keeps_ids_configs_and_data(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("orders", 3, {"retention.ms": "1000", "cleanup.policy": "compact"}, 0)
+    assert info.num_partitions == 3 and isinstance(info.topic_id, uuid.UUID)
+    assert info.config.retention_ms == 1000 and info.config.segment_ms == BROKER.segment_ms
+    internal = manager.create_topic("__consumer_offsets", 1, {}, 0)
+    manager.log("orders", 2).append(make_batch([(b"k", b"v")]), 0)
+    assert manager.log("orders", 3) is None and manager.log("nope", 0) is None
+    manager.close()
+
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    again = reopened.topic("orders")
+    assert again == info
+    assert reopened.topic_by_id(info.topic_id) == info
+    assert reopened.topic_by_id(internal.topic_id).name == "__consumer_offsets"
+    assert [t.name for t in reopened.topics()] == ["__consumer_offsets", "orders"]
+    assert reopened.log("orders", 2).log_end_offset == 1
+    assert reopened.log("orders", 0).log_end_offset == 0
+    reopened.close(clean=False)
+
+    # The broker config is applied afresh on open; the overrides stay the topic's own.
+    changed = LogManager.open(tmp_path, LogConfig.from_broker({"log.roll.ms": "5"}), 0)
+    assert changed.topic("orders").config.segment_ms == 5
+    assert changed.topic("orders").config.retention_ms == 1000
+    changed.close()
+
+
+def test_validation_errors(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("a.b", 1, {}, 0)
+    for name in ["", ".", "..", "x" * 250, "a/b"]:
+        with pytest.raises(InvalidTopicError):
+            manager.create_topic(name, 1, {}, 0)
+    with pytest.raises(TopicExistsError) as exists:
+        manager.create_topic("a.b", 1, {}, 0)
+    assert exists.value.error_code == 36
+    with pytest.raises(InvalidTopicError) as collides:
+        manager.create_topic("a_b", 1, {}, 0)
+    assert "collides" in str(collides.value) and collides.value.error_code == 17
+    for count in (0, -1, 10_001):
+        with pytest.raises(InvalidPartitionsError) as partitions:
+            manager.create_topic("t", count, {}, 0)
+        assert partitions.value.error_code == 37
+    with pytest.raises(ConfigError) as unknown:
+        manager.create_topic("t", 1, {"no.such": "1"}, 0)
+    assert unknown.value.key == "no.such" and unknown.value.error_code == 40
+    with pytest.raises(ConfigError) as bad:
+        manager.create_topic("t", 1, {"retention.ms": "soon"}, 0)
+    assert bad.value.key == "retention.ms" and "retention.ms" in str(bad.value)
+    assert [t.name for t in manager.topics()] == ["a.b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.b-0", "topics"]
+    manager.close()
+
+
+def test_validate_only_has_no_effect(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("t", 2, {"segment.ms": "10"}, 0, validate_only=True)
+    assert info.config.segment_ms == 10
+    assert manager.topic("t") is None
+    assert not (tmp_path / "t-0").exists()
+    manager.create_topic("t", 2, {}, 0)
+    manager.close()
+
+
+def test_delete_topic(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("gone", 2, {}, 0)
+    manager.log("gone", 0).append(make_batch([(None, b"v")]), 0)
+    manager.delete_topic("gone")
+    assert manager.topic("gone") is None and manager.topic_by_id(info.topic_id) is None
+    assert not (tmp_path / "gone-0").exists() and not (tmp_path / "gone-1").exists()
+    assert not (tmp_path / "topics" / "gone.json").exists()
+    with pytest.raises(UnknownTopicError) as unknown:
+        manager.delete_topic("gone")
+    assert unknown.value.error_code == 3
+    again = manager.create_topic("gone", 1, {}, 0)
+    assert again.topic_id != info.topic_id
+    assert manager.log("gone", 0).log_end_offset == 0
+    manager.close()
+
+
+def test_alter_topic_config(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {"retention.ms": "1000"}, 0)
+    with pytest.raises(ConfigError):
+        manager.alter_topic_config("t", {"retention.ms": "x"})
+    assert manager.topic("t").config.retention_ms == 1000
+    manager.alter_topic_config("t", {"segment.ms": "77"})
+    assert manager.log("t", 0).config.segment_ms == 77
+    assert manager.log("t", 0).config.retention_ms == BROKER.retention_ms
+    manager.close()
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert reopened.topic("t").overrides == {"segment.ms": "77"}
+    reopened.close()
+
+
+def test_add_partitions_grows_the_topic_and_survives_reopen(tmp_path):
+    """CreatePartitions at the storage level: new empty logs after the existing ones, the old data
+    untouched, the topic file (the commit point) rewritten, and the change announced."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    announced = []
+    manager.on_topics_changed = announced.append
+    info = manager.create_topic("t", 2, {"retention.ms": "1000"}, 0)
+    manager.log("t", 1).append(make_batch([(b"k", b"v")]), 0)
+    assert manager.add_partitions("t", 4, 0, validate_only=True).num_partitions == 4
+    assert manager.topic("t").num_partitions == 2 and not (tmp_path / "t-2").exists()
+    grown = manager.add_partitions("t", 4, 0)
+    assert (grown.num_partitions, grown.topic_id, grown.overrides) == (4, info.topic_id, {"retention.ms": "1000"})
+    assert announced[-1] == "t"
+    assert manager.log("t", 3).config.retention_ms == 1000 and manager.log("t", 3).log_end_offset == 0
+    assert manager.log("t", 1).log_end_offset == 1
+    manager.close()
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert reopened.topic("t").num_partitions == 4 and reopened.log("t", 1).log_end_offset == 1
+    assert json.loads((tmp_path / "topics" / "t.json").read_text())["num_partitions"] == 4
+    reopened.close()
+
+
+@pytest.mark.parametrize("count, message", [
+    (3, "Topic already has 3 partition(s)."),
+    (2, "The topic t currently has 3 partition(s); 2 would not be an increase."),
+    (0, "The topic t currently has 3 partition(s); 0 would not be an increase."),
+    (10_001, "Number of partitions 10001 is above the limit of 10000."),
+])
+def test_add_partitions_never_shrinks(tmp_path, count, message):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 3, {}, 0)
+    with pytest.raises(InvalidPartitionsError) as refused:
+        manager.add_partitions("t", count, 0)
+    assert str(refused.value) == message
+    with pytest.raises(UnknownTopicError):
+        manager.add_partitions("nope", 4, 0)
+    assert manager.topic("t").num_partitions == 3
+    manager.close()
+
+
+def test_add_partitions_never_creates_over_records(tmp_path):
+    """A leftover directory of a new partition is reused when it holds no records (an addition cut
+    short), and refused with StrayDataError naming it when it does."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {}, 0)
+    (tmp_path / "t-1").mkdir()
+    (tmp_path / "t-1" / "00000000000000000000.log").write_bytes(b"")
+    (tmp_path / "t-2").mkdir()
+    (tmp_path / "t-2" / "00000000000000000000.log").write_bytes(make_batch([(None, b"old")]))
+    with pytest.raises(StrayDataError, match="t-2"):
+        manager.add_partitions("t", 3, 0)
+    assert manager.topic("t").num_partitions == 1
+    assert (tmp_path / "t-2" / "00000000000000000000.log").stat().st_size > 0
+    manager.add_partitions("t", 2, 0)
+    assert manager.log("t", 1).log_end_offset == 0
+    manager.close()
+
+
+def test_new_broker_defaults_reach_topics_without_an_override(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("own", 1, {"retention.ms": "1000", "min.compaction.lag.ms": "100"}, 0)
+    manager.create_topic("inherits", 1, {}, 0)
+    changed = LogConfig.from_broker({"log.retention.ms": "5000", "log.segment.bytes": "2097152"})
+    manager.check_broker_config(changed)
+    manager.set_broker_config(changed)
+    assert manager.log("inherits", 0).config.retention_ms == 5000
+    assert manager.log("own", 0).config.retention_ms == 1000
+    assert manager.log("own", 0).config.segment_bytes == manager.topic("inherits").config.segment_bytes == 2097152
+    # A default some topic's overrides contradict is refused before anything changes.
+    with pytest.raises(ConfigError) as refused:
+        manager.check_broker_config(LogConfig.from_broker({"log.cleaner.max.compaction.lag.ms": "50"}))
+    assert "own" in str(refused.value)
+    manager.close()
+
+
+def test_stray_directories_are_kept_logged_and_never_created_over(tmp_path, caplog):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {}, 0)
+    manager.close()
+    (tmp_path / "unknown-0").mkdir()
+    (tmp_path / "unknown-0" / "00000000000000000000.log").write_bytes(make_batch([(None, b"old")]))
+    (tmp_path / "empty-0").mkdir()
+    (tmp_path / "empty-0" / "00000000000000000000.log").write_bytes(b"")
+    (tmp_path / "t-5").mkdir()
+    (tmp_path / "not a partition").mkdir()
+    (tmp_path / "producer-ids").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="minibroker.storage.manager"):
+        reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert [t.name for t in reopened.topics()] == ["t"]
+    logged = caplog.text
+    assert "unknown-0 holds records" in logged and "t-5" in logged and "empty-0" in logged
+    # A directory with records and no topic file is never deleted to make room for a new topic.
+    with pytest.raises(StrayDataError) as stray:
+        reopened.create_topic("unknown", 1, {}, 0)
+    assert stray.value.error_code == 56 and "unknown-0" in str(stray.value)
+    assert (tmp_path / "unknown-0" / "00000000000000000000.log").stat().st_size > 0
+    assert reopened.topic("unknown") is None and not (tmp_path / "topics" / "unknown.json").exists()
+    # One that holds no records (a creation cut short by a crash) is reused.
+    reopened.create_topic("empty", 1, {}, 0)
+    assert reopened.log("empty", 0).log_end_offset == 0
+    reopened.close()
+
+
+@pytest.mark.parametrize("content", [
+    b"{not json", b"\xff\xfe", b"[]", b'{"name": "t"}',
+    b'{"version": 1, "name": "t", "topic_id": "nope", "num_partitions": 1, "configs": {}}',
+    b'{"version": 1, "name": "t", "topic_id": "%s", "num_partitions": 0, "configs": {}}' % str(uuid.uuid4()).encode(),
+    b'{"version": 1, "name": "other", "topic_id": "%s", "num_partitions": 1, "configs": {}}' % str(uuid.uuid4()).encode(),
+])
+def test_a_damaged_topic_file_stops_the_open_naming_it_and_deletes_nothing(tmp_path, content):
+    """The issue's reproduction: an unreadable topic file was skipped, and the next auto-create
+    deleted the topic's directory. Now the open stops, naming the file, and no byte changes."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 2, {}, 0)
+    manager.log("t", 1).append(make_batch([(None, b"precious")]), 0)
+    manager.close()
+    (tmp_path / "topics" / "t.json").write_bytes(content)
+    before = _tree(tmp_path)
+    with pytest.raises(DamagedFileError) as damaged:
+        LogManager.open(tmp_path, BROKER, 0)
+    assert damaged.value.path == tmp_path / "topics" / "t.json"
+    assert str(tmp_path / "topics" / "t.json") in str(damaged.value) and "restore" in str(damaged.value)
+    assert _tree(tmp_path) == before
+
+
+def test_a_stored_config_that_no_longer_validates_stops_the_open(tmp_path):
+    """Dropping the setting would be a guess: a lost retention.ms=-1 is data deleted by retention."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("t", 1, {"retention.ms": "-1"}, 0)
+    manager.close()
+    path = tmp_path / "topics" / "t.json"
+    state = json.loads(path.read_text())
+    state["configs"]["retention.ms"] = "forever"
+    path.write_text(json.dumps(state))
+    with pytest.raises(DamagedFileError) as damaged:
+        LogManager.open(tmp_path, BROKER, 0)
+    assert "retention.ms" in str(damaged.value) and str(path) in str(damaged.value)
+
+
+def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("gone", 2, {}, 0)
+    manager.create_topic("kept", 1, {}, 0)
+    manager.log("gone", 0).append(make_batch([(None, b"v")]), 0)
+    manager.close()
+    # A crash after the first rename: one directory renamed, the topic file still there.
+    os.rename(tmp_path / "gone-0", tmp_path / f"gone-0.{info.topic_id.hex}-delete")
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert [t.name for t in reopened.topics()] == ["kept"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept-0", "topics"]
+    reopened.close()
+
+
+def test_delete_topic_leaves_nothing_a_later_open_could_take_for_lost_data(tmp_path, monkeypatch):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("gone", 2, {}, 0)
+    manager.log("gone", 1).append(make_batch([(None, b"v")]), 0)
+    # The directories are renamed before the topic file goes: stop right after the renames.
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+    manager.delete_topic("gone")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"gone-0.{info.topic_id.hex}-delete", f"gone-1.{info.topic_id.hex}-delete", "topics"]
+    monkeypatch.undo()
+    LogManager.open(tmp_path, BROKER, 0).close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["topics"]
+
+
+def _tree(root):
+    return {
+        str(path.relative_to(root)): path.read_bytes() if path.is_file() else None
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def test_topic_file_format(tmp_path):
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    info = manager.create_topic("t", 4, {"retention.ms": "1"}, 0)
+    manager.close()
+    state = json.loads((tmp_path / "topics" / "t.json").read_text())
+    assert state == {
+        "version": 1,
+        "name": "t",
+        "topic_id": str(info.topic_id),
+        "num_partitions": 4,
+        "configs": {"retention.ms": "1"},
+    }
+
+
+def test_retention_and_flush_over_all_logs(tmp_path):
+    broker = LogConfig(segment_bytes=200, retention_bytes=0, flush_ms=10)
+    manager = LogManager.open(tmp_path, broker, 0)
+    manager.create_topic("a", 2, {}, 0)
+    for partition in range(2):
+        for _ in range(5):
+            manager.log("a", partition).append(make_batch([(None, b"x" * 100)]), 0)
+    assert manager.maybe_flush(100) == 2
+    assert manager.enforce_retention(0) == 8  # everything but each active segment
+    assert all(manager.log("a", p).log_start_offset == 4 for p in range(2))
+    manager.close()

@@ -1,0 +1,1 @@
+"""Helpers the tests share: wire requests, clients, batches, brokers in processes."""

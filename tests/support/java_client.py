@@ -1,0 +1,83 @@
+"""The real Java client (kafka-clients, through tests/java/MiniClient.java) as a test helper.
+
+MiniClient is compiled once per pytest session (the `java` fixture in tests/conftest.py) and each
+call runs its commands in one JVM (start-up dominates on 2 cores). The JDK and the jars come from
+scripts/fetch_java_clients, which scripts/test runs: without them the Java tests fail, they do not
+skip. scripts/capture_frames uses the same helper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "tests" / "java" / "MiniClient.java"
+LIBS = Path(os.environ.get("MINIBROKER_JAVA_CLIENTS", ROOT / ".cache" / "java-clients")) / "libs"
+KAFKA_CLIENTS_VERSION = "4.3.0"
+JARS = (f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar", "slf4j-api-2.0.18.jar", "lz4-java-1.10.2.jar",
+        "snappy-java-1.1.1.7.jar", "zstd-jni-1.5.6-10.jar")
+HOW_TO_GET = "run scripts/fetch_java_clients (scripts/test runs it) to install a JDK >= 17 and the jars"
+# Short-lived JVMs: one GC thread and no C2 compile queue start faster on 2 cores.
+JVM_OPTS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+
+
+class JavaClientError(Exception):
+    pass
+
+
+def _raise(message: str):
+    raise JavaClientError(message)
+
+
+class JavaClient:
+    def __init__(self, classes: Path, fail=_raise):
+        self.classpath = f"{classes}{os.pathsep}{LIBS}{os.sep}*"
+        self.fail = fail  # called with the message when a run fails (pytest.fail in tests)
+
+    @staticmethod
+    def _args(commands: tuple[list, ...]) -> list[str]:
+        args: list[str] = []
+        for command in commands:
+            args += (["--"] if args else []) + [str(a) for a in command]
+        return args
+
+    def popen(self, *commands: list, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+        """Start MiniClient commands in one JVM without waiting: its stdout (text) gives the output
+        lines as they come (for a test that acts on the client's progress)."""
+        return subprocess.Popen(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *self._args(commands)],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+    def run(self, *commands: list, timeout: float = 120) -> list[dict]:
+        """Run MiniClient commands in one JVM; returns its output lines as dicts."""
+        args = self._args(commands)
+        proc = subprocess.run(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *args],
+                              capture_output=True, text=True, timeout=timeout)
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0:
+            stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("SLF4J"))
+            done = [line["command"] for line in lines if line["type"] == "done"]
+            self.fail(
+                f"MiniClient {' '.join(args)} exited {proc.returncode} after {done}:\n{stderr[-4000:]}")
+        return lines
+
+
+def compile_mini_client(classes: Path) -> JavaClient:
+    """javac MiniClient.java into `classes`; JavaClientError naming what is missing."""
+    missing = [jar for jar in JARS if not (LIBS / jar).is_file()]
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        raise JavaClientError(f"no JDK (javac) on PATH: {HOW_TO_GET}")
+    if missing:
+        raise JavaClientError(f"missing {', '.join(missing)} in {LIBS}: {HOW_TO_GET}")
+    proc = subprocess.run(["javac", "-d", str(classes), "-cp", f"{LIBS}{os.sep}*", str(SOURCE)],
+                          capture_output=True, text=True, timeout=180)
+    if proc.returncode != 0:
+        raise JavaClientError(f"javac failed (a JDK >= 17 is needed; {HOW_TO_GET}):\n{proc.stderr}")
+    return JavaClient(classes)
+
+
+def of_type(lines, kind):
+    return [line for line in lines if line["type"] == kind]
