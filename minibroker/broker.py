@@ -7,40 +7,50 @@ are split the h11 way: a peer that sends bytes we cannot parse, an API we do not
 do not serve gets its connection closed (ProtocolError; Kafka does the same), except ApiVersions, which
 always gets an answer a v0 reader can parse. A fault in our own code is logged with its traceback and
 closes only that connection.
+
+`Broker` is the composition root: it opens the data directory and builds each collaborator from the
+narrow things it uses (the logs, the producer state, the coordinators, the quotas, the cluster view,
+...), wires them by constructor arguments and explicit subscriptions, and hands the handlers the
+result as one `BrokerServices` (minibroker.context; each request's `RequestContext` reads it).
+`run(nursery)` starts its background tasks; minibroker.server serves it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, Mapping
 
 import trio
 
-from minibroker.cluster import ClusterView
+from minibroker.auth import AuthHelper
+from minibroker.cluster import BrokerEndpoints, ClusterView
 from minibroker.client_quotas import BrokerQuotas
 from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
+from minibroker.context import BrokerMetrics, BrokerServices, Connection, Handler, RequestContext
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
-from minibroker.dynamic_config import DynamicBrokerConfigs
+from minibroker.dynamic_config import DynamicBrokerConfigs, apply as apply_dynamic_config
+from minibroker.errors import StartupError, StorageErrorLog
 from minibroker.groups.coordinator import GroupCoordinator
-from minibroker.handlers import ByteRate, Handler, Reply, SaslPhase, load_all
+from minibroker.handlers import ByteRate, Reply, SaslPhase, api_version_list, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.producers import ProducerIds, ProducerStates
+from minibroker.replica_manager import AppendOutcome, ReplicaManager
 from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
-from minibroker.txn_markers import MarkerResult, TxnMarker, write_txn_markers
+from minibroker.txn_markers import MarkerResult, TxnMarker
 from minibroker.sasl import UserStore
 from minibroker.scram_credentials import ScramCredentialStore
 from minibroker.protocol.entities import build
-from minibroker.protocol.records import BatchHeader, read_header
+from minibroker.protocol.records import BatchHeader
 from minibroker.protocol.errors import ErrorCode
 from minibroker.protocol.extensions import MAX_IN_FLIGHT_SEQUENCE_APIS, max_in_flight_sequence_field
 from minibroker.protocol.fetch_response import FrameParts, encode_fetch_response
@@ -48,9 +58,7 @@ from minibroker.protocol.produce_response import encode_produce_response
 from minibroker.quotas.client_quota import combine_throttle_time_ms
 from minibroker.protocol.messages import (
     API_VERSIONS_KEY,
-    ApiSchema,
     ProtocolError,
-    RequestHeader,
     UnknownApiKeyError,
     UnsupportedVersionError,
     api_schema,
@@ -59,13 +67,13 @@ from minibroker.protocol.messages import (
     parse_header,
     peek_api,
 )
-from minibroker.storage.errors import DamagedFileError, FencedEpochError, storage_error_message
+from minibroker.storage.config import LogConfig
+from minibroker.storage.errors import DamagedFileError, storage_error_message
 from minibroker.storage.file_cache import FileCache
 from minibroker.storage.lock import DataDirLock
 from minibroker.storage.files import write_atomically
 from minibroker.storage.log import PartitionLog
 from minibroker.storage.manager import LogManager
-from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from minibroker.storage.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
@@ -77,63 +85,6 @@ FETCH_KEY = 1  # its responses are encoded by minibroker.protocol.fetch_response
 
 
 
-@dataclass
-class Connection:
-    """What the broker knows about one client connection."""
-
-    peer: str
-    listener: str = "PLAINTEXT"
-    principal: str = "User:ANONYMOUS"
-    authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
-    sasl: Any = None  # the SASL exchange after SaslHandshake (minibroker.sasl.SaslSession)
-    client_id: str = ""
-    id: int = 0
-    logged_trailing_bytes: bool = False
-    # Request-time quota accounting of the request in progress (BrokerQuotas.*_request_cycle): the
-    # task's CPU up to which it has been charged, and to whom.
-    request_cpu_mark: int | None = None
-    request_charge: tuple[str, str] | None = None
-    # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
-    # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
-    held_batches: dict | None = None
-
-    @property
-    def quota_user(self) -> str:
-        """The quota entity `user`: the principal's name without `User:` (ANONYMOUS when none)."""
-        return self.principal.partition(":")[2] or self.principal
-
-
-@dataclass
-class RequestContext:
-    broker: Broker
-    connection: Connection
-    header: RequestHeader
-    schema: ApiSchema
-    handler: Handler
-    received_at: float  # the broker clock's monotonic reading
-    close_connection: bool = False  # close after this response (a failed SASL exchange)
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-    @property
-    def client_id(self) -> str:
-        return self.header.client_id or ""
-
-
-@dataclass
-class BrokerMetrics:
-    requests: Counter = field(default_factory=Counter)  # by api name
-    bytes_in: int = 0
-    bytes_out: int = 0
-    connections: int = 0
-    connections_total: int = 0
-    closed_for_protocol_errors: int = 0
-    closed_idle: int = 0  # connections.max.idle.ms
-    requests_with_trailing_bytes: int = 0
-
-
 @dataclass(slots=True)
 class Response:
     """What one request produced, for the connection loop (server.py)."""
@@ -142,23 +93,6 @@ class Response:
     throttle_ms: int = 0  # quota throttle: read nothing more from the connection for this long
     client_throttles: bool = True  # KIP-219 client: send at once; else hold the response back
     close: bool = False  # close the connection once the response is sent
-
-
-class StartupError(Exception):
-    """The broker cannot start; the message names what failed (an address, a path, a file, a key)."""
-
-
-class AppendOutcome(NamedTuple):
-    """What `Broker.append_checked` made of one produced batch: appended (NONE, with the offset of its
-    first record), or answered from producer state without appending (a duplicate, with the original
-    offsets; an out-of-order sequence; a fenced epoch). A NamedTuple, not a frozen dataclass: one is
-    made per produced batch, and a frozen dataclass's __init__ costs 0.6 us against 0.25 us."""
-
-    error_code: ErrorCode
-    base_offset: int  # -1 when nothing is known
-    log_append_time_ms: int  # for LogAppendTime topics, else -1 (ProduceResponse's)
-    log_start_offset: int
-    error_message: str | None = None
 
 
 def _prepare_data_dir(data_dir: Path) -> None:
@@ -207,8 +141,8 @@ def _random_cluster_id() -> str:
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None) -> None:
-        """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default."""
-        self.config = config
+        """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default, so that
+        several brokers in one process each keep their own time."""
         self.clock = clock if clock is not None else BrokerClock()
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
@@ -228,6 +162,43 @@ class Broker:
             self._release_descriptors()
             raise
 
+    @property
+    def config(self) -> BrokerConfig:
+        """The config in force: the properties under the dynamic broker configs (KIP-226)."""
+        return self.dynamic_configs.config
+
+    @property
+    def log_config(self) -> LogConfig:
+        return self.dynamic_configs.config.log_config
+
+    @property
+    def handlers(self) -> Mapping[int, Handler]:
+        """This broker's handlers by api key (its own copy of the registry: replacing one here
+        changes this broker only)."""
+        return self.services.handlers
+
+    @handlers.setter
+    def handlers(self, handlers: Mapping[int, Handler]) -> None:
+        self.services.handlers = handlers
+
+    @property
+    def listeners(self) -> dict[str, tuple[str, int]]:
+        """Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port)."""
+        return self.endpoints.listeners
+
+    @property
+    def bound_listeners(self) -> dict[str, tuple[str, int]]:
+        """name -> the address actually bound."""
+        return self.endpoints.bound
+
+    @property
+    def advertised_host(self) -> str:
+        return self.endpoints.default[0]
+
+    @property
+    def advertised_port(self) -> int:
+        return self.endpoints.default[1]
+
     @staticmethod
     def _open_file_cache(config: BrokerConfig) -> FileCache:
         """The bounded set of open segment files, drawing on the process's descriptor budget."""
@@ -245,24 +216,27 @@ class Broker:
         return files
 
     def _open(self, config: BrokerConfig) -> None:
+        clock = self.clock
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
         # Settings changed at runtime (KIP-226), kept in the data dir, over the properties.
         self.dynamic_configs = DynamicBrokerConfigs.load(self.data_dir, config)
-        self.config = config = self.dynamic_configs.current()
-        self.log_config = config.log_config
+        config = self.dynamic_configs.config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
+        self.storage_errors = StorageErrorLog(clock, logging.getLogger("minibroker.errors"))
         started = time.perf_counter()
         self.logs = LogManager.open(
-            self.data_dir, self.log_config, self.clock.now_ms(),
+            self.data_dir, config.log_config, clock.now_ms(),
             files=self.files, threads=config["num.recovery.threads.per.data.dir"],
         )
         recovery = self.logs.recovery
         log.info("registered %d partition(s) in %.0f ms; %d not closed cleanly were recovered%s",
                  recovery.partitions, (time.perf_counter() - started) * 1000, recovery.recovered,
                  f" on {recovery.threads} threads" if recovery.threads > 1 else "")
-        self.cluster = ClusterView(self)  # partition leaders, replicas, the quorum: one node here
-        self.max_partitions: int = config["max.broker.partitions"]
+        # Where clients reach this broker, per listener (filled in as the listeners are bound), and
+        # the cluster as it sees it: partition leaders, replicas, coordinators, the quorum.
+        self.endpoints = BrokerEndpoints(config["advertised.listeners"])
+        self.cluster = ClusterView(self.node_id, self.cluster_id, self.logs, self.endpoints)
         self.connection_quotas = ConnectionQuotas(
             config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"],
             share=self.connection_share,
@@ -271,7 +245,7 @@ class Broker:
         self.producer_states = ProducerStates(config, self.logs)
         # Issue 17: a large log an unclean stop left is replayed now, not on the event loop at its
         # first produce while every connection waits.
-        self.producer_states.rebuild_recovered(recovery.recovered_partitions, self.clock.now_ms(),
+        self.producer_states.rebuild_recovered(recovery.recovered_partitions, clock.now_ms(),
                                                config["num.recovery.threads.per.data.dir"])
         self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
@@ -282,21 +256,26 @@ class Broker:
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
-        self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
-        self.groups.shard.store.append_transactional = self._append_transactional_offsets
-        self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
+        self.replicas = ReplicaManager(self.logs, self.producer_states, self.fetch_purgatory, clock,
+                                       self.storage_errors)
+        self.groups = GroupCoordinator.open(config, self.logs, clock.now_ms, clock.monotonic,
+                                            append_transactional=self.replicas.append_transactional_offsets)
+        # Compaction of cleanup.policy=compact topics.
+        self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
         # The transaction coordinator, opened after the groups (a transaction prepared before a crash
         # commits its pending offsets). Produce asks it whether a transactional batch's partition is
-        # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers go through
-        # `write_txn_markers`.
+        # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers are written
+        # by the replica manager.
         self.transactions = TransactionCoordinator.open(
-            config, self.logs, allocate=self.producer_ids.allocate, clock=self.clock, groups=self.groups,
-            markers=lambda pid, epoch, commit, coordinator_epoch, partitions: self.write_txn_markers(
-                [TxnMarker(pid, epoch, coordinator_epoch, commit, partitions)])[0])
+            config, self.logs, allocate=self.producer_ids.allocate, clock=clock, groups=self.groups,
+            markers=self.replicas.write_markers)
         self.metrics = BrokerMetrics()
-        self.quotas = BrokerQuotas(config, self.data_dir, self.clock)
-        self.logs.on_topics_changed = lambda _topic: self.publish_cluster_metadata()
+        self.quotas = BrokerQuotas(config, self.data_dir, clock)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
+        # Topics created, grown or deleted: the quota callback learns the new cluster (KIP-257).
+        self.logs.subscribe(lambda _topic: self.publish_cluster_metadata())
+        # A dynamic broker config put in force reaches the topics' defaults and the quota window.
+        self.dynamic_configs.subscribe(functools.partial(apply_dynamic_config, logs=self.logs, quotas=self.quotas))
         self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
         if config["audit.enable"]:
             self.audit = AuditLog(
@@ -306,32 +285,38 @@ class Broker:
                 on_append=lambda topic, partition: self.fetch_purgatory.check_and_complete((topic, partition)),
             )
             # The quotas the recorded decisions are made under (the pipeline replays them).
-            self.audit.record_quota_config(self.clock.now_ms(), self.quotas.store.entities(), quota_settings(config))
+            self.audit.record_quota_config(clock.now_ms(), self.quotas.store.entities(), quota_settings(config))
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
-        self.handlers: dict[int, Handler] = load_all()
-        # Set once the listeners are bound (port 0 picks a port): name -> advertised (host, port).
-        self.listeners: dict[str, tuple[str, int]] = {}
-        self.bound_listeners: dict[str, tuple[str, int]] = {}  # name -> the address actually bound
+        self.auth = AuthHelper(self.sasl_users, self.scram_credentials)
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
-        self.advertised_host = "127.0.0.1"
-        self.advertised_port = 0
         self._next_connection_id = 0
+        # What the handlers may touch, by name (minibroker.context).
+        self.services = BrokerServices(
+            node_id=self.node_id, clock=clock, configs=self.dynamic_configs, logs=self.logs, cluster=self.cluster,
+            replicas=self.replicas, producer_states=self.producer_states, producer_ids=self.producer_ids,
+            groups=self.groups, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
+            faults=self.faults, purgatory=self.fetch_purgatory, metrics=self.metrics,
+            storage_errors=self.storage_errors, handlers=load_all(),
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     def set_listener(self, host: str, port: int, name: str = "PLAINTEXT") -> None:
         """Record a bound listener and the address advertised for it (the first one is the default)."""
-        advertised = {entry.name: (entry.host, entry.port) for entry in self.config["advertised.listeners"]}
-        self.bound_listeners[name] = (host, port)
-        if name in advertised:
-            endpoint = advertised[name]
-        else:
-            endpoint = (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", port)
-        self.listeners[name] = endpoint
-        if len(self.listeners) == 1:
-            self.advertised_host, self.advertised_port = endpoint
+        self.endpoints.set(name, host, port)
+
+    def run(self, nursery: trio.Nursery) -> None:
+        """Start the broker's background tasks in `nursery`: retention, flushes and producer-id
+        expiry, the group coordinator's timers, the log cleaner, the transaction coordinator's
+        timers, and the client quotas' housekeeping. They run until the nursery is cancelled."""
+        nursery.start_soon(self.run_background)
+        nursery.start_soon(self.groups.run)
+        nursery.start_soon(self.cleaner.run)
+        nursery.start_soon(self.transactions.run)
+        nursery.start_soon(self.quotas.run_housekeeping)
+        nursery.start_soon(self.quotas.run_pid_cache_cleanup)
 
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and
@@ -410,7 +395,7 @@ class Broker:
         """One request in, its Response out (the frame, None for acks=0, plus any quota throttle)."""
         self.metrics.bytes_in += len(frame) + 4
         api_key, version, correlation_id = peek_api(frame)
-        handler = self.handlers.get(api_key)
+        handler = self.services.handlers.get(api_key)
         if handler is None:
             raise UnknownApiKeyError(f"unknown api key {api_key}")
         if not conn.authenticated and handler.sasl_phase is not (
@@ -433,7 +418,7 @@ class Broker:
             conn.client_id = header.client_id
         if trailing:
             self._note_trailing_bytes(conn, handler.name, version, trailing)
-        ctx = RequestContext(self, conn, header, schema, handler, self.clock.monotonic())
+        ctx = RequestContext(self.services, conn, header, schema, handler, self.clock.monotonic())
         self.metrics.requests[handler.name] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated:
@@ -527,81 +512,18 @@ class Broker:
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """KIP-511: UNSUPPORTED_VERSION plus our ranges, in ApiVersions v0 (header v0) form."""
         schema = api_schema(API_VERSIONS_KEY, 0)
-        body = {"error_code": ErrorCode.unsupported_version, "api_keys": self.api_version_list()}
+        body = {"error_code": ErrorCode.unsupported_version, "api_keys": api_version_list(self.services.handlers)}
         return encode_response(schema, correlation_id, build(schema.response, body))
 
-    def api_version_list(self) -> list[dict[str, int]]:
-        return [
-            {"api_key": h.api_key, "min_version": h.min_version, "max_version": h.max_version}
-            for h in sorted(self.handlers.values(), key=lambda h: h.api_key)
-        ]
-
-    # ---- helpers shared by handlers ----------------------------------------------------------
+    # ---- conveniences for tests and tools (the handlers reach these through their context) ----
 
     def append_checked(self, topic: str, partition: int, log: PartitionLog, header: BatchHeader,
                        records: bytes | memoryview, now_ms: int) -> AppendOutcome:
-        """Append one checked batch and wake the fetches waiting on its partition.
-
-        A batch with a producer id is first validated against the partition's producer state; a
-        duplicate or out-of-sequence batch is answered without being appended (its error code and,
-        for a duplicate, the original offsets).
-        """
-        psm = None
-        if header.has_producer_id:
-            psm = self.producer_states.manager(topic, partition, log, now_ms)
-            verdict = psm.prepare_update(header)
-            if not verdict.should_append:
-                return AppendOutcome(
-                    ErrorCode(verdict.error_code),
-                    verdict.duplicate_of[0] if verdict.duplicate_of else -1,
-                    -1,
-                    log.log_start_offset,
-                    verdict.message or None,
-                )
-        result = log.append(records, now_ms)
-        if psm is not None:
-            self.producer_states.update(psm, header, result, now_ms)
-        self.fetch_purgatory.check_and_complete((topic, partition))
-        return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
-
-    def _append_transactional_offsets(self, log: PartitionLog, batch: bytes, now_ms: int) -> None:
-        """TxnOffsetCommit's transactional batch into `__consumer_offsets`, recorded in the partition's
-        producer state as a Produce of a transactional batch is (Kafka appends it through the same
-        log path): its transaction holds the last stable offset until the marker, and an ABORT
-        marker finds it open and indexes it in `.txnindex`. No sequence check: the coordinator
-        writes it (Kafka's AppendOrigin.COORDINATOR), but the epoch check, as Kafka's log makes it:
-        a batch of an epoch older than the partition's state for the producer (a marker of its
-        fencing bumped it) raises FencedEpochError, nothing appended; whether or not the KIP-890
-        check ran before."""
-        psm = self.producer_states.manager(OFFSETS_TOPIC, 0, log, now_ms)  # loaded before the append
-        header = read_header(batch)
-        entry = psm.last_entry(header.producer_id)
-        if entry is not None and header.producer_epoch < entry.producer_epoch:
-            raise FencedEpochError(f"producer {header.producer_id}: epoch {header.producer_epoch} is older than "
-                                   f"the current epoch {entry.producer_epoch} on {OFFSETS_TOPIC}-0")
-        result = log.append(batch, now_ms)
-        self.producer_states.update(psm, header, result, now_ms)
-        self.fetch_purgatory.check_and_complete((OFFSETS_TOPIC, 0))
+        return self.replicas.append_checked(topic, partition, log, header, records, now_ms)
 
     def write_txn_markers(self, markers: Iterable[TxnMarker | tuple]) -> list[MarkerResult]:
-        """WriteTxnMarkers in process: COMMIT/ABORT markers to partitions (minibroker.txn_markers)."""
-        return write_txn_markers(self, markers)
-
-    def last_stable_offset(self, topic: str, partition: int, log: PartitionLog, now_ms: int | None = None) -> int:
-        """The partition's last stable offset (ProducerStates.last_stable_offset)."""
-        return self.producer_states.last_stable_offset(
-            topic, partition, log, self.clock.now_ms() if now_ms is None else now_ms)
-
-    def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
-        """This broker as clients of `listener` must reach it (the first listener by default)."""
-        host, port = self.listeners.get(listener or "", (self.advertised_host, self.advertised_port))
-        return {
-            "node_id": self.node_id,
-            "broker_id": self.node_id,
-            "host": host,
-            "port": port,
-            "rack": None,
-        }
+        """WriteTxnMarkers in process: COMMIT/ABORT markers to partitions (minibroker.replica_manager)."""
+        return self.replicas.write_txn_markers(markers)
 
 
 __all__ = ["Broker", "Connection", "ProtocolError", "RequestContext", "Response", "StartupError"]

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from minibroker.broker import StartupError
+    from minibroker.errors import StartupError
     from minibroker.server import serve_until_signalled, sole_exception
 
     overrides = dict(args.override)

@@ -5,8 +5,12 @@ minibroker is one combined KRaft node (broker and controller in one process): ev
 this broker as its only replica, its leader and its preferred leader, in leader epoch 0; no
 reassignment is ever in progress; the quorum is one voter, this node, which leads it. Handlers of
 the admin APIs that move leaders and replicas (ElectLeaders, Alter/ListPartitionReassignments,
-DescribeQuorum) ask here rather than assuming `broker.node_id`, so that replication across several
-brokers changes these answers in one place.
+DescribeQuorum), and Metadata, DescribeCluster and FindCoordinator, ask here rather than assuming
+this node, so that replication across several brokers changes these answers in one place.
+
+A view is built from what it reads: the node id, the cluster id, the topics (the broker's
+LogManager) and the addresses clients reach this broker at (`BrokerEndpoints`, filled in once the
+listeners are bound).
 
 The metadata log (`__cluster_metadata`) is not kept on disk; its offsets are modelled: the log
 holds one record per topic, per partition and per topic config override of the state at start,
@@ -18,12 +22,13 @@ moves when and only when the metadata does (Kafka's also moves with its periodic
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterable
 
 from minibroker.quotas.cluster import Cluster, Node, PartitionInfo
 
 if TYPE_CHECKING:
-    from minibroker.broker import Broker
+    from minibroker.config import Listener
+    from minibroker.storage.manager import LogManager
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
@@ -69,36 +74,82 @@ class QuorumState:
     observers: tuple[QuorumReplica, ...]
 
 
+class BrokerEndpoints:
+    """Where clients of each listener reach one broker: the advertised address (advertised.listeners,
+    else the bound one), set as each listener is bound (port 0 picks a port). The first listener
+    bound is the default."""
+
+    def __init__(self, advertised: Iterable[Listener] = ()) -> None:
+        self._advertised = {entry.name: (entry.host, entry.port) for entry in advertised}
+        self.listeners: dict[str, tuple[str, int]] = {}  # name -> advertised (host, port)
+        self.bound: dict[str, tuple[str, int]] = {}  # name -> the address actually bound
+        self.default: tuple[str, int] = ("127.0.0.1", 0)
+
+    def set(self, name: str, host: str, port: int) -> tuple[str, int]:
+        """Record a bound listener; returns the address advertised for it."""
+        self.bound[name] = (host, port)
+        if name in self._advertised:
+            endpoint = self._advertised[name]
+        else:
+            endpoint = (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1", port)
+        self.listeners[name] = endpoint
+        if len(self.listeners) == 1:
+            self.default = endpoint
+        return endpoint
+
+    def get(self, listener: str | None) -> tuple[str, int]:
+        """The address for clients of `listener` (the default listener's when unknown or None)."""
+        return self.listeners.get(listener or "", self.default)
+
+
 class ClusterView:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, node_id: int, cluster_id: str, topics: LogManager, endpoints: BrokerEndpoints) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self._topics = topics
+        self.endpoints = endpoints
         self._image = self._metadata_image()
         # The state at start, as a snapshot of the metadata log would hold it.
         self._metadata_end_offset = sum(1 + n + len(o) for _, n, o in self._image.values())
 
     @property
-    def node_id(self) -> int:
-        return self._broker.node_id
-
-    @property
     def controller_id(self) -> int:
-        return self._broker.node_id  # a combined node is its own (active) controller
+        return self.node_id  # a combined node is its own (active) controller
 
     def broker_ids(self) -> tuple[int, ...]:
-        return (self._broker.node_id,)
+        return (self.node_id,)
 
     def is_registered(self, node_id: int) -> bool:
         return node_id in self.broker_ids()
 
+    def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
+        """This broker as clients of `listener` must reach it (the first listener by default)."""
+        host, port = self.endpoints.get(listener)
+        return {"node_id": self.node_id, "broker_id": self.node_id, "host": host, "port": port, "rack": None}
+
+    def brokers(self, listener: str | None = None) -> list[dict[str, Any]]:
+        """Every registered broker as clients of `listener` reach it (Metadata's and
+        DescribeCluster's list): this one."""
+        return [self.broker_endpoint(listener)]
+
+    def coordinator(self, listener: str | None = None) -> dict[str, Any]:
+        """The broker that coordinates a group or a transactional id (FindCoordinator): this one,
+        which holds the one partition of `__consumer_offsets` and of `__transaction_state`."""
+        return self.broker_endpoint(listener)
+
+    def listeners(self, node_id: int) -> dict[str, tuple[str, int]]:
+        """A broker's advertised address per listener name (DescribeQuorum's nodes)."""
+        return dict(self.endpoints.listeners) if node_id == self.node_id else {}
+
     def has_topic(self, topic: str) -> bool:
-        return self._broker.logs.topic(topic) is not None
+        return self._topics.topic(topic) is not None
 
     def partition(self, topic: str, partition: int) -> PartitionAssignment | None:
         """The partition's assignment, or None when the topic or partition does not exist."""
-        info = self._broker.logs.topic(topic)
+        info = self._topics.topic(topic)
         if info is None or not 0 <= partition < info.num_partitions:
             return None
-        node = self._broker.node_id
+        node = self.node_id
         return PartitionAssignment(leader=node, leader_epoch=0, replicas=(node,), isr=(node,))
 
     def reassigning_partitions(self) -> dict[tuple[str, int], PartitionAssignment]:
@@ -109,8 +160,8 @@ class ClusterView:
         """The metadata quorum: one voter, this node, leading; no observers (a combined node's
         broker is the voter itself)."""
         end = self._observe_metadata()
-        me = QuorumReplica(self._broker.node_id, end)
-        return QuorumState(self._broker.node_id, QUORUM_LEADER_EPOCH, end, (me,), ())
+        me = QuorumReplica(self.node_id, end)
+        return QuorumState(self.node_id, QUORUM_LEADER_EPOCH, end, (me,), ())
 
     def _observe_metadata(self) -> int:
         """Advance the modelled metadata log by the changes since the last look (module docstring)."""
@@ -127,19 +178,19 @@ class ClusterView:
     def snapshot(self) -> Cluster:
         """The cluster as an immutable value, as the quota callback receives it (KIP-257): the
         brokers with the addresses clients reach them at, and every partition's leader and replicas."""
-        endpoint = self._broker.broker_endpoint()
+        endpoint = self.broker_endpoint()
         nodes = [Node(node_id, endpoint["host"], endpoint["port"], endpoint["rack"])
                  for node_id in self.broker_ids() if node_id == endpoint["node_id"]]
         partitions = []
-        for info in self._broker.logs.topics():
+        for info in self._topics.topics():
             for index in range(info.num_partitions):
                 assignment = self.partition(info.name, index)
                 if assignment is not None:
                     partitions.append(PartitionInfo(info.name, index, assignment.leader, assignment.replicas))
-        return Cluster.of(self._broker.cluster_id, nodes, partitions, controller=self.controller_id)
+        return Cluster.of(self.cluster_id, nodes, partitions, controller=self.controller_id)
 
     def _metadata_image(self) -> dict:
         return {
             info.topic_id: (info.name, info.num_partitions, tuple(sorted(info.overrides.items())))
-            for info in self._broker.logs.topics()
+            for info in self._topics.topics()
         }

@@ -33,18 +33,20 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from minibroker.dynamic_config import (
     KNOWN_KEYS,
     STATIC_DEFAULTS,
     BrokerConfigChangeError,
-    apply,
     check_against_topics,
 )
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
 from minibroker.storage.errors import storage_error_message
+
+if TYPE_CHECKING:
+    from minibroker.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +145,7 @@ def _check_request_shape(names: list[str], null_values: list[str]) -> None:
         raise ConfigChangeError(ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(null_values))
 
 
-def alter_request(broker, request, incremental_ops: bool) -> list[dict]:
+def alter_request(ctx: RequestContext, request, incremental_ops: bool) -> list[dict]:
     """The response entries for an IncrementalAlterConfigs (incremental_ops) or AlterConfigs request."""
     resources = []
     for r in request.resources:
@@ -154,10 +156,10 @@ def alter_request(broker, request, incremental_ops: bool) -> list[dict]:
             nulls = [c.name for c in r.configs if c.value is None]
             edit = replace_all([(c.name, c.value) for c in r.configs])
         resources.append((r.resource_type, r.resource_name, [c.name for c in r.configs], nulls, edit))
-    return alter_resources(broker, resources, bool(request.validate_only))
+    return alter_resources(ctx, resources, bool(request.validate_only))
 
 
-def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str], Edit]],
+def alter_resources(ctx: RequestContext, resources: list[tuple[int, str, list[str], list[str], Edit]],
                     validate_only: bool) -> list[dict]:
     """Apply each resource's edit; one response entry per resource, in order. Each resource is
     (type, name, its config names, the names with a null value, its edit)."""
@@ -170,9 +172,9 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
                 raise ConfigChangeError(ErrorCode.invalid_request, "Each resource must appear at most once.")
             _check_request_shape(names, null_values)
             if resource_type == TOPIC:
-                _alter_topic(broker, name, edit, validate_only)
+                _alter_topic(ctx, name, edit, validate_only)
             elif resource_type == BROKER:
-                _alter_broker(broker, name, edit, validate_only)
+                _alter_broker(ctx, name, edit, validate_only)
             else:
                 raise ConfigChangeError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
         except ConfigChangeError as exc:
@@ -187,50 +189,50 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
     return results
 
 
-def _alter_topic(broker, name: str, edit: Edit, validate_only: bool) -> None:
+def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> None:
     if name == "":
         raise ConfigChangeError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
     try:
         validate_topic_name(name)
     except InvalidTopicError as exc:
         raise ConfigChangeError(ErrorCode.invalid_topic_exception, str(exc)) from None
-    info = broker.logs.topic(name)
+    logs = ctx.logs
+    info = logs.topic(name)
     current = dict(info.overrides) if info is not None else {}
     overrides = edit(current, TOPIC_SCHEMA)
     for key in overrides:
         if key not in TOPIC_CONFIGS and key != "internal.segment.bytes":
             raise ConfigChangeError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
     try:
-        broker.logs.broker_config.with_topic_overrides(overrides)
+        logs.broker_config.with_topic_overrides(overrides)
     except ConfigError as exc:
         raise ConfigChangeError(ErrorCode.invalid_config, str(exc)) from None
     if info is None:
         raise ConfigChangeError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
     if validate_only or overrides == current:
         return
-    broker.logs.alter_topic_config(name, overrides)
+    logs.alter_topic_config(name, overrides)
     log.info("topic %s: configs changed to %s", name, overrides)
 
 
-def _alter_broker(broker, name: str, edit: Edit, validate_only: bool) -> None:
+def _alter_broker(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> None:
     if name != "":
         try:
             node = int(name)
         except ValueError:
             raise ConfigChangeError(ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}") from None
-        if node != broker.node_id:
-            raise ConfigChangeError(ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id}, but received {name}")
+        if node != ctx.node_id:
+            raise ConfigChangeError(ErrorCode.invalid_request, f"Unexpected broker id, expected {ctx.node_id}, but received {name}")
     per_broker = name != ""
-    dynamic = broker.dynamic_configs
+    dynamic = ctx.configs
     level = edit(dynamic.level(per_broker), BROKER_SCHEMA)
     try:
         new = dynamic.check(per_broker, level)
-        check_against_topics(broker, new)
+        check_against_topics(ctx.logs, new)
     except BrokerConfigChangeError as exc:
         raise ConfigChangeError(exc.error_code, exc.message) from None
     if validate_only:
         return
-    dynamic.replace(per_broker, level)
-    apply(broker, dynamic.current())
+    dynamic.replace(per_broker, level)  # in force at once: its subscribers are told
     log.info("dynamic broker configs (%s) are now: %s", f"broker {name}" if per_broker else "cluster default",
              ", ".join(sorted(level)) or "none")

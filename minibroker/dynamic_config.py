@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from minibroker.config import BROKER_CONFIGS, BrokerConfig, ConfigError
 from minibroker.protocol.errors import ErrorCode
@@ -51,7 +51,8 @@ from minibroker.storage.config import (
 from minibroker.storage.files import write_atomically
 
 if TYPE_CHECKING:
-    from minibroker.broker import Broker
+    from minibroker.client_quotas import BrokerQuotas
+    from minibroker.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +86,28 @@ def _scala_set(names) -> str:
     return "Set(" + ", ".join(sorted(names)) + ")"
 
 
+# Told of every change put in force: (the config before, the config now).
+ConfigListener = Callable[[BrokerConfig, BrokerConfig], None]
+
+
 @dataclass
 class DynamicBrokerConfigs:
-    """The static properties, the two dynamic levels, and the file that keeps the dynamic ones."""
+    """The static properties, the two dynamic levels, the file that keeps the dynamic ones, and the
+    config in force (`config`), which `replace` renews and announces to the subscribers."""
 
     static: BrokerConfig
     path: Path
     cluster_default: dict[str, str]
     per_broker: dict[str, str]
+    config: BrokerConfig = field(init=False)
+    _listeners: list[ConfigListener] = field(init=False, default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.config = self.current()
+
+    def subscribe(self, listener: ConfigListener) -> None:
+        """Call `listener(old, new)` whenever a change is put in force."""
+        self._listeners.append(listener)
 
     @classmethod
     def load(cls, data_dir: Path, static: BrokerConfig) -> DynamicBrokerConfigs:
@@ -123,6 +138,7 @@ class DynamicBrokerConfigs:
                     log.error("%s: ignoring %s config %s=%r: %s", path, level, key, value, exc.message)
                     continue
                 configs._level(level == "broker")[key] = value
+        configs.config = configs.current()
         if configs.cluster_default or configs.per_broker:
             log.info("loaded %d dynamic broker config(s) from %s",
                      len(configs.cluster_default) + len(configs.per_broker), path)
@@ -178,31 +194,32 @@ class DynamicBrokerConfigs:
             raise BrokerConfigChangeError(ErrorCode.invalid_request, str(exc)) from None
 
     def replace(self, per_broker: bool, level: Mapping[str, str]) -> None:
-        """Make `level` (already checked) the level's values, and persist both levels."""
+        """Make `level` (already checked) the level's values, persist both levels, and put the
+        result in force (the subscribers are told)."""
         target = self._level(per_broker)
         target.clear()
         target.update(level)
         state = {"version": 1, "cluster_default": self.cluster_default, "broker": self.per_broker}
         write_atomically(self.path, json.dumps(state, indent=1, sort_keys=True).encode() + b"\n")
+        old, self.config = self.config, self.current()
+        for listener in self._listeners:
+            listener(old, self.config)
 
 
-def apply(broker: Broker, new: BrokerConfig) -> None:
-    """Put a changed broker config in force: topics without an override take the new log defaults,
-    and the client quotas move to the new window."""
-    old = broker.config
-    broker.config = new
-    if new.log_config != broker.log_config:
-        broker.log_config = new.log_config
-        broker.logs.set_broker_config(new.log_config)
+def apply(old: BrokerConfig, new: BrokerConfig, *, logs: LogManager, quotas: BrokerQuotas) -> None:
+    """Put a changed broker config in force (a `DynamicBrokerConfigs` subscriber): topics without an
+    override take the new log defaults, and the client quotas move to the new window."""
+    if new.log_config != old.log_config:
+        logs.set_broker_config(new.log_config)
     window = (new["quota.window.num"], new["quota.window.size.seconds"])
     if window != (old["quota.window.num"], old["quota.window.size.seconds"]):
-        broker.quotas.reconfigure_window(*window)
+        quotas.reconfigure_window(*window)
         log.info("client quota window is now %d sample(s) of %d s", *window)
 
 
-def check_against_topics(broker: Broker, new: BrokerConfig) -> None:
+def check_against_topics(logs: LogManager, new: BrokerConfig) -> None:
     """A new broker-level default that some topic's own overrides contradict is refused."""
     try:
-        broker.logs.check_broker_config(new.log_config)
+        logs.check_broker_config(new.log_config)
     except ConfigError as exc:
         raise BrokerConfigChangeError(ErrorCode.invalid_request, str(exc)) from None

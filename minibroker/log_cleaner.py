@@ -44,7 +44,10 @@ from minibroker.storage.cleaner import (
 from minibroker.storage.errors import storage_error_message
 
 if TYPE_CHECKING:
-    from minibroker.broker import Broker
+    from minibroker.clock import BrokerClock
+    from minibroker.config import BrokerConfig
+    from minibroker.producers import ProducerStates
+    from minibroker.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +69,13 @@ class CleanerMetrics:
 
 
 class LogCleanerTask:
-    def __init__(self, broker: Broker) -> None:
-        config = broker.config
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, logs: LogManager, producer_states: ProducerStates,
+                 clock: BrokerClock) -> None:
+        """`producer_states`: where the last stable offset (cleaning stops there) and the
+        producers' last data offsets (their batches are kept) come from."""
+        self.logs = logs
+        self.producer_states = producer_states
+        self.clock = clock
         self.enabled: bool = config["log.cleaner.enable"]
         self.backoff_s: float = config["log.cleaner.backoff.ms"] / 1000
         self.dedupe_buffer_size: int = config["log.cleaner.dedupe.buffer.size"]
@@ -99,9 +106,8 @@ class LogCleanerTask:
     async def clean_once(self) -> CleaningResult | None:
         """Clean the dirtiest cleanable log now, if there is one; its result, else None."""
         async with self._lock:
-            broker = self.broker
-            logs = broker.logs
-            now_ms = broker.clock.now_ms()
+            logs = self.logs
+            now_ms = self.clock.now_ms()
             checkpoints = read_checkpoint(logs.data_dir)
             candidates = []
             for topic, partition, plog in list(logs.logs()):
@@ -110,7 +116,7 @@ class LogCleanerTask:
                 try:
                     candidate = log_to_clean(topic, partition, plog, checkpoints.get((topic, partition)), now_ms,
                                              self.tombstone_horizons.get((topic, partition)),
-                                             broker.last_stable_offset(topic, partition, plog, now_ms))
+                                             self.producer_states.last_stable_offset(topic, partition, plog, now_ms))
                 except OSError as exc:
                     log.error("%s-%d: cannot look at the log for cleaning: %s", topic, partition,
                               storage_error_message(exc))
@@ -125,7 +131,7 @@ class LogCleanerTask:
                 return None
             key = (target.topic, target.partition)
             name = f"{target.topic}-{target.partition}"
-            producers = broker.producer_states.last_data_offsets(target.topic, target.partition, target.log)
+            producers = self.producer_states.last_data_offsets(target.topic, target.partition, target.log)
             round_ = CleaningRound.of(target, now_ms, producers)
             offset_map = OffsetMap(self.dedupe_buffer_size, self.load_factor)
             log.info("cleaning %s: offsets %d to %d dirty (%.0f%% of %d bytes)", name, target.first_dirty_offset,

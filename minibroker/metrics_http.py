@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Iterable
 import trio
 
 from minibroker.descriptors import open_files_limit
+from minibroker.listen import bind
 
 if TYPE_CHECKING:
     from minibroker.broker import Broker
@@ -291,8 +292,6 @@ async def handle_http(broker: Broker, stream: trio.abc.Stream) -> None:
 
 async def serve_metrics(broker: Broker, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve GET /metrics until cancelled; reports the bound (host, port)."""
-    from minibroker.server import bind
-
     listeners = await bind(host, port, "metrics.listen")
     bound_host, bound_port = listeners[0].socket.getsockname()[:2]
     if bound_host in ("0.0.0.0", "::"):

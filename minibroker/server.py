@@ -34,8 +34,12 @@ from typing import Any
 
 import trio
 
-from minibroker.broker import Broker, Connection, StartupError
+from minibroker.broker import Broker
+from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
+from minibroker.context import Connection
+from minibroker.listen import bind
+from minibroker.metrics_http import serve_metrics
 from minibroker.protocol.fetch_response import FrameParts
 from minibroker.protocol.framing import FrameDecoder, FrameError
 from minibroker.protocol.messages import ProtocolError
@@ -332,15 +336,6 @@ def _fault_for(broker: Broker, frame: bytes | bytearray, conn: Connection):
     return broker.faults.after_request(handler.name, conn.client_id) if handler else None
 
 
-async def bind(host: str, port: int, what: str) -> list[trio.SocketListener]:
-    """open_tcp_listeners, with Kafka's message naming the address when it cannot bind."""
-    try:
-        return await trio.open_tcp_listeners(port, host=host)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise StartupError(f"Socket server failed to bind to {host}:{port} ({what}): {reason}.") from exc
-
-
 def sole_exception(exc: BaseException) -> BaseException:
     """The one error inside (nested) exception groups of one member each, as trio's nurseries
     wrap a start-up failure; a group with several different errors is returned as it is."""
@@ -422,11 +417,18 @@ async def _close_after(stream: trio.SocketStream, delay_s: float, share) -> None
             share.release()
 
 
-async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Run a broker until cancelled. Reports (host, port, broker) of the first listener through
-    task_status once listening; `broker.listeners` has every listener by name."""
+async def serve(config: BrokerConfig | None = None, *, broker: Broker | None = None, clock: BrokerClock | None = None,
+                task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run a broker until cancelled: a new one from `config` (on `clock`, a new BrokerClock by
+    default), or `broker`, built beforehand (several brokers in one trio run, each with its own
+    clock). Reports (host, port, broker) of the first listener through task_status once listening;
+    `broker.listeners` has every listener by name. The broker is closed when serving ends."""
     started = time.perf_counter()
-    broker = Broker(config)
+    if broker is None:
+        if config is None:
+            raise TypeError("serve() needs a config or a broker")
+        broker = Broker(config, clock=clock)
+    config = broker.config
     try:
         bound = []
         for entry in config["listeners"]:
@@ -436,18 +438,11 @@ async def serve(config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -
             bound.append((entry.name, sockets))
         broker.publish_cluster_metadata()  # KIP-257: the callback learns the cluster at start
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(broker.run_background)
-            nursery.start_soon(broker.groups.run)
-            nursery.start_soon(broker.cleaner.run)
-            nursery.start_soon(broker.transactions.run)
+            broker.run(nursery)
             for name, sockets in bound:
                 for listener in sockets:
                     nursery.start_soon(_accept_loop, broker, listener, name, nursery)
-            nursery.start_soon(broker.quotas.run_housekeeping)
-            nursery.start_soon(broker.quotas.run_pid_cache_cleanup)
             if config["metrics.listen"] is not None:
-                from minibroker.metrics_http import serve_metrics
-
                 broker.metrics_address = await nursery.start(serve_metrics, broker, *config["metrics.listen"])
             log.info(
                 "minibroker ready on %s:%d (data in %s, cluster %s) in %.0f ms",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 from construct import ConstructError
 
@@ -59,16 +59,16 @@ class CoordinatorLog:
     created_lazily = False
 
     @classmethod
-    def open(cls: type[Store], logs: LogManager, now_ms: int) -> Store:
+    def open(cls: type[Store], logs: LogManager, now_ms: int, **options: Any) -> Store:
         """Open (creating it now, or at the first write when `created_lazily`) the store's topic in
-        `logs`, and replay it."""
+        `logs`, and replay it. `options` go to the store's constructor."""
         if logs.topic(cls.topic) is None:
             if cls.created_lazily:
-                store = cls(None)
+                store = cls(None, **options)
                 store._logs = logs
                 return store
             logs.create_topic(cls.topic, 1, cls.topic_configs, now_ms)
-        store = cls(logs.log(cls.topic, 0))
+        store = cls(logs.log(cls.topic, 0), **options)
         store.load()
         return store
 

@@ -124,9 +124,17 @@ class LogManager:
         self.recovery = Recovery()
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
-        # Called with the topic's name after a topic is created, grown or deleted: the shell tells
-        # the quota callback (KIP-257).
-        self.on_topics_changed: Callable[[str], None] | None = None
+        # Told the topic's name after a topic is created, grown or deleted (`subscribe`): the shell
+        # tells the quota callback (KIP-257).
+        self._topic_listeners: list[Callable[[str], None]] = []
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(topic)` after each topic is created, grown or deleted."""
+        self._topic_listeners.append(listener)
+
+    def _topics_changed(self, name: str) -> None:
+        for listener in self._topic_listeners:
+            listener(name)
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -300,8 +308,7 @@ class LogManager:
             raise
         self._topics[name] = topic
         self._by_id[info.topic_id] = topic
-        if self.on_topics_changed is not None:
-            self.on_topics_changed(name)
+        self._topics_changed(name)
         return info
 
     def delete_topic(self, name: str) -> TopicInfo:
@@ -316,8 +323,7 @@ class LogManager:
         del self._topics[name]
         del self._by_id[topic.info.topic_id]
         self._commit_deletion(topic.info, renamed)
-        if self.on_topics_changed is not None:
-            self.on_topics_changed(name)
+        self._topics_changed(name)
         return topic.info
 
     def _delete_topic_files(self, info: TopicInfo) -> None:
@@ -413,8 +419,7 @@ class LogManager:
             raise
         topic.logs.extend(added)
         topic.info = info
-        if self.on_topics_changed is not None:
-            self.on_topics_changed(name)
+        self._topics_changed(name)
         return info
 
     def check_broker_config(self, broker_config: LogConfig) -> None:

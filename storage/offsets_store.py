@@ -95,20 +95,23 @@ class OffsetsStore(CoordinatorLog):
     topic = TOPIC
     topic_configs = TOPIC_CONFIGS
 
-    def __init__(self, log: PartitionLog | None = None) -> None:
+    def __init__(self, log: PartitionLog | None = None,
+                 append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None) -> None:
+        """`append_transactional(log, batch, now_ms)`: how a transactional batch goes into the log;
+        a plain append by default. The shell passes an append that also records the batch in the
+        partition's producer state, as every transactional append is: the last stable offset (where
+        the cleaner stops) and the `.txnindex` entry of an abort (which keeps the aborted offsets
+        from superseding committed ones) depend on it. It may refuse the batch (FencedEpochError:
+        the producer's epoch was bumped on this partition); then nothing is appended and nothing
+        goes pending."""
         super().__init__(log)
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.groups: dict[str, StoredGroup] = {}
         self.consumer_groups: dict[str, StoredConsumerGroup] = {}
         self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
-        # How a transactional batch goes into the log. The shell replaces it with an append that
-        # also records the batch in the partition's producer state, as every transactional append
-        # is: the last stable offset (where the cleaner stops) and the `.txnindex` entry of an
-        # abort (which keeps the aborted offsets from superseding committed ones) depend on it.
-        # It may refuse the batch (FencedEpochError: the producer's epoch was bumped on this
-        # partition); then nothing is appended and nothing goes pending.
-        self.append_transactional: Callable[[PartitionLog, bytes, int], object] = \
-            lambda log, batch, now_ms: log.append(batch, now_ms)
+        self.append_transactional: Callable[[PartitionLog, bytes, int], object] = (
+            append_transactional if append_transactional is not None
+            else lambda log, batch, now_ms: log.append(batch, now_ms))
 
     def _reset(self) -> None:
         self.offsets.clear()

@@ -9,16 +9,14 @@ the produce or fetch path.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Protocol, Sequence
 
 from minibroker.protocol.compression import CODEC_NAMES, DecompressionLimitError
 from minibroker.protocol.records import BatchHeader, InvalidRecordError, record_timestamps
 
-if TYPE_CHECKING:
-    from minibroker.storage.segment import LogSegment
-
 __all__ = [
     "MAX_DECOMPRESSED_BATCH_BYTES",
+    "TimedSegment",
     "first_record_at_or_after",
     "latest_timestamp",
     "offset_for_timestamp",
@@ -30,6 +28,26 @@ logger = logging.getLogger(__name__)
 # A compressed batch is decompressed whole to find one record in it; one that would grow past this
 # is answered at batch granularity instead (with a warning), so no batch costs unbounded memory.
 MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
+
+
+class TimedSegment(Protocol):
+    """What the searches over a log's segments read of each one (storage.segment.LogSegment, which
+    uses `first_record_at_or_after` from here: a protocol rather than an import keeps the two
+    modules out of an import circle)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def offset_of_max_timestamp(self) -> int: ...
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None: ...
+    def find_position(self, offset: int) -> int | None: ...
+    def headers(self, position: int = 0) -> Iterator[BatchHeader]: ...
+    def read_batch(self, header: BatchHeader) -> bytes: ...
 
 
 def _records(batch: bytes, header: BatchHeader) -> Iterator[tuple[int, int]] | None:
@@ -72,7 +90,7 @@ def record_with_timestamp(batch: bytes, header: BatchHeader, timestamp: int) -> 
     return header.base_offset
 
 
-def offset_for_timestamp(segments: Sequence[LogSegment], start: int, timestamp_ms: int) -> tuple[int, int] | None:
+def offset_for_timestamp(segments: Sequence[TimedSegment], start: int, timestamp_ms: int) -> tuple[int, int] | None:
     """Kafka's answer to ListOffsets by timestamp: (offset, timestamp) of the first record at or after
     the log start offset `start` whose timestamp is >= `timestamp_ms`; None when no record is that
     recent."""
@@ -84,12 +102,12 @@ def offset_for_timestamp(segments: Sequence[LogSegment], start: int, timestamp_m
     return None
 
 
-def latest_timestamp(segments: Sequence[LogSegment], start: int) -> tuple[int, int]:
+def latest_timestamp(segments: Sequence[TimedSegment], start: int) -> tuple[int, int]:
     """ListOffsets MAX_TIMESTAMP (KIP-734): (offset, timestamp) of the first record carrying the
     largest timestamp (Kafka: the first segment with that largest timestamp, its first batch with it,
     that batch's first record with it), or (-1, -1) when the log is empty. An offset below the log
     start offset `start` (DeleteRecords) is raised to it."""
-    best: LogSegment | None = None
+    best: TimedSegment | None = None
     for segment in segments:
         if segment.size and segment.next_offset > start:
             if best is None or segment.max_timestamp > best.max_timestamp:

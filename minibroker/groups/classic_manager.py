@@ -48,7 +48,7 @@ from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.errors import storage_error_message
 
 if TYPE_CHECKING:
-    from minibroker.groups.shard import GroupCoordinatorShard
+    from minibroker.groups.runtime import ShardRuntime
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 class ClassicGroupManager:
     """The classic protocol's requests and timers, on the groups the shard holds."""
 
-    def __init__(self, shard: GroupCoordinatorShard) -> None:
+    def __init__(self, shard: ShardRuntime) -> None:
         self.shard = shard
         self.config = shard.config
         self.rebalances = 0  # completed join phases, for tests and metrics

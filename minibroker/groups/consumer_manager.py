@@ -72,7 +72,7 @@ from minibroker.storage.errors import storage_error_message
 from minibroker.storage.offsets_store import TOPIC
 
 if TYPE_CHECKING:
-    from minibroker.groups.shard import GroupCoordinatorShard
+    from minibroker.groups.runtime import ShardRuntime
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def _is_internal(topic: str) -> bool:
 class ConsumerGroupManager:
     """The consumer group protocol's requests and timers, on the groups the shard holds."""
 
-    def __init__(self, shard: GroupCoordinatorShard) -> None:
+    def __init__(self, shard: ShardRuntime) -> None:
         self.shard = shard
         self.config = shard.config
         self.rebalances = 0  # group epoch bumps, for tests and metrics

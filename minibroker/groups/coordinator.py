@@ -49,6 +49,7 @@ from minibroker.storage.offsets_store import OffsetAndMetadata, OffsetsStore
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
+    from minibroker.storage.log import PartitionLog
     from minibroker.storage.manager import LogManager
 
 TopicPartition = tuple[str, int]
@@ -97,8 +98,11 @@ class GroupCoordinator:
 
     @classmethod
     def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int],
-             clock: Callable[[], float] = trio.current_time) -> GroupCoordinator:
-        store = OffsetsStore.open(logs, wall_clock_ms())
+             clock: Callable[[], float] = trio.current_time, *,
+             append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None) -> GroupCoordinator:
+        """The coordinator of the groups in `logs`' `__consumer_offsets`; `append_transactional`:
+        how TxnOffsetCommit's batches are appended (minibroker.storage.offsets_store.OffsetsStore)."""
+        store = OffsetsStore.open(logs, wall_clock_ms(), append_transactional=append_transactional)
         return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms, clock=clock,
                    purgatory=Purgatory("Group"), topics=logs)
 

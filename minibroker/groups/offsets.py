@@ -39,7 +39,7 @@ from minibroker.storage.offsets_store import OffsetAndMetadata
 
 if TYPE_CHECKING:
     from minibroker.groups.api import Group
-    from minibroker.groups.shard import GroupCoordinatorShard
+    from minibroker.groups.runtime import ShardRuntime
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ TopicPartition = tuple[str, int]
 
 
 class OffsetMetadataManager:
-    def __init__(self, shard: GroupCoordinatorShard) -> None:
+    def __init__(self, shard: ShardRuntime) -> None:
         self.shard = shard
         self.config = shard.config
         self.store = shard.store

@@ -6,7 +6,8 @@ audit stream. `Broker.handle_frame` reads these facts; it knows no API by its ke
 generated from this registry (clamped to what kio has schemas for), so what the broker advertises is
 exactly what it answers.
 
-The contract: `async def handle(ctx: RequestContext, request) -> Reply | None`. `request` is kio's
+The contract (minibroker.context, which defines `Reply`, `Handler` and `RequestContext`, the
+broker's services by name): `async def handle(ctx: RequestContext, request) -> Reply | None`. `request` is kio's
 request object of the version asked for (Produce's is minibroker.protocol.produce_request's: the same fields, its
 records views of the frame). A `Reply` holds the response's fields over the union of all
 its versions (minibroker.protocol.entities.build keeps the ones the version has), never `throttle_time`, which
@@ -16,69 +17,17 @@ with acks=0).
 
 from __future__ import annotations
 
-import enum
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Callable, Mapping
 
+from minibroker.context import ByteRate, HandleFn, Handler, Reply, SaslPhase
 from minibroker.protocol.messages import api_name, kio_versions
 
-if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+__all__ = ["ByteRate", "Handler", "Reply", "SaslPhase", "api_version_list", "handler", "load_all"]
 
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """A handler's answer. `body`: the response's fields, throttle_time left out; `throttle_ms`: a
-    throttle the handler decided itself, for a quota it enforces (the producer-id quota), which the
-    response carries and the connection waits out like a client-quota throttle."""
-
-    body: dict[str, Any]
-    throttle_ms: int = 0
-
-
-HandleFn = Callable[["RequestContext", Any], Awaitable["Reply | None"]]
-
-
-class ByteRate(enum.Enum):
-    """The client byte-rate quota an API is charged to, as Kafka's KafkaApis charges it. The value is
-    the quota's key (and the audit's throttle_quota)."""
-
-    PRODUCE = "producer_byte_rate"  # the request's size; the request is handled and answered anyway
-    FETCH = "consumer_byte_rate"  # the response's size; a throttled response is answered empty
-
-
-class SaslPhase(enum.Enum):
-    """When a connection on a SASL listener may send an API before it is authenticated (Kafka's
-    SaslServerAuthenticator states); any other API closes the connection."""
-
-    HANDSHAKE = "before its SaslHandshake"
-    AUTHENTICATE = "after its SaslHandshake"
-
-
-@dataclass(frozen=True, slots=True)
-class Handler:
-    api_key: int
-    name: str  # the handler's name, as in metrics and fault rules: "produce", "init_producer_id"
-    api_name: str  # Kafka's name for the API: "Produce", "InitProducerId"
-    min_version: int
-    max_version: int
-    handle: HandleFn
-    client_throttles_from: int | None = None  # KIP-219: first version whose client waits by itself
-    byte_rate: ByteRate | None = None
-    # The response a byte-rate throttle leaves, from the handler's body (ByteRate.FETCH's empty one).
-    throttled_body: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    sasl_phase: SaslPhase | None = None  # None: only once authenticated
-    audited: bool = False  # its decisions are audit events (minibroker.audit)
-
-    def client_throttles(self, version: int) -> bool:
-        """Whether a client honours throttle_time in this version's response itself (else the broker
-        holds the response back). Kafka's shouldClientThrottle; APIs that never throttle themselves
-        keep Kafka's AbstractResponse default, False."""
-        return self.client_throttles_from is not None and version >= self.client_throttles_from
-
-
-REGISTRY: dict[int, Handler] = {}
+# The handlers as their modules register them (api key -> Handler), once per process. Each broker
+# gets its own copy (`load_all`): replacing a handler on one broker leaves the others alone.
+_DEFINITIONS: dict[int, Handler] = {}
 
 MODULES = (
     "api_versions",
@@ -152,8 +101,8 @@ def handler(
         known = kio_versions(api_key)
         assert known is not None, f"kio has no schemas for api {api_key}"
         low, high = max(min_version, known[0]), min(max_version, known[1])
-        assert api_key not in REGISTRY, f"api {api_key} registered twice"
-        REGISTRY[api_key] = Handler(
+        assert api_key not in _DEFINITIONS, f"api {api_key} registered twice"
+        _DEFINITIONS[api_key] = Handler(
             api_key, fn.__name__, api_name(api_key), low, high, fn,
             client_throttles_from=client_throttles_from, byte_rate=byte_rate, throttled_body=throttled_body,
             sasl_phase=sasl_phase, audited=audited,
@@ -163,7 +112,16 @@ def handler(
     return register
 
 
+def api_version_list(handlers: Mapping[int, Handler]) -> list[dict[str, int]]:
+    """ApiVersions' api_keys: every handler's version range, by api key."""
+    return [
+        {"api_key": h.api_key, "min_version": h.min_version, "max_version": h.max_version}
+        for h in sorted(handlers.values(), key=lambda h: h.api_key)
+    ]
+
+
 def load_all() -> dict[int, Handler]:
+    """Every handler, api key -> Handler: a new dict for each caller (each broker its own)."""
     for module in MODULES:
         importlib.import_module(f"{__name__}.{module}")
-    return REGISTRY
+    return dict(_DEFINITIONS)

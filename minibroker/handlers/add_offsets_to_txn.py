@@ -11,14 +11,14 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(25, 0, 4, client_throttles_from=1)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Reply:
     if not request.group_id:
         return Reply({"error_code": ErrorCode.invalid_group_id})
-    code = ctx.broker.transactions.add_offsets(
+    code = ctx.txns.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
     if code == ErrorCode.producer_fenced and ctx.version < 2:
         code = ErrorCode.invalid_producer_epoch

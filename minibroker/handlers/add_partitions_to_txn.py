@@ -16,7 +16,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 def _topic_results(answers: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
@@ -28,11 +28,11 @@ def _topic_results(answers: dict[tuple[str, int], ErrorCode]) -> list[dict[str, 
 
 def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, topics: Any,
          verify_only: bool = False) -> dict[tuple[str, int], ErrorCode]:
-    logs = ctx.broker.logs
+    logs = ctx.logs
     partitions = [(topic.name, p) for topic in topics for p in topic.partitions]
     unknown = {tp for tp in partitions
                if (info := logs.topic(tp[0])) is None or not 0 <= tp[1] < info.num_partitions}
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.txns
     if verify_only:
         error, by_partition = coordinator.verify(transactional_id, producer_id, producer_epoch, partitions)
         if ctx.version < 5:

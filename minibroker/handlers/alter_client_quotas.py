@@ -19,7 +19,7 @@ from minibroker.protocol.errors import ErrorCode
 from minibroker.quotas.callback import ClientQuotaEntity
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(49, 0, 1)
@@ -31,14 +31,14 @@ async def alter_client_quotas(ctx: RequestContext, request: Any) -> Reply:
         )
         for entry in request.entries
     ]
-    results = ctx.broker.quotas.alter(entries, bool(request.validate_only))
-    audit = ctx.broker.audit
+    results = ctx.quotas.alter(entries, bool(request.validate_only))
+    audit = ctx.audit
     if audit is not None and not request.validate_only:
-        store = ctx.broker.quotas.store
+        store = ctx.quotas.store
         altered = [ClientQuotaEntity.from_pairs(entity) for entity, code, _ in results if code == ErrorCode.none]
         if altered:
-            audit.record_quota_config(ctx.broker.clock.now_ms(), [(e, store.quotas_for(e)) for e in altered],
-                                      quota_settings(ctx.broker.config), ctx)
+            audit.record_quota_config(ctx.clock.now_ms(), [(e, store.quotas_for(e)) for e in altered],
+                                      quota_settings(ctx.config), ctx)
     return Reply({
         "entries": [
             {

@@ -11,9 +11,9 @@ from minibroker.config_admin import alter_request
 from minibroker.handlers import Reply, handler
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(33, 0, 2, client_throttles_from=1)
 async def alter_configs(ctx: RequestContext, request: Any) -> Reply:
-    return Reply({"responses": alter_request(ctx.broker, request, incremental_ops=False)})
+    return Reply({"responses": alter_request(ctx, request, incremental_ops=False)})

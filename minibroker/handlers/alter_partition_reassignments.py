@@ -22,7 +22,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_change: bool):
@@ -55,7 +55,7 @@ def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_c
 
 @handler(45, 0, 1, client_throttles_from=0)
 async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Reply:
-    cluster = ctx.broker.cluster
+    cluster = ctx.cluster
     allow_rf_change = getattr(request, "allow_replication_factor_change", True)
     responses = []
     for topic in request.topics:

@@ -21,25 +21,24 @@ from minibroker.handlers.describe_log_dirs import log_dir
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 MAX_DIR_NAME = 255
 FUTURE_SUFFIX_LENGTH = 1 + 32 + len("-future")  # ".<uuid hex>-future" after "<topic>-<partition>"
 
 
-def move_replica(broker, topic: str, partition: int, destination: str) -> int:
+def move_replica(ctx: RequestContext, topic: str, partition: int, destination: str) -> int:
     if len(f"{topic}-{partition}") + FUTURE_SUFFIX_LENGTH > MAX_DIR_NAME:
         return ErrorCode.invalid_topic_exception
-    if destination != log_dir(broker):
+    if destination != log_dir(ctx):
         return ErrorCode.log_dir_not_found
-    if broker.logs.log(topic, partition) is None:
+    if ctx.logs.log(topic, partition) is None:
         return ErrorCode.unknown_topic_or_partition
     return 0
 
 
 @handler(34, 0, 2, client_throttles_from=1)
 async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     destinations: dict[tuple[str, int], str] = {}
     for d in request.dirs:
         for t in d.topics:
@@ -48,5 +47,5 @@ async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Reply:
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), destination in destinations.items():
         by_topic.setdefault(topic, []).append(
-            {"partition_index": partition, "error_code": move_replica(broker, topic, partition, destination)})
+            {"partition_index": partition, "error_code": move_replica(ctx, topic, partition, destination)})
     return Reply({"results": [{"topic_name": name, "partitions": parts} for name, parts in by_topic.items()]})

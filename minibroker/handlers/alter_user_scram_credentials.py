@@ -15,7 +15,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Rep
     upsertions = [(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
                   for u in request.upsertions]
     try:
-        results = ctx.broker.scram_credentials.alter(deletions, upsertions)
+        results = ctx.auth.scram_credentials.alter(deletions, upsertions)
     except OSError as exc:
         log.error("could not store SCRAM credentials: %s", exc)
         users = dict.fromkeys(name for name, *_ in deletions + upsertions)

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from minibroker.handlers import Reply, SaslPhase, handler
+from minibroker.handlers import Reply, SaslPhase, api_version_list, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(18, 0, 4, client_throttles_from=2, sasl_phase=SaslPhase.HANDSHAKE)
 async def api_versions(ctx: RequestContext, request: Any) -> Reply:
     return Reply({
         "error_code": ErrorCode.none,
-        "api_keys": ctx.broker.api_version_list(),
+        "api_keys": api_version_list(ctx.handlers),
         "supported_features": (),
         "finalized_features_epoch": -1,
         "finalized_features": (),

@@ -22,7 +22,7 @@ from minibroker.handlers.describe_groups import GROUP_ALL_OPERATIONS
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
     from minibroker.storage.manager import LogManager
 
 CONSUMER_MEMBER = 1  # MemberType: -1 unknown, 0 classic protocol, 1 consumer protocol
@@ -39,7 +39,7 @@ def _assignment(logs: LogManager, assignment: Mapping[uuid.UUID, tuple[int, ...]
 
 @handler(69, 0, 1)
 async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
-    groups, logs = ctx.broker.groups, ctx.broker.logs
+    groups, logs = ctx.groups, ctx.logs
     operations = GROUP_ALL_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     if not groups.config.consumer_protocol_enabled:
         return Reply({"groups": [

@@ -21,14 +21,14 @@ from minibroker.handlers.join_group import client_host
 from minibroker.protocol.entities import to_ms
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(68, 0, 1)
 async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     owned = request.topic_partitions
-    groups = ctx.broker.groups
-    result = groups.consumer_group_heartbeat(ctx.broker.clock.monotonic(), ConsumerGroupHeartbeatRequest(
+    groups = ctx.groups
+    result = groups.consumer_group_heartbeat(ctx.clock.monotonic(), ConsumerGroupHeartbeatRequest(
         group_id=request.group_id,
         member_id=request.member_id,
         member_epoch=request.member_epoch,

@@ -14,7 +14,7 @@ CreateTopics; so is a disk error.
 
 The new partitions are empty logs with the topic's configs; the topic file records the new count
 (the commit point) before the answer. The change is announced through
-`LogManager.on_topics_changed`, the one place partition changes are published (the KIP-257 quota
+`LogManager.subscribe`, the one place partition changes are published (the KIP-257 quota
 callback's cluster metadata hangs there); Metadata, DescribeTopicPartitions and the cluster view
 (DescribeQuorum's modelled metadata log) see the new count at once.
 
@@ -35,7 +35,7 @@ from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, error_
 from minibroker.protocol.errors import ApiError, ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +46,16 @@ class _Refused(Exception):
         self.message = message
 
 
-def _check_assignments(broker, name: str, current: int, count: int, assignments) -> None:
+def _check_assignments(ctx: RequestContext, name: str, current: int, count: int, assignments) -> None:
     """Kafka's checks of manual assignments (ReplicationControlManager.validateManualPartitionAssignment)."""
     additional = count - current
     if len(assignments) != additional:
         raise _Refused(ErrorCode.invalid_replica_assignment, f"Attempted to add {additional} additional partition(s), "
                                                    f"but only {len(assignments)} assignment(s) were specified.")
-    cluster = broker.cluster
-    replication_factor = len(cluster.partition(name, 0).replicas)
+    cluster = ctx.cluster
+    first = cluster.partition(name, 0)
+    assert first is not None  # the topic exists (checked before)
+    replication_factor = len(first.replicas)
     for assignment in assignments:
         replicas = sorted(assignment.broker_ids)
         if not replicas:
@@ -74,22 +76,22 @@ def _check_assignments(broker, name: str, current: int, count: int, assignments)
                            f"{replication_factor} replica(s).")
 
 
-def _create(broker, topic, validate_only: bool, quota) -> None:
-    logs = broker.logs
+def _create(ctx: RequestContext, topic, validate_only: bool, quota) -> None:
+    logs = ctx.logs
     info = logs.topic(topic.name)
     if info is None:
         raise _Refused(ErrorCode.unknown_topic_or_partition, None)
     try:
         # The count checks come first: validate_only adds nothing.
-        logs.add_partitions(topic.name, topic.count, broker.clock.now_ms(), validate_only=True)
+        logs.add_partitions(topic.name, topic.count, ctx.clock.now_ms(), validate_only=True)
         if topic.assignments is not None:
-            _check_assignments(broker, topic.name, info.num_partitions, topic.count, topic.assignments)
-        if not quota.record(topic.count - info.num_partitions, broker.clock.monotonic_ms()):
+            _check_assignments(ctx, topic.name, info.num_partitions, topic.count, topic.assignments)
+        if not quota.record(topic.count - info.num_partitions, ctx.clock.monotonic_ms()):
             raise _Refused(ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
         if not validate_only:
-            logs.add_partitions(topic.name, topic.count, broker.clock.now_ms())
+            logs.add_partitions(topic.name, topic.count, ctx.clock.now_ms())
     except (ApiError, OSError) as exc:
-        code, message = error_answer(broker, exc, f"adding partitions to topic {topic.name}")
+        code, message = error_answer(ctx.storage_errors, exc, f"adding partitions to topic {topic.name}")
         # An unknown topic is answered without a message, as Kafka's controller does.
         raise _Refused(code, None if code == ErrorCode.unknown_topic_or_partition else message) from None
     if not validate_only:
@@ -101,7 +103,7 @@ STRICT_SINCE = 3  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
 
 @handler(37, 0, 3, client_throttles_from=1)
 async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
-    quota = ctx.broker.quotas.mutation_quota(ctx, STRICT_SINCE)
+    quota = ctx.quotas.mutation_quota(ctx, STRICT_SINCE)
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
@@ -111,9 +113,9 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
         if counts[topic.name] > 1:
             continue
         try:
-            _create(ctx.broker, topic, bool(request.validate_only), quota)
+            _create(ctx, topic, bool(request.validate_only), quota)
         except _Refused as refused:
             results.append({"name": topic.name, "error_code": refused.code, "error_message": refused.message})
         else:
             results.append({"name": topic.name, "error_code": ErrorCode.none, "error_message": None})
-    return Reply({"results": results}, ctx.broker.quotas.mutation_throttle_ms(ctx, quota))
+    return Reply({"results": results}, ctx.quotas.mutation_throttle_ms(ctx, quota))

@@ -32,7 +32,7 @@ from minibroker.protocol.errors import ApiError, ErrorCode
 from minibroker.storage.manager import TopicExistsError
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 def _result(name, code, message=None, info=None, replication_factor=-1, configs=None) -> dict:
@@ -48,7 +48,7 @@ def _result(name, code, message=None, info=None, replication_factor=-1, configs=
     }
 
 
-def _create_one(broker, topic, validate_only: bool, in_use: list[int], quota) -> dict:
+def _create_one(ctx: RequestContext, topic, validate_only: bool, in_use: list[int], quota) -> dict:
     """One topic; `in_use` is [partitions the broker holds], updated as topics are created; `quota`
     the request's controller-mutation quota, charged once the topic passed its checks."""
     name = topic.name
@@ -58,14 +58,14 @@ def _create_one(broker, topic, validate_only: bool, in_use: list[int], quota) ->
         if partitions != -1 or replication != -1:
             return _result(name, ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.")
         for assignment in topic.assignments:
-            if list(assignment.broker_ids) != [broker.node_id]:
-                return _result(name, ErrorCode.invalid_replica_assignment, f"partition {assignment.partition_index} is assigned to brokers {list(assignment.broker_ids)}; the only broker is {broker.node_id}")
+            if list(assignment.broker_ids) != [ctx.node_id]:
+                return _result(name, ErrorCode.invalid_replica_assignment, f"partition {assignment.partition_index} is assigned to brokers {list(assignment.broker_ids)}; the only broker is {ctx.node_id}")
         indexes = sorted(a.partition_index for a in topic.assignments)
         if indexes != list(range(len(indexes))):
             return _result(name, ErrorCode.invalid_replica_assignment, "partitions must be numbered 0..n-1 in replica assignments")
         partitions = len(indexes)
     if partitions == -1:
-        partitions = broker.config["num.partitions"]
+        partitions = ctx.config["num.partitions"]
     if replication not in (-1, 1):
         return _result(name, ErrorCode.invalid_replication_factor, f"Unable to replicate the partition {replication} time(s): The target replication factor of {replication} cannot be reached because only 1 broker(s) are registered.")
     overrides = {}
@@ -74,24 +74,24 @@ def _create_one(broker, topic, validate_only: bool, in_use: list[int], quota) ->
             return _result(name, ErrorCode.invalid_request, f"Null value not supported for topic configs: {entry.name}")
         overrides[entry.name] = entry.value
     # Over max.broker.partitions: validate only (so that other faults are answered first), then refuse.
-    over_cap = isinstance(partitions, int) and in_use[0] + partitions > broker.max_partitions
+    over_cap = isinstance(partitions, int) and in_use[0] + partitions > ctx.config["max.broker.partitions"]
     # With a mutation quota the topic is validated first, so only a topic about to be created is
     # charged (KRaft charges after its checks); without one, validation is the creation's own.
     charged = quota.bounded and not over_cap
     try:
-        info = broker.logs.create_topic(name, partitions, overrides, broker.clock.now_ms(),
+        info = ctx.logs.create_topic(name, partitions, overrides, ctx.clock.now_ms(),
                                         validate_only=validate_only or over_cap or charged)
         if charged:
-            if not quota.record(info.num_partitions, broker.clock.monotonic_ms()):
+            if not quota.record(info.num_partitions, ctx.clock.monotonic_ms()):
                 return _result(name, ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
             if not validate_only:
-                info = broker.logs.create_topic(name, partitions, overrides, broker.clock.now_ms())
+                info = ctx.logs.create_topic(name, partitions, overrides, ctx.clock.now_ms())
     except TopicExistsError:
         return _result(name, ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     except (ApiError, OSError) as exc:
-        return _result(name, *error_answer(broker, exc, f"creating topic {name}"))
+        return _result(name, *error_answer(ctx.storage_errors, exc, f"creating topic {name}"))
     if over_cap:
-        message = over_cap_message(name, partitions, in_use[0], broker.max_partitions)
+        message = over_cap_message(name, partitions, in_use[0], ctx.config["max.broker.partitions"])
         log.warning("refused CreateTopics: %s", message)
         return _result(name, ErrorCode.policy_violation, message)
     if not validate_only:
@@ -99,7 +99,7 @@ def _create_one(broker, topic, validate_only: bool, in_use: list[int], quota) ->
         log.info("created topic %s (%d partitions, id %s)", name, info.num_partitions, info.topic_id)
     configs = [
         {"name": e["name"], "value": e["value"], "read_only": False, "config_source": e["config_source"], "is_sensitive": False}
-        for e in topic_config_entries(broker, info)
+        for e in topic_config_entries(ctx, info)
     ]
     return _result(name, ErrorCode.none, None, info, 1, configs)
 
@@ -122,22 +122,21 @@ STRICT_SINCE = 6  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
 
 @handler(19, 2, 7, client_throttles_from=3)
 async def create_topics(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
-    if _requested_partitions(request.topics, broker.config["num.partitions"]) > MAX_PARTITIONS_PER_REQUEST:
+    if _requested_partitions(request.topics, ctx.config["num.partitions"]) > MAX_PARTITIONS_PER_REQUEST:
         message = "Excessively large number of partitions per request."
         return Reply({"topics": [_result(t.name, ErrorCode.policy_violation, message) for t in request.topics]})
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
-    in_use = [partitions_in_use(broker.logs)]
-    quota = broker.quotas.mutation_quota(ctx, STRICT_SINCE)
+    in_use = [partitions_in_use(ctx.logs)]
+    quota = ctx.quotas.mutation_quota(ctx, STRICT_SINCE)
     results = []
     for topic in request.topics:
         if counts[topic.name] > 1:
             results.append(_result(topic.name, ErrorCode.invalid_request, "Create topics request from client contains a duplicate topic"))
         else:
-            results.append(_create_one(broker, topic, request.validate_only, in_use, quota))
-    return Reply({"topics": results}, broker.quotas.mutation_throttle_ms(ctx, quota))
+            results.append(_create_one(ctx, topic, request.validate_only, in_use, quota))
+    return Reply({"topics": results}, ctx.quotas.mutation_throttle_ms(ctx, quota))
 
 
 __all__ = ["create_topics"]

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 from minibroker.handlers import Reply, handler
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(42, 0, 2, client_throttles_from=1)
 async def delete_groups(ctx: RequestContext, request: Any) -> Reply:
-    results = ctx.broker.groups.delete_groups(ctx.broker.clock.monotonic(), request.groups_names)
+    results = ctx.groups.delete_groups(ctx.clock.monotonic(), request.groups_names)
     return Reply({
         "results": [{"group_id": g, "error_code": results[g]} for g in request.groups_names],
     })

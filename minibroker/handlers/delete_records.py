@@ -23,14 +23,14 @@ from minibroker.protocol.errors import ApiError, ErrorCode
 from minibroker.storage.config import is_internal
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 
 
-def _delete(broker, topic: str, partition: int, offset: int) -> tuple[int, int]:
+def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tuple[int, int]:
     """(error code, low watermark) for one partition."""
-    plog = broker.logs.log(topic, partition)
+    plog = ctx.logs.log(topic, partition)
     if plog is None:
         return ErrorCode.unknown_topic_or_partition, -1
     if is_internal(topic):
@@ -43,8 +43,8 @@ def _delete(broker, topic: str, partition: int, offset: int) -> tuple[int, int]:
     try:
         low_watermark = plog.delete_records_before(target)
     except (ApiError, OSError) as exc:  # OffsetOutOfRangeError, or a storage fault
-        return error_answer(broker, exc, f"DeleteRecords on {topic}-{partition}")[0], -1
-    broker.fetch_purgatory.check_and_complete((topic, partition))
+        return error_answer(ctx.storage_errors, exc, f"DeleteRecords on {topic}-{partition}")[0], -1
+    ctx.purgatory.check_and_complete((topic, partition))
     return ErrorCode.none, low_watermark
 
 
@@ -54,7 +54,7 @@ async def delete_records(ctx: RequestContext, request: Any) -> Reply:
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            code, low_watermark = _delete(ctx.broker, topic.name, p.partition_index, p.offset)
+            code, low_watermark = _delete(ctx, topic.name, p.partition_index, p.offset)
             partitions.append({"partition_index": p.partition_index, "low_watermark": low_watermark,
                                "error_code": code})
         topics.append({"name": topic.name, "partitions": partitions})

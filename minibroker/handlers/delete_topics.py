@@ -21,7 +21,7 @@ from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, broker
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 STRICT_SINCE = 5  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
@@ -29,8 +29,7 @@ STRICT_SINCE = 5  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
 
 @handler(20, 1, 6, client_throttles_from=2)
 async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
-    quota = broker.quotas.mutation_quota(ctx, STRICT_SINCE)
+    quota = ctx.quotas.mutation_quota(ctx, STRICT_SINCE)
     wanted = []
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
@@ -38,7 +37,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     results = []
     for name, topic_id in wanted:
-        info = broker.logs.resolve(name, topic_id)
+        info = ctx.logs.resolve(name, topic_id)
         if info is None:
             code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
             results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": None})
@@ -47,22 +46,22 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
             results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.invalid_topic_exception,
                             "error_message": f"Cannot delete internal topic {info.name}"})
             continue
-        if not quota.record(info.num_partitions, broker.clock.monotonic_ms()):
+        if not quota.record(info.num_partitions, ctx.clock.monotonic_ms()):
             results.append({"name": info.name, "topic_id": info.topic_id,
                             "error_code": ErrorCode.throttling_quota_exceeded,
                             "error_message": THROTTLING_QUOTA_EXCEEDED_MESSAGE})
             continue
         try:
-            broker.logs.delete_topic(info.name)
+            ctx.logs.delete_topic(info.name)
         except OSError as exc:  # nothing was deleted (the renames are undone)
-            code, message = error_answer(broker, exc, f"deleting topic {info.name}")
+            code, message = error_answer(ctx.storage_errors, exc, f"deleting topic {info.name}")
             results.append({"name": info.name, "topic_id": info.topic_id, "error_code": code,
                             "error_message": message})
             continue
-        broker.producer_states.forget(info.name)
-        broker.groups.forget_topic(info.name, broker.clock.now_ms())
+        ctx.producer_states.forget(info.name)
+        ctx.groups.forget_topic(info.name, ctx.clock.now_ms())
         for partition in range(info.num_partitions):
-            broker.fetch_purgatory.check_and_complete((info.name, partition))
+            ctx.purgatory.check_and_complete((info.name, partition))
         log.info("deleted topic %s", info.name)
         results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.none, "error_message": None})
-    return Reply({"responses": results}, broker.quotas.mutation_throttle_ms(ctx, quota))
+    return Reply({"responses": results}, ctx.quotas.mutation_throttle_ms(ctx, quota))

@@ -15,12 +15,12 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(48, 0, 1)
 async def describe_client_quotas(ctx: RequestContext, request: Any) -> Reply:
-    code, message, found = ctx.broker.quotas.store.describe(
+    code, message, found = ctx.quotas.store.describe(
         [(c.entity_type, int(c.match_type), c.match) for c in request.components], bool(request.strict)
     )
     entries = None

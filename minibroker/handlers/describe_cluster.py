@@ -14,19 +14,18 @@ from minibroker.handlers.common import CLUSTER_ALL_OPERATIONS, NO_AUTHORIZED_OPE
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(60, 0, 2)
 async def describe_cluster(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     return Reply({
         "error_code": ErrorCode.none,
         "error_message": None,
         "endpoint_type": getattr(request, "endpoint_type", 1),
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
-        "brokers": [{**broker.broker_endpoint(ctx.connection.listener), "is_fenced": False}],
+        "cluster_id": ctx.cluster.cluster_id,
+        "controller_id": ctx.cluster.controller_id,
+        "brokers": [{**b, "is_fenced": False} for b in ctx.cluster.brokers(ctx.connection.listener)],
         "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
         if request.include_cluster_authorized_operations
         else NO_AUTHORIZED_OPERATIONS,

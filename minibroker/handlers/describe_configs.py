@@ -35,7 +35,7 @@ from minibroker.storage.config import (
 )
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 CONFIG_TYPE_UNKNOWN = 0
@@ -46,7 +46,7 @@ def _synonyms(synonyms, include: bool) -> list[dict]:
     return [{"name": n, "value": v, "source": s} for n, v, s in synonyms] if include else []
 
 
-def topic_config_entries(broker, info, include_synonyms: bool = False) -> list[dict]:
+def topic_config_entries(ctx: RequestContext, info, include_synonyms: bool = False) -> list[dict]:
     return [
         {
             "name": entry.name,
@@ -59,7 +59,7 @@ def topic_config_entries(broker, info, include_synonyms: bool = False) -> list[d
             "config_type": entry.config_type,
             "documentation": None,
         }
-        for entry in describe(info.config, info.overrides, broker.dynamic_configs.levels())
+        for entry in describe(info.config, info.overrides, ctx.configs.levels())
     ]
 
 
@@ -76,10 +76,10 @@ def _broker_config_type(name: str) -> int:
     return CONFIG_TYPE_UNKNOWN
 
 
-def broker_config_entries(broker, per_broker: bool, include_synonyms: bool = False) -> list[dict]:
+def broker_config_entries(ctx: RequestContext, per_broker: bool, include_synonyms: bool = False) -> list[dict]:
     """Kafka's ConfigHelper.createBrokerConfigEntry over every setting (per_broker) or over the
     cluster-wide dynamic defaults only."""
-    dynamic = broker.dynamic_configs
+    dynamic = ctx.configs
     levels = dynamic.levels()
     effective = dynamic.effective_props()
     if per_broker:
@@ -111,21 +111,20 @@ def broker_config_entries(broker, per_broker: bool, include_synonyms: bool = Fal
     return entries
 
 
-def _broker_resource_error(broker, name: str) -> str | None:
+def _broker_resource_error(ctx: RequestContext, name: str) -> str | None:
     if name == "":
         return None
     try:
         node = int(name)
     except ValueError:
         return f"Broker id must be an integer, but it is: {name}"
-    if node != broker.node_id:
-        return f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}"
+    if node != ctx.node_id:
+        return f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {name}"
     return None
 
 
 @handler(32, 1, 4, client_throttles_from=2)
 async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     include_synonyms = bool(getattr(request, "include_synonyms", False))
     results = []
     for resource in request.resources:
@@ -134,7 +133,7 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
         result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": resource.resource_type,
                   "resource_name": name, "configs": ()}
         if resource.resource_type == TOPIC:
-            info = broker.logs.topic(name)
+            info = ctx.logs.topic(name)
             try:
                 validate_topic_name(name)
             except InvalidTopicError as exc:
@@ -143,13 +142,13 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
                 if info is None:
                     result.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=f"Topic {name} does not exist")
                 else:
-                    result["configs"] = topic_config_entries(broker, info, include_synonyms)
+                    result["configs"] = topic_config_entries(ctx, info, include_synonyms)
         elif resource.resource_type == BROKER:
-            error = _broker_resource_error(broker, name)
+            error = _broker_resource_error(ctx, name)
             if error is not None:
                 result.update(error_code=ErrorCode.invalid_request, error_message=error)
             else:
-                result["configs"] = broker_config_entries(broker, name != "", include_synonyms)
+                result["configs"] = broker_config_entries(ctx, name != "", include_synonyms)
         else:
             result.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type: {resource.resource_type}")
         if keys and result["configs"]:

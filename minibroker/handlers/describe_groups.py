@@ -16,7 +16,7 @@ from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
 
@@ -29,7 +29,7 @@ def _dead(group_id: str, error: ErrorCode = ErrorCode.none, message: str | None 
 
 @handler(15, 0, 6, client_throttles_from=2)
 async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
-    groups = ctx.broker.groups
+    groups = ctx.groups
     operations = (GROUP_ALL_OPERATIONS if getattr(request, "include_authorized_operations", False)
                   else NO_AUTHORIZED_OPERATIONS)
     described = []

@@ -23,12 +23,12 @@ from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
-def log_dir(broker) -> str:
+def log_dir(ctx) -> str:
     """The log directory as Kafka names it: the absolute path of the configured directory."""
-    return os.path.abspath(broker.data_dir)
+    return os.path.abspath(ctx.logs.data_dir)
 
 
 def _volume_bytes(path: str) -> tuple[int, int]:
@@ -41,7 +41,6 @@ def _volume_bytes(path: str) -> tuple[int, int]:
 
 @handler(35, 0, 5, client_throttles_from=1)
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     if request.topics is None:
         wanted = None
     else:
@@ -49,7 +48,7 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> Reply:
     by_topic: dict[str, list[dict]] = {}
     error_code = ErrorCode.none
     try:
-        for topic, partition, log in broker.logs.logs():
+        for topic, partition, log in ctx.logs.logs():
             if wanted is None or (topic, partition) in wanted:
                 by_topic.setdefault(topic, []).append({
                     "partition_index": partition,
@@ -58,8 +57,8 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> Reply:
                     "is_future_key": False,
                 })
     except OSError as exc:  # the directory cannot be listed: Kafka's answer for an offline log dir
-        by_topic, (error_code, _) = {}, error_answer(broker, exc, "DescribeLogDirs")
-    path = log_dir(broker)
+        by_topic, (error_code, _) = {}, error_answer(ctx.storage_errors, exc, "DescribeLogDirs")
+    path = log_dir(ctx)
     total, usable = _volume_bytes(path)
     result = {
         "error_code": error_code,

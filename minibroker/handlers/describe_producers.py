@@ -19,26 +19,25 @@ from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(61, 0, 0)
 async def describe_producers(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
-    now_ms = broker.clock.now_ms()
+    now_ms = ctx.clock.now_ms()
     topics = []
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
-            plog = broker.logs.log(topic.name, index)
+            plog = ctx.logs.log(topic.name, index)
             if plog is None:
                 partitions.append(_partition(index, ErrorCode.unknown_topic_or_partition,
                                              f"{topic.name}-{index} does not exist"))
                 continue
             try:
-                psm = broker.producer_states.manager(topic.name, index, plog, now_ms)
+                psm = ctx.producer_states.manager(topic.name, index, plog, now_ms)
             except OSError as exc:
-                code, message = error_answer(broker, exc, f"{topic.name}-{index}")
+                code, message = error_answer(ctx.storage_errors, exc, f"{topic.name}-{index}")
                 partitions.append(_partition(index, code, message))
                 continue
             producers = [{

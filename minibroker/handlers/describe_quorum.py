@@ -20,7 +20,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-partition."
 
@@ -33,7 +33,6 @@ def _asks_for_the_metadata_partition(request) -> bool:
 
 @handler(55, 0, 2)
 async def describe_quorum(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     if not _asks_for_the_metadata_partition(request):
         topics = [{"topic_name": t.topic_name, "partitions": [
             {"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
@@ -41,8 +40,8 @@ async def describe_quorum(ctx: RequestContext, request: Any) -> Reply:
              "high_watermark": -1, "current_voters": (), "observers": ()}
             for p in t.partitions]} for t in request.topics]
         return Reply({"error_code": ErrorCode.none, "error_message": None, "topics": topics, "nodes": ()})
-    quorum = broker.cluster.quorum()
-    now = broker.clock.now_ms()
+    quorum = ctx.cluster.quorum()
+    now = ctx.clock.now_ms()
 
     def replica(state) -> dict:
         timestamp = now if state.replica_id == quorum.leader_id else -1
@@ -60,7 +59,7 @@ async def describe_quorum(ctx: RequestContext, request: Any) -> Reply:
         "observers": [replica(o) for o in quorum.observers],
     }
     nodes = [{"node_id": v.replica_id, "listeners": [
-        {"name": name, "host": host, "port": port} for name, (host, port) in broker.listeners.items()]}
-        for v in quorum.voters if v.replica_id == broker.node_id]
+        {"name": name, "host": host, "port": port} for name, (host, port) in ctx.cluster.listeners(v.replica_id).items()]}
+        for v in quorum.voters if ctx.cluster.is_registered(v.replica_id)]
     return Reply({"error_code": ErrorCode.none, "error_message": None,
             "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}], "nodes": nodes})

@@ -29,7 +29,7 @@ from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import InvalidTopicError, is_internal, validate_topic_name
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 ZERO_UUID = None  # kio encodes None as the all-zero uuid
 
@@ -54,19 +54,18 @@ def _missing(name: str) -> dict[str, Any]:
 
 @handler(75, 0, 0, client_throttles_from=0)
 async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
     fetch_all = not request.topics
     if fetch_all:
-        names = {info.name for info in broker.logs.topics() if info.name >= cursor_topic}
+        names = {info.name for info in ctx.logs.topics() if info.name >= cursor_topic}
     else:
         names = {t.name for t in request.topics if t.name >= cursor_topic}
         if cursor is not None and cursor.topic_name not in names:
             return _error_response(request, ErrorCode.invalid_request)
     if cursor is not None and cursor.partition_index < 0:
         return _error_response(request, ErrorCode.invalid_request)
-    remaining = max(min(broker.config["max.request.partition.size.limit"], request.response_partition_limit), 1)
+    remaining = max(min(ctx.config["max.request.partition.size.limit"], request.response_partition_limit), 1)
     topics = []
     next_cursor = None
     for name in sorted(names):
@@ -74,14 +73,14 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Reply:
             # The limit is used up exactly: the next page starts at this topic.
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
-        info = broker.logs.topic(name)
+        info = ctx.logs.topic(name)
         if info is None:
             if not fetch_all:
                 topics.append(_missing(name))
             continue
         start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
         upper = min(info.num_partitions, start + remaining)
-        topic = topic_metadata(broker, info, include_ops=True)  # as Metadata describes it
+        topic = topic_metadata(ctx, info, include_ops=True)  # as Metadata describes it
         # No eligible leader replicas: empty lists, as Kafka sends them (Java's Admin fails on null).
         topic["partitions"] = [{**p, "eligible_leader_replicas": (), "last_known_elr": ()}
                                for p in topic["partitions"][start:upper]]

@@ -11,14 +11,14 @@ from minibroker.protocol.entities import duration, timestamp
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(65, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> Reply:
     states = []
     for tid in request.transactional_ids:
-        txn = ctx.broker.transactions.describe(tid)
+        txn = ctx.txns.describe(tid)
         if txn is None:
             # The other fields at their schema defaults, as Kafka leaves them.
             states.append({"error_code": ErrorCode.transactional_id_not_found, "transactional_id": tid,

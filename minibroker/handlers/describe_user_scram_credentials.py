@@ -11,11 +11,11 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(50, 0, 0, client_throttles_from=0)
 async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Reply:
     names = [user.name for user in request.users] if request.users else None
-    results = ctx.broker.scram_credentials.describe(names)
+    results = ctx.auth.scram_credentials.describe(names)
     return Reply({"error_code": ErrorCode.none, "error_message": None, "results": results})

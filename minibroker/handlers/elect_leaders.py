@@ -20,7 +20,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
     from minibroker.cluster import ClusterView
 
 PREFERRED, UNCLEAN = 0, 1
@@ -45,7 +45,6 @@ def _result(topic: str, partitions: list[dict]) -> dict:
 
 @handler(43, 0, 2, client_throttles_from=0)
 async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     election_type = getattr(request, "election_type", PREFERRED)  # v0 elects the preferred replica
     if election_type not in (PREFERRED, UNCLEAN):
         unknown = f"Unknown election type {election_type}"
@@ -54,10 +53,10 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
         return Reply({"error_code": ErrorCode.invalid_request, "replica_election_results": results})
     results = []
     if request.topic_partitions is None:
-        for info in broker.logs.topics():
+        for info in ctx.logs.topics():
             partitions = []
             for p in range(info.num_partitions):
-                code, message = elect(broker.cluster, info.name, p, election_type)
+                code, message = elect(ctx.cluster, info.name, p, election_type)
                 if code != ErrorCode.election_not_needed:
                     partitions.append({"partition_id": p, "error_code": code, "error_message": message})
             results.append(_result(info.name, partitions))
@@ -65,7 +64,7 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
         for t in request.topic_partitions:
             partitions = []
             for p in t.partitions:
-                code, message = elect(broker.cluster, t.topic, p, election_type)
+                code, message = elect(ctx.cluster, t.topic, p, election_type)
                 partitions.append({"partition_id": p, "error_code": code, "error_message": message})
             results.append(_result(t.topic, partitions))
     return Reply({"error_code": ErrorCode.none, "replica_election_results": results})

@@ -16,12 +16,12 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(26, 0, 4, client_throttles_from=1)
 async def end_txn(ctx: RequestContext, request: Any) -> Reply:
-    code = await ctx.broker.transactions.end_txn(
+    code = await ctx.txns.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
     if code == ErrorCode.producer_fenced and ctx.version < 2:
         code = ErrorCode.invalid_producer_epoch

@@ -36,22 +36,23 @@ READ_COMMITTED = 1  # isolation_level
 
 if TYPE_CHECKING:
     from minibroker.audit import AuditLog
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 class _FetchPlan:
     """The partitions one Fetch asks for, resolved once."""
 
-    def __init__(self, broker, request) -> None:
-        self.broker = broker
+    def __init__(self, ctx: RequestContext, request) -> None:
+        self.replicas = ctx.replicas
+        self.storage_errors = ctx.storage_errors
         self.read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-        self.entries = []  # (topic_key, topic_name or None, partition, offset, max_bytes, log)
+        self.entries: list[Any] = []  # (topic_key, topic_name or None, partition, offset, max_bytes, log)
         for topic in request.topics:
             name = getattr(topic, "topic", None)
             topic_id = getattr(topic, "topic_id", None)
-            info = broker.logs.resolve(name, topic_id)
+            info = ctx.logs.resolve(name, topic_id)
             for p in topic.partitions:
-                log = broker.logs.log(info.name, p.partition) if info is not None else None
+                log = ctx.logs.log(info.name, p.partition) if info is not None else None
                 self.entries.append(
                     (name, topic_id, info, p.partition, p.fetch_offset, p.partition_max_bytes, log)
                 )
@@ -63,7 +64,7 @@ class _FetchPlan:
         """Where this fetch's reads stop: the last stable offset for read_committed, else the high
         watermark (the log end)."""
         if self.read_committed:
-            return self.broker.last_stable_offset(name, part, log)
+            return self.replicas.last_stable_offset(name, part, log)
         return log.log_end_offset
 
     def bytes_ready(self, min_bytes: int) -> bool:
@@ -99,7 +100,7 @@ class _FetchPlan:
                 continue
             aborted = None
             try:
-                lso = self.broker.last_stable_offset(info.name, part, log)
+                lso = self.replicas.last_stable_offset(info.name, part, log)
                 data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes,
                                 max_offset=lso if self.read_committed else None)
                 if self.read_committed:
@@ -110,7 +111,7 @@ class _FetchPlan:
                 )
                 continue
             except OSError as exc:
-                code, _ = error_answer(self.broker, exc, f"{info.name}-{part}")
+                code, _ = error_answer(self.storage_errors, exc, f"{info.name}-{part}")
                 by_topic[key]["partitions"].append(_partition(part, code))
                 continue
             remaining -= len(data)
@@ -168,26 +169,25 @@ class DelayedFetch(DelayedOperation):
 
 @handler(1, 4, 18, client_throttles_from=8, byte_rate=ByteRate.FETCH, throttled_body=empty_response, audited=True)
 async def fetch(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
-    plan = _FetchPlan(broker, request)
-    max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
+    plan = _FetchPlan(ctx, request)
+    max_bytes = min(request.max_bytes, ctx.config["fetch.max.bytes"])
     # A consumer_byte_rate quota caps one response at quota * (samples - 1) * window, as in Kafka.
-    max_bytes = int(min(max_bytes, broker.quotas.fetch_max_bytes(ctx.connection.quota_user, ctx.client_id)))
+    max_bytes = int(min(max_bytes, ctx.quotas.fetch_max_bytes(ctx.connection.quota_user, ctx.client_id)))
     max_wait_ms = to_ms(request.max_wait, 0)
     min_bytes = request.min_bytes
     if max_wait_ms > 0 and min_bytes > 0 and plan.entries:
         op = DelayedFetch(ctx.received_at + max_wait_ms / 1000, plan, min_bytes)
-        await broker.fetch_purgatory.wait(op, plan.keys())
+        await ctx.purgatory.wait(op, plan.keys())
     responses = plan.read(max_bytes)
-    if broker.audit is not None:
-        _audit(ctx, broker.audit, plan, responses)
+    if ctx.audit is not None:
+        _audit(ctx, ctx.audit, plan, responses)
     return Reply({"error_code": ErrorCode.none, "session_id": 0, "responses": responses})
 
 
 def _audit(ctx: RequestContext, audit: AuditLog, plan: _FetchPlan, responses: list[dict[str, Any]]) -> None:
     """One audit event per fetched partition (batch headers only: the records are not decoded).
     Fetches of the audit topic itself are left out, so its readers do not feed it."""
-    now_ms = ctx.broker.clock.now_ms()
+    now_ms = ctx.clock.now_ms()
     infos = {(name, topic_id): info for name, topic_id, info, *_ in plan.entries}
     for topic in responses:
         info = infos[(topic["topic"], topic["topic_id"])]

@@ -13,14 +13,14 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
 @handler(10, 0, 6, client_throttles_from=2)
 async def find_coordinator(ctx: RequestContext, request: Any) -> Reply:
-    endpoint = ctx.broker.broker_endpoint(ctx.connection.listener)
+    endpoint = ctx.cluster.coordinator(ctx.connection.listener)
     found = {"error_code": ErrorCode.none, "error_message": None, "node_id": endpoint["node_id"],
              "host": endpoint["host"], "port": endpoint["port"]}
     key_type = getattr(request, "key_type", GROUP)

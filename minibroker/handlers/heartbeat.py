@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 from minibroker.handlers import Reply, handler
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(12, 0, 4, client_throttles_from=2)
 async def heartbeat(ctx: RequestContext, request: Any) -> Reply:
-    error = ctx.broker.groups.heartbeat(
-        ctx.broker.clock.monotonic(),
+    error = ctx.groups.heartbeat(
+        ctx.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id,
         member_id=request.member_id,

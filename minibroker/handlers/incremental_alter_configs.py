@@ -10,9 +10,9 @@ from minibroker.config_admin import alter_request
 from minibroker.handlers import Reply, handler
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(44, 0, 1, client_throttles_from=0)
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Reply:
-    return Reply({"responses": alter_request(ctx.broker, request, incremental_ops=True)})
+    return Reply({"responses": alter_request(ctx, request, incremental_ops=True)})

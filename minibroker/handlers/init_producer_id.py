@@ -25,12 +25,12 @@ from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.transaction_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(22, 0, 6, client_throttles_from=1, audited=True)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Reply:
-    now_ms = ctx.broker.clock.now_ms()
+    now_ms = ctx.clock.now_ms()
     pid_asked, epoch_asked = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
     if (pid_asked == NO_PRODUCER_ID) != (epoch_asked == NO_PRODUCER_EPOCH):
         # Kafka's handleInitProducerIdRequest: -1/-1 asks for a fresh id, both set name the current
@@ -40,17 +40,17 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Reply:
         if getattr(request, "enable2_pc", False) or getattr(request, "keep_prepared_txn", False):
             code, pid, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1
         else:
-            code, pid, epoch = await ctx.broker.transactions.init_producer_id(
+            code, pid, epoch = await ctx.txns.init_producer_id(
                 request.transactional_id, to_ms(request.transaction_timeout), pid_asked, epoch_asked)
             if code == ErrorCode.producer_fenced and ctx.version < 4:
                 code = ErrorCode.invalid_producer_epoch
     else:
         try:
-            code, pid, epoch = ctx.broker.producer_ids.init(pid_asked, epoch_asked, now_ms, ctx.version)
+            code, pid, epoch = ctx.producer_ids.init(pid_asked, epoch_asked, now_ms, ctx.version)
         except OSError as exc:  # the next block of ids could not be recorded: none is handed out
-            (code, _), pid, epoch = error_answer(ctx.broker, exc, "InitProducerId"), -1, -1
-    if ctx.broker.audit is not None:
-        ctx.broker.audit.record_init_producer_id(ctx, pid, epoch, code, 0, "", now_ms)
+            (code, _), pid, epoch = error_answer(ctx.storage_errors, exc, "InitProducerId"), -1, -1
+    if ctx.audit is not None:
+        ctx.audit.record_init_producer_id(ctx, pid, epoch, code, 0, "", now_ms)
     return Reply({
         "error_code": code,
         "producer_id": pid,

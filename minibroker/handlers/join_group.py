@@ -16,7 +16,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.entities import to_ms
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 def client_host(ctx) -> str:
@@ -27,12 +27,12 @@ def client_host(ctx) -> str:
 @handler(11, 0, 9, client_throttles_from=3)
 async def join_group(ctx: RequestContext, request: Any) -> Reply:
     version = ctx.version
-    groups = ctx.broker.groups
+    groups = ctx.groups
     session_timeout_ms = to_ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     rebalance_timeout_ms = session_timeout_ms if rebalance_timeout is None else to_ms(rebalance_timeout)
     pending = groups.join_group(
-        ctx.broker.clock.monotonic(),
+        ctx.clock.monotonic(),
         group_id=request.group_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),

@@ -12,18 +12,18 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(13, 0, 5, client_throttles_from=2)
 async def leave_group(ctx: RequestContext, request: Any) -> Reply:
-    groups = ctx.broker.groups
+    groups = ctx.groups
     batched = getattr(request, "members", None)
     if batched is None:
-        error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, [(request.member_id, None)])
+        error, errors = groups.leave_group(ctx.clock.monotonic(), request.group_id, [(request.member_id, None)])
         return Reply({"error_code": error or (errors[0] if errors else ErrorCode.none), "members": []})
     leaving = [(m.member_id, m.group_instance_id) for m in batched]
-    error, errors = groups.leave_group(ctx.broker.clock.monotonic(), request.group_id, leaving)
+    error, errors = groups.leave_group(ctx.clock.monotonic(), request.group_id, leaving)
     members = [] if error else [
         {"member_id": member_id, "group_instance_id": instance_id, "error_code": code}
         for (member_id, instance_id), code in zip(leaving, errors)

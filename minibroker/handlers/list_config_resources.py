@@ -18,17 +18,17 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SUPPORTED = (GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC)  # also the order of the answer
 
 
-def _resources(broker, resource_type: int) -> list[str]:
+def _resources(ctx: RequestContext, resource_type: int) -> list[str]:
     if resource_type in (BROKER, BROKER_LOGGER):
-        return [str(node) for node in broker.cluster.broker_ids()]
+        return [str(node) for node in ctx.cluster.broker_ids()]
     if resource_type == TOPIC:
-        return [info.name for info in broker.logs.topics()]
+        return [info.name for info in ctx.logs.topics()]
     return []  # GROUP, CLIENT_METRICS: no such configs here
 
 
@@ -43,6 +43,6 @@ async def list_config_resources(ctx: RequestContext, request: Any) -> Reply:
     resources = [
         {"resource_name": name, "resource_type": resource_type}
         for resource_type in SUPPORTED if resource_type in wanted
-        for name in _resources(ctx.broker, resource_type)
+        for name in _resources(ctx, resource_type)
     ]
     return Reply({"error_code": ErrorCode.none, "config_resources": resources})

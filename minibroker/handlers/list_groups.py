@@ -12,12 +12,12 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(16, 0, 5, client_throttles_from=2)
 async def list_groups(ctx: RequestContext, request: Any) -> Reply:
-    overviews = ctx.broker.groups.list_groups(
+    overviews = ctx.groups.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
     return Reply({

@@ -28,7 +28,7 @@ from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 # The first ListOffsets version that may carry each special timestamp.
@@ -62,13 +62,12 @@ def _lookup(log, timestamp: int, fetchable_end: int) -> tuple[int, int, int]:
 
 @handler(2, 1, 11, client_throttles_from=3)
 async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            log = broker.logs.log(topic.name, p.partition_index)
+            log = ctx.logs.log(topic.name, p.partition_index)
             if p.timestamp < 0 and ctx.version < MIN_VERSION.get(p.timestamp, 1 << 15):
                 error = ErrorCode.unsupported_version
             else:
@@ -79,12 +78,12 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
                 continue
             try:
                 if read_committed:
-                    end = broker.last_stable_offset(topic.name, p.partition_index, log)
+                    end = ctx.replicas.last_stable_offset(topic.name, p.partition_index, log)
                 else:
                     end = log.log_end_offset
                 offset, ts, epoch = _lookup(log, p.timestamp, end)
             except OSError as exc:
-                code, _ = error_answer(broker, exc, f"{topic.name}-{p.partition_index}")
+                code, _ = error_answer(ctx.storage_errors, exc, f"{topic.name}-{p.partition_index}")
                 partitions.append({"partition_index": p.partition_index, "error_code": code,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue

@@ -15,12 +15,12 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(46, 0, 0, client_throttles_from=0)
 async def list_partition_reassignments(ctx: RequestContext, request: Any) -> Reply:
-    cluster = ctx.broker.cluster
+    cluster = ctx.cluster
     ongoing = cluster.reassigning_partitions()
     if request.topics is None:
         wanted = sorted(ongoing)

@@ -13,14 +13,14 @@ from minibroker.regex import RegexError
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(66, 0, 2)
 async def list_transactions(ctx: RequestContext, request: Any) -> Reply:
     pattern = getattr(request, "transactional_id_pattern", None)
     try:
-        unknown, found = ctx.broker.transactions.list(
+        unknown, found = ctx.txns.list(
             request.state_filters, request.producer_id_filters, getattr(request, "duration_filter", -1), pattern)
     except RegexError:
         return Reply({"error_code": ErrorCode.invalid_regular_expression, "unknown_state_filters": [],

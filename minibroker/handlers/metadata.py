@@ -41,16 +41,18 @@ from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import InvalidTopicError, is_internal, validate_topic_name
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 log = logging.getLogger(__name__)
 YIELD_EVERY = 16  # auto-created topics between checkpoints
 
 
-def topic_metadata(broker, info, include_ops: bool) -> dict:
+def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
     partitions = []
+    cluster = ctx.cluster
     for index in range(info.num_partitions):
-        assignment = broker.cluster.partition(info.name, index)
+        assignment = cluster.partition(info.name, index)
+        assert assignment is not None  # index < num_partitions
         partitions.append({
             "error_code": ErrorCode.none,
             "partition_index": index,
@@ -72,30 +74,29 @@ def topic_metadata(broker, info, include_ops: bool) -> dict:
 
 @handler(3, 0, 13, client_throttles_from=6)
 async def metadata(ctx: RequestContext, request: Any) -> Reply:
-    broker = ctx.broker
     include_ops = getattr(request, "include_topic_authorized_operations", False)
-    allow_create = getattr(request, "allow_auto_topic_creation", True) and broker.config[
+    allow_create = getattr(request, "allow_auto_topic_creation", True) and ctx.config[
         "auto.create.topics.enable"
     ]
     if request.topics is None or (ctx.version == 0 and not request.topics):
-        topics = [topic_metadata(broker, info, include_ops) for info in broker.logs.topics()]
+        topics = [topic_metadata(ctx, info, include_ops) for info in ctx.logs.topics()]
     else:
         topic_ids = [t.topic_id for t in request.topics if getattr(t, "topic_id", None) is not None]
         if topic_ids and ctx.version < 12:
             topics = [_error_topic(t.name or "", t.topic_id, ErrorCode.invalid_request) for t in request.topics]
         elif topic_ids:
-            topics = [_by_id(broker, topic_id, include_ops) for topic_id in dict.fromkeys(topic_ids)]
+            topics = [_by_id(ctx, topic_id, include_ops) for topic_id in dict.fromkeys(topic_ids)]
         else:
-            creation = _AutoCreation(broker, allow_create)
+            creation = _AutoCreation(ctx, allow_create)
             topics = []
             for t in request.topics:
-                topics.append(_by_name(broker, t.name, creation, include_ops, ctx.version))
+                topics.append(_by_name(ctx, t.name, creation, include_ops, ctx.version))
                 await creation.maybe_yield()
             creation.log_refused(ctx.connection.peer)
     return Reply({
-        "brokers": [broker.broker_endpoint(ctx.connection.listener)],
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.cluster.controller_id,
+        "brokers": ctx.cluster.brokers(ctx.connection.listener),
+        "cluster_id": ctx.cluster.cluster_id,
+        "controller_id": ctx.cluster.controller_id,
         "topics": topics,
         "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
         if getattr(request, "include_cluster_authorized_operations", False)
@@ -107,8 +108,9 @@ async def metadata(ctx: RequestContext, request: Any) -> Reply:
 class _AutoCreation:
     """One request's auto-creation, within max.broker.partitions."""
 
-    def __init__(self, broker, allowed: bool) -> None:
-        self.broker = broker
+    def __init__(self, ctx: RequestContext, allowed: bool) -> None:
+        self.ctx = ctx
+        self.max_partitions: int = ctx.config["max.broker.partitions"]
         self.allowed = allowed
         self.in_use: int | None = None  # partitions the broker holds, counted at the first creation
         self.refused = 0
@@ -116,13 +118,13 @@ class _AutoCreation:
 
     def create(self, name: str):
         """(info, 0), or (None, error code) when the topic cannot or may not be created."""
-        broker = self.broker
+        ctx = self.ctx
         if self.in_use is None:
-            self.in_use = partitions_in_use(broker.logs)
-        if self.in_use + broker.config["num.partitions"] > broker.max_partitions:
+            self.in_use = partitions_in_use(ctx.logs)
+        if self.in_use + ctx.config["num.partitions"] > self.max_partitions:
             self.refused += 1
             return None, _refused_code(name)
-        info, code = create_topic_or_error(broker, name)
+        info, code = create_topic_or_error(ctx, name)
         if info is not None:
             self.in_use += info.num_partitions
             self.since_yield += 1
@@ -138,7 +140,7 @@ class _AutoCreation:
     def log_refused(self, peer: str) -> None:
         if self.refused:
             log.warning("%s: auto-creation of %d topic(s) refused, max.broker.partitions=%d reached",
-                        peer, self.refused, self.broker.max_partitions)
+                        peer, self.refused, self.max_partitions)
 
 
 def _refused_code(name: str) -> int:
@@ -150,24 +152,24 @@ def _refused_code(name: str) -> int:
     return ErrorCode.unknown_topic_or_partition
 
 
-def _by_id(broker, topic_id, include_ops: bool) -> dict:
-    info = broker.logs.topic_by_id(topic_id)
+def _by_id(ctx: RequestContext, topic_id, include_ops: bool) -> dict:
+    info = ctx.logs.topic_by_id(topic_id)
     if info is None:
         return _error_topic(None, topic_id, ErrorCode.unknown_topic_id)
-    return topic_metadata(broker, info, include_ops)
+    return topic_metadata(ctx, info, include_ops)
 
 
-def _by_name(broker, name: str | None, creation: _AutoCreation, include_ops: bool, version: int) -> dict:
+def _by_name(ctx: RequestContext, name: str | None, creation: _AutoCreation, include_ops: bool, version: int) -> dict:
     if name is None:  # v10+: neither a name nor an id
         return _error_topic(None, None, ErrorCode.unknown_topic_or_partition, version)
-    info = broker.logs.topic(name)
+    info = ctx.logs.topic(name)
     if info is None:
         if not creation.allowed:
             return _error_topic(name, None, ErrorCode.unknown_topic_or_partition)
         info, code = creation.create(name)
         if info is None:
             return _error_topic(name, None, code)
-    return topic_metadata(broker, info, include_ops)
+    return topic_metadata(ctx, info, include_ops)
 
 
 def _error_topic(name, topic_id, code, version: int = 12) -> dict:

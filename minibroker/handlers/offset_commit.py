@@ -20,12 +20,12 @@ from minibroker.protocol.entities import to_ms
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(8, 2, 10, client_throttles_from=4)
 async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
-    logs = ctx.broker.logs
+    logs = ctx.logs
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     answers = []  # (topic entry, [(partition, name or None, error or None)])
     for topic in request.topics:
@@ -46,8 +46,8 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
             rows.append((p.partition_index, (info.name, p.partition_index)))
         answers.append((name, topic_id, rows))
     retention = getattr(request, "retention_time", None)
-    errors = ctx.broker.groups.commit_offsets(
-        ctx.broker.clock.monotonic(),
+    errors = ctx.groups.commit_offsets(
+        ctx.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id,

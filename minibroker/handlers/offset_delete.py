@@ -17,12 +17,12 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(47, 0, 0, client_throttles_from=0)
 async def offset_delete(ctx: RequestContext, request: Any) -> Reply:
-    logs = ctx.broker.logs
+    logs = ctx.logs
     errors: dict[tuple[str, int], int] = {}
     wanted: dict[str, list[int]] = {}
     for topic in request.topics:
@@ -32,7 +32,7 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Reply:
                 errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.setdefault(topic.name, []).append(p.partition_index)
-    group_error, deleted = ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    group_error, deleted = ctx.groups.delete_offsets(request.group_id, wanted)
     if group_error:
         return Reply({"error_code": group_error, "topics": ()})
     errors.update(deleted)

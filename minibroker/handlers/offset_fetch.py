@@ -18,7 +18,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 NO_OFFSET = -1
 
@@ -33,10 +33,10 @@ def _partition(index: int, om, error: ErrorCode = ErrorCode.none) -> dict:
     }
 
 
-def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | None = None,
+def fetch_group(ctx: RequestContext, group_id: str, topics, by_id: bool, member_id: str | None = None,
                 member_epoch: int = -1, require_stable: bool = False) -> tuple[ErrorCode, list[dict]]:
     """(group error, topic entries) for one group; `topics` None means all."""
-    groups, logs = broker.groups, broker.logs
+    groups, logs = ctx.groups, ctx.logs
     error = ErrorCode.invalid_group_id if not group_id else ErrorCode.none
     if not error and (member_error := groups.validate_offset_fetch(group_id, member_id, member_epoch)):
         return member_error, []
@@ -57,7 +57,7 @@ def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | Non
         return error, entries
     entries = []
     for topic in topics:
-        name = getattr(topic, "name", None)
+        name: Any = getattr(topic, "name", None)
         topic_id = getattr(topic, "topic_id", None)
         if name is None:
             info = logs.resolve(None, topic_id)
@@ -82,13 +82,13 @@ def fetch_group(broker, group_id: str, topics, by_id: bool, member_id: str | Non
 async def offset_fetch(ctx: RequestContext, request: Any) -> Reply:
     batched = getattr(request, "groups", None)
     if batched is None:
-        error, topics = fetch_group(ctx.broker, request.group_id, request.topics, by_id=False,
+        error, topics = fetch_group(ctx, request.group_id, request.topics, by_id=False,
                                     require_stable=getattr(request, "require_stable", False))
         return Reply({"error_code": error, "topics": topics})
     by_id = ctx.version >= 10
     answer = []
     for group in batched:
-        error, topics = fetch_group(ctx.broker, group.group_id, group.topics, by_id,
+        error, topics = fetch_group(ctx, group.group_id, group.topics, by_id,
                                     getattr(group, "member_id", None), getattr(group, "member_epoch", -1),
                                     require_stable=request.require_stable)
         answer.append({"group_id": group.group_id, "error_code": error, "topics": topics})

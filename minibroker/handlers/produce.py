@@ -14,10 +14,10 @@ v13 names topics by id. Producing never creates a topic (Metadata does).
 Transactional batches (issue 14) go through the same checks and the same producer state as
 idempotent ones (minibroker.storage.producer_state: a non-transactional batch of a producer with a transaction
 open is INVALID_TXN_STATE), after the producer-id quota (they count like any batch with a producer
-id). Before they are appended, `broker.transactions.verify_produce` (KIP-890 part 1: was the
-partition added to the producer's transaction?) may refuse them with its own error code, which
-depends on the request's version (TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE before); the
-default verifier (minibroker.txn_markers) accepts every one until the coordinator replaces it. The broker's own topics
+id). Before they are appended, the transaction coordinator's `ctx.txns.verify_produce` (KIP-890
+part 1: was the partition added to the producer's transaction?) may refuse them with its own error
+code, which depends on the request's version (TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE
+before); transaction.partition.verification.enable=false accepts every one. The broker's own topics
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
 INVALID_TOPIC_EXCEPTION, as Kafka refuses clients' appends to internal topics.
 
@@ -49,7 +49,7 @@ from minibroker.protocol.records import BatchHeader, InvalidRecordError, check_p
 from minibroker.storage.producer_state import SEQUENCE_SPACE
 
 if TYPE_CHECKING:
-    from minibroker.broker import Broker, Connection, RequestContext
+    from minibroker.context import Connection, RequestContext
     from minibroker.storage.manager import TopicInfo
 
 HELD_PER_CONNECTION = 256
@@ -99,14 +99,14 @@ def _hold(conn, key: tuple, header: BatchHeader) -> None:
     held[key] = (header.producer_epoch, header.base_sequence)
 
 
-def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: int,
+def append_partition(ctx: RequestContext, topic: TopicInfo | None, partition_index: int,
                      records: bytes | memoryview | None, now_ms: int, conn: Connection, version: int = 13,
                      transactional_id: str | None = None, origin: tuple[bytes, int] | None = None,
                      ) -> PartitionOutcome:
     """Check and append one partition's records (`conn`: the Connection they came on;
     `transactional_id`: the request's; `origin`: where a view `records` lies in its frame, so
     validation reads it there, uncopied; see minibroker.protocol.produce_request)."""
-    log = broker.logs.log(topic.name, partition_index) if topic is not None else None
+    log = ctx.logs.log(topic.name, partition_index) if topic is not None else None
     if topic is None or log is None:
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))
     if not records:
@@ -135,35 +135,35 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
         if held and _later_than_held(held, (topic.name, partition_index, producer_id), header):
             message = (f"an earlier batch of producer id {producer_id} to this partition was throttled by the "
                        "producer id quota: retry it first")
-            return PartitionOutcome(_partition_result(partition_index, broker.config["producer.id.quota.error.code"],
+            return PartitionOutcome(_partition_result(partition_index, ctx.config["producer.id.quota.error.code"],
                                                       message), 0, header, None, True)
         user = conn.quota_user
-        states = broker.producer_states
+        states = ctx.producer_states
 
         def has_state() -> bool:
             return states.holds(producer_id, now_ms, states.manager(topic.name, partition_index, log, now_ms))
 
-        verdict = broker.pid_quota.track(user, producer_id, now_ms, has_state)
+        verdict = ctx.quotas.pid.track(user, producer_id, now_ms, has_state)
         pid_new = None if not verdict.tracked else not verdict.known
         if verdict.throttle_time_ms > 0:
             _hold(conn, (topic.name, partition_index, producer_id), header)
             message = f"producer id quota exceeded for user {user!r}: new producer id {producer_id} throttled"
-            return PartitionOutcome(_partition_result(partition_index, broker.config["producer.id.quota.error.code"],
+            return PartitionOutcome(_partition_result(partition_index, ctx.config["producer.id.quota.error.code"],
                                                       message), verdict.throttle_time_ms, header, pid_new)
     if header.is_transactional:
         # KIP-890 part 1: the coordinator says whether the partition is in the producer's transaction.
-        code = broker.transactions.verify_produce(transactional_id, header.producer_id, header.producer_epoch,
+        code = ctx.txns.verify_produce(transactional_id, header.producer_id, header.producer_epoch,
                                                   topic.name, partition_index, version)
         if code != ErrorCode.none:
             message = (f"transactional batch of producer {header.producer_id} (transactional id "
                        f"{transactional_id!r}) refused for {topic.name}-{partition_index}")
             return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, pid_new)
     try:
-        result = broker.append_checked(topic.name, partition_index, log, header, records, now_ms)
+        result = ctx.replicas.append_checked(topic.name, partition_index, log, header, records, now_ms)
     except OSError as exc:
         # Disk full, read-only, out of descriptors: nothing was appended (the log rolls a failed
         # write back), so the client may retry; the next append tries the disk again.
-        code, message = error_answer(broker, exc, f"{topic.name}-{partition_index}")
+        code, message = error_answer(ctx.storage_errors, exc, f"{topic.name}-{partition_index}")
         return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, pid_new)
     return PartitionOutcome(_partition_result(
         partition_index,
@@ -177,16 +177,16 @@ def append_partition(broker: Broker, topic: TopicInfo | None, partition_index: i
 
 @handler(0, 3, 13, client_throttles_from=6, byte_rate=ByteRate.PRODUCE, audited=True)
 async def produce(ctx: RequestContext, request: Any) -> Reply | None:
-    broker = ctx.broker
-    now_ms = broker.clock.now_ms()
+    now_ms = ctx.clock.now_ms()
     acks = request.acks
-    injected = broker.faults.before_request(ctx.handler.api_name, ctx.client_id) if broker.faults.rules else None
+    faults, logs, audit = ctx.faults, ctx.logs, ctx.audit
+    injected = faults.before_request(ctx.handler.api_name, ctx.client_id) if faults.rules else None
     throttle_ms = 0
     responses = []
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
-        topic = broker.logs.resolve(name, topic_id)
+        topic = logs.resolve(name, topic_id)
         if injected is not None:
             partitions = [_partition_result(p.index, injected.error_code, "injected fault") for p in topic_data.partition_data]
         elif acks not in (0, 1, -1):
@@ -200,12 +200,12 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
         else:
             partitions = []
             for p in topic_data.partition_data:
-                outcome = append_partition(broker, topic, p.index, p.records, now_ms, ctx.connection, ctx.version,
+                outcome = append_partition(ctx, topic, p.index, p.records, now_ms, ctx.connection, ctx.version,
                                            request.transactional_id, p.origin)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
-                if broker.audit is not None:
-                    broker.audit.record_produce(ctx, topic.name if topic else name, p.index, p.records, outcome, now_ms)
+                if audit is not None:
+                    audit.record_produce(ctx, topic.name if topic else name, p.index, p.records, outcome, now_ms)
         responses.append({"name": name, "topic_id": topic_id, "partition_responses": partitions})
     if acks == 0:
         return None

@@ -18,7 +18,7 @@ from minibroker.sasl import SaslAuthenticationFailed
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(36, 0, 2, sasl_phase=SaslPhase.AUTHENTICATE)

@@ -17,13 +17,13 @@ from minibroker.sasl import SaslSession
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(17, 1, 1, sasl_phase=SaslPhase.HANDSHAKE)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> Reply:
     conn = ctx.connection
-    enabled = ctx.broker.sasl_users.mechanisms
+    enabled = ctx.auth.sasl_users.mechanisms
     if conn.authenticated:
         return Reply({"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()})
     if conn.sasl is not None:
@@ -32,5 +32,5 @@ async def sasl_handshake(ctx: RequestContext, request: Any) -> Reply:
     if request.mechanism not in enabled:
         ctx.close_connection = True
         return Reply({"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled})
-    conn.sasl = SaslSession(request.mechanism, ctx.broker.sasl_users.new_server(request.mechanism))
+    conn.sasl = SaslSession(request.mechanism, ctx.auth.sasl_users.new_server(request.mechanism))
     return Reply({"error_code": ErrorCode.none, "mechanisms": enabled})

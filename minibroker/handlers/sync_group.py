@@ -13,14 +13,14 @@ from minibroker.groups.coordinator import DelayedSync
 from minibroker.handlers import Reply, handler
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(14, 0, 5, client_throttles_from=2)
 async def sync_group(ctx: RequestContext, request: Any) -> Reply:
-    groups = ctx.broker.groups
+    groups = ctx.groups
     pending = groups.sync_group(
-        ctx.broker.clock.monotonic(),
+        ctx.clock.monotonic(),
         group_id=request.group_id,
         generation_id=request.generation_id,
         member_id=request.member_id,

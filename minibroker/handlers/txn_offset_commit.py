@@ -16,12 +16,12 @@ from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(28, 0, 4, client_throttles_from=1)
 async def txn_offset_commit(ctx: RequestContext, request: Any) -> Reply:
-    logs = ctx.broker.logs
+    logs = ctx.logs
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     unknown: set[tuple[str, int]] = set()
     for topic in request.topics:
@@ -32,12 +32,12 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Reply:
                 unknown.add(tp)
             else:
                 offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
-    error = ErrorCode.invalid_group_id if not request.group_id else ctx.broker.transactions.verify_offsets(
+    error = ErrorCode.invalid_group_id if not request.group_id else ctx.txns.verify_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, ctx.version)
     if error:
         errors = {tp: error for tp in offsets}
     else:
-        errors = ctx.broker.groups.commit_transactional_offsets(
+        errors = ctx.groups.commit_transactional_offsets(
             group_id=request.group_id,
             producer_id=request.producer_id,
             producer_epoch=request.producer_epoch,

@@ -1,6 +1,6 @@
 """WriteTxnMarkers (key 27), v1-v2: COMMIT/ABORT markers to partitions, as Kafka serves it to the
 transaction coordinators of other brokers. Here the coordinator is in process and calls
-`Broker.write_txn_markers` directly (minibroker.txn_markers, which says what each partition's error
+`ReplicaManager.write_txn_markers` directly (minibroker.replica_manager, which says what each partition's error
 code means); this handler answers the same thing over the wire (tools, tests). Kafka refuses it to
 anyone but a broker (CLUSTER_ACTION); there are no ACLs here. `transaction_version` (v2) changes
 nothing on the data side.
@@ -14,7 +14,7 @@ from minibroker.handlers import Reply, handler
 from minibroker.txn_markers import TxnMarker
 
 if TYPE_CHECKING:
-    from minibroker.broker import RequestContext
+    from minibroker.context import RequestContext
 
 
 @handler(27, 1, 2)
@@ -24,7 +24,7 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> Reply:
                   [(t.name, p) for t in m.topics for p in t.partition_indexes])
         for m in request.markers
     ]
-    results = ctx.broker.write_txn_markers(markers)
+    results = ctx.replicas.write_txn_markers(markers)
     answers = []
     for marker, result in zip(request.markers, results):
         answers.append({

@@ -137,7 +137,7 @@ def test_the_broker_answers_produce_with_it(tmp_path):
         {"index": 0, "error_code": 0, "base_offset": 9, "log_append_time": -1, "log_start_offset": 0,
          "record_errors": (), "error_message": None}]}]}
     for version in VERSIONS:
-        ctx = RequestContext(broker, Connection("peer"), RequestHeader(0, version, 11, "c", 0),
+        ctx = RequestContext(broker.services, Connection("peer"), RequestHeader(0, version, 11, "c", 0),
                              api_schema(0, version), PRODUCE, 0.0)
         assert broker._encode(ctx, response, 30) == kio_encoding(version, 11, {**response, "throttle_time": 30},
                                                                  broker.response_tags[0])

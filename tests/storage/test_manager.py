@@ -127,7 +127,7 @@ def test_add_partitions_grows_the_topic_and_survives_reopen(tmp_path):
     untouched, the topic file (the commit point) rewritten, and the change announced."""
     manager = LogManager.open(tmp_path, BROKER, 0)
     announced = []
-    manager.on_topics_changed = announced.append
+    manager.subscribe(announced.append)
     info = manager.create_topic("t", 2, {"retention.ms": "1000"}, 0)
     manager.log("t", 1).append(make_batch([(b"k", b"v")]), 0)
     assert manager.add_partitions("t", 4, 0, validate_only=True).num_partitions == 4

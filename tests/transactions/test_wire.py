@@ -152,13 +152,14 @@ def test_transaction_rules_on_produce_and_the_coordinators_seam(broker, admin, u
             refused.append((transactional_id, producer_id, producer_epoch, topic_name, partition, version))
             return ErrorCode.invalid_txn_state
 
-    default = broker.broker.transactions
-    broker.broker.transactions = Refuse()
+    services = broker.broker.services  # what the handlers reach (minibroker.context)
+    default = services.txns
+    services.txns = Refuse()
     try:
         assert produce(admin, topic, b"z", A, 1, "ta")[0] == ErrorCode.invalid_txn_state
         assert produce(admin, topic, b"plain")[0] == ErrorCode.none  # only transactional batches are asked
     finally:
-        broker.broker.transactions = default
+        services.txns = default
     assert refused == [("ta", A, 0, topic, 0, 9)]  # with the request's version
     assert produce(admin, topic, b"z", A, 1, "ta") == (ErrorCode.none, 2)
 

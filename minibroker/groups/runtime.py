@@ -1,0 +1,41 @@
+"""What a group type's manager may use of the shard that holds its groups (shard.py implements it):
+the registry of groups, the timer heap, the wake-ups of parked requests, the offsets store, the
+configuration and the topics. The managers are given this, not the shard itself, so the shard can
+import them without an import circle.
+
+Pure: no trio, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from minibroker.groups.api import GroupConfig, TopicsImage
+    from minibroker.groups.classic_group import ClassicGroup
+    from minibroker.groups.consumer_group import ConsumerGroup
+    from minibroker.storage.offsets_store import OffsetsStore
+
+__all__ = ["ShardRuntime"]
+
+
+class ShardRuntime(Protocol):
+    config: GroupConfig
+    store: OffsetsStore
+    topics: TopicsImage
+    groups: dict[str, ClassicGroup | ConsumerGroup]
+
+    def schedule(self, group_id: str, deadline: float) -> float:
+        """Make sure the group's timers are looked at by `deadline`; returns the deadline."""
+
+    def wake(self, group_id: str) -> None:
+        """A request parked on the group has its answer."""
+
+    def remove_group(self, group_id: str, now_ms: int) -> None:
+        """The group is gone: Dead, its records tombstoned, out of the registry."""
+
+    def create_classic_group(self, group_id: str, now_ms: int) -> ClassicGroup: ...
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None: ...
+
+    def drop_empty_consumer_group(self, group_id: str, now_ms: int) -> None: ...
