@@ -1,0 +1,68 @@
+"""The conformance corpus: scenarios run against Apache Kafka 4.4 and minibroker side by side
+(tests/support/conformance.py is the engine; scripts/conformance and tests/conformance/ run it).
+
+One module per area; each scenario is a function of a `Run` registered with `@scenario`. The
+steps shared by many scenarios (a topic created, records produced, a member joined) are here.
+Versions are the ones clients send (../shared/design/clients.md): librdkafka's, the Java client's,
+kafka-python's and aiokafka's, and the oldest and newest a broker serves where they differ.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tests.support.batches import make_batch
+from tests.support.conformance import Run
+
+TS = 1_700_000_000_000  # a fixed CreateTime for produced records (not a wall-clock time)
+
+
+def create_topic(run: Run, name: str, partitions: int = 1, configs: dict[str, str] | None = None, *,
+                 record: bool = False, version: int = 7) -> Any:
+    """CreateTopics (v7, what librdkafka and kafka-python send); not recorded unless asked."""
+    return run.call(19, version, {
+        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+        "timeout": 30000, "validate_only": False}, record=record, label="create topic")
+
+
+def produce(run: Run, topic: str, batch: bytes, *, partition: int = 0, version: int = 9, acks: int = -1,
+            transactional_id: str | None = None, record: bool = True, label: str | None = None,
+            conn: str = "main") -> Any:
+    """Produce one batch to one partition (v9: librdkafka's and aiokafka's flexible version)."""
+    return run.call(0, version, {
+        "transactional_id": transactional_id, "acks": acks, "timeout": 30000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}],
+    }, record=record, label=label, conn=conn)
+
+
+def records(values: Sequence[str], *, keys: Sequence[str | None] | None = None, **kwargs: Any) -> bytes:
+    keys = keys if keys is not None else [None] * len(values)
+    return make_batch([(k.encode() if k is not None else None, v.encode()) for k, v in zip(keys, values)],
+                      timestamp_ms=kwargs.pop("timestamp_ms", TS), **kwargs)
+
+
+def fetch(run: Run, topic: str, offset: int = 0, *, partition: int = 0, version: int = 11,
+          isolation_level: int = 0, max_wait_ms: int = 0, record: bool = True, label: str | None = None) -> Any:
+    """Fetch one partition (v11: the newest by topic name; Java and librdkafka send v12+ and v16)."""
+    return run.call(1, version, {
+        "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 52428800,
+        "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [{
+            "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+            "log_start_offset": -1, "partition_max_bytes": 1048576}]}],
+        "forgotten_topics_data": [], "rack_id": "",
+    }, record=record, label=label)
+
+
+def find_coordinator(run: Run, key: str, key_type: int = 0, *, record: bool = False) -> Any:
+    """FindCoordinator v4 (batched keys), waiting until the coordinator is available (Kafka creates
+    __consumer_offsets / __transaction_state on first use and answers COORDINATOR_NOT_AVAILABLE
+    until then)."""
+    def ask():
+        response = run.call(10, 4, {"key_type": key_type, "coordinator_keys": [key]}, record=False)
+        return response if response.coordinators[0].error_code == 0 else None
+    response = run.wait_until(ask, timeout=60, interval=0.1)
+    if record:
+        run.record("FindCoordinator v4", response)
+    return response
