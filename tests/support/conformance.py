@@ -299,7 +299,7 @@ def normalise(observations: list[dict[str, Any]], started_ms: int, ended_ms: int
             return [walk(v, name) for v in value]
         if name in LOCATION_FIELDS and value not in (None, "", -1):
             return LOCATION_FIELDS[name]
-        if name == "error_message":
+        if name.endswith("error_message"):
             return "<message>" if value else None
         if (isinstance(value, int) and not isinstance(value, bool)
                 and started_ms - WALL_CLOCK_WINDOW_MS <= value <= ended_ms + WALL_CLOCK_WINDOW_MS):
@@ -320,6 +320,8 @@ def _order(value: Any, *, keyed: bool) -> Any:
     items = [_order(v, keyed=keyed) for v in value]
     if not items or not all(isinstance(v, dict) for v in items):
         return items
+    if "records_count" in items[0] or "offset_delta" in items[0]:
+        return items  # record batches and records: their order is the log's
     for key in SORT_KEYS:
         if not all(key in v for v in items):
             continue
@@ -468,8 +470,14 @@ class Run:
         if conn is not None:
             conn.close()
 
-    def send(self, api_key: int, version: int, body: dict[str, Any], *, conn: str = "main") -> None:
-        self.conn(conn).send(request(api_key, version, body))
+    def send(self, api_key: int, version: int, body: dict[str, Any], *, conn: str = "main",
+             answered: bool = True) -> None:
+        """Send without waiting (`recv` takes the response); `answered=False` for a request the
+        broker does not answer (Produce with acks=0)."""
+        c = self.conn(conn)
+        c.send(request(api_key, version, body))
+        if not answered:
+            c.pending.pop()
 
     def recv(self, *, conn: str = "main", label: str | None = None, record: bool = True,
              drop: tuple[str, ...] = ()) -> Any:
@@ -571,10 +579,17 @@ class Difference:
     kafka: str = ""  # what Kafka does, in a line
     minibroker: str = ""  # what minibroker does, in a line
     revert: str = ""  # how to get Kafka's behaviour, where a setting gives it
+    # When set: the difference is only this one when Kafka's / minibroker's value, as Python's repr
+    # of the normalised value ("None", "'<message>'", "46"), is this.
+    kafka_value: str | None = None
+    minibroker_value: str | None = None
 
-    def matches(self, scenario: str, path: str) -> bool:
+    def matches(self, scenario: str, diff: tuple[str, Any, Any]) -> bool:
+        path, kafka, mini = diff
         return (any(fnmatch.fnmatchcase(scenario, s) for s in self.scenarios)
-                and any(fnmatch.fnmatchcase(path, p) for p in self.paths))
+                and any(fnmatch.fnmatchcase(path, p) for p in self.paths)
+                and (self.kafka_value is None or repr(kafka) == self.kafka_value)
+                and (self.minibroker_value is None or repr(mini) == self.minibroker_value))
 
 
 def load_differences(path: Path = DIFFERENCES) -> list[Difference]:
@@ -585,7 +600,8 @@ def load_differences(path: Path = DIFFERENCES) -> list[Difference]:
             id=entry["id"], title=entry["title"], reason=entry["reason"].strip(),
             scenarios=tuple(entry["scenarios"]), paths=tuple(entry["paths"]),
             kafka=entry.get("kafka", ""), minibroker=entry.get("minibroker", ""),
-            revert=entry.get("revert", ""),
+            revert=entry.get("revert", ""), kafka_value=entry.get("kafka_value"),
+            minibroker_value=entry.get("minibroker_value"),
         ))
     ids = [d.id for d in out]
     assert len(ids) == len(set(ids)), "difference ids must be unique"
@@ -672,7 +688,7 @@ def run_scenario(scenario: Scenario, kafka: Target, mini: Target, differences: l
     outcome = Outcome(scenario, kafka_obs, mini_obs, diffs, seconds=time.monotonic() - started,
                       error="\n".join(e for e in (kafka_error, mini_error) if e) or None)
     for diff in diffs:
-        matched = [d for d in differences if d.matches(scenario.name, diff[0])]
+        matched = [d for d in differences if d.matches(scenario.name, diff)]
         if matched:
             outcome.deliberate.setdefault(matched[0].id, []).append(diff)
         else:

@@ -19,11 +19,27 @@ TS = 1_700_000_000_000  # a fixed CreateTime for produced records (not a wall-cl
 
 def create_topic(run: Run, name: str, partitions: int = 1, configs: dict[str, str] | None = None, *,
                  record: bool = False, version: int = 7) -> Any:
-    """CreateTopics (v7, what librdkafka and kafka-python send); not recorded unless asked."""
-    return run.call(19, version, {
+    """CreateTopics (v7, what librdkafka and kafka-python send); not recorded unless asked. Waits
+    until Metadata shows the topic with its leaders: Kafka's CreateTopics answers once the controller
+    has the topic, and the broker's metadata follows a moment later (clients wait the same way)."""
+    response = run.call(19, version, {
         "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
                     "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
         "timeout": 30000, "validate_only": False}, record=record, label="create topic")
+    if response.topics[0].error_code == 0:
+        wait_for_topic(run, name, partitions)
+    return response
+
+
+def wait_for_topic(run: Run, name: str, partitions: int) -> None:
+    def visible():
+        response = run.call(3, 12, {"topics": [{"name": name, "topic_id": 0}], "allow_auto_topic_creation": False},
+                            record=False)
+        topic = response.topics[0]
+        return topic.error_code == 0 and len(topic.partitions) == partitions and all(
+            p.leader_id >= 0 for p in topic.partitions)
+
+    run.wait_until(visible, timeout=30, interval=0.02)
 
 
 def produce(run: Run, topic: str, batch: bytes, *, partition: int = 0, version: int = 9, acks: int = -1,
@@ -63,6 +79,35 @@ def find_coordinator(run: Run, key: str, key_type: int = 0, *, record: bool = Fa
         response = run.call(10, 4, {"key_type": key_type, "coordinator_keys": [key]}, record=False)
         return response if response.coordinators[0].error_code == 0 else None
     response = run.wait_until(ask, timeout=60, interval=0.1)
+    if key_type == 0:
+        # The coordinator answers COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE until its partition of
+        # __consumer_offsets is loaded: wait for a DescribeGroups that gets past that (clients retry).
+        run.wait_until(lambda: run.call(15, 5, {"groups": [key], "include_authorized_operations": False},
+                                        record=False).groups[0].error_code not in RETRIABLE_GROUP, timeout=60, interval=0.1)
     if record:
         run.record("FindCoordinator v4", response)
+    return response
+
+
+RETRIABLE_GROUP = {14, 15, 16}
+
+
+RETRIABLE = {14, 15, 51}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS
+
+
+def init_producer_id(run: Run, transactional_id: str | None, *, version: int = 4, timeout_ms: int = 60000,
+                     record: bool = True, label: str | None = None, conn: str = "main", **fields: Any) -> Any:
+    """InitProducerId, retried as clients retry it (Kafka allocates producer ids from the controller in
+    blocks and answers COORDINATOR_LOAD_IN_PROGRESS while it fetches the first); the answer that
+    ends the retries is recorded."""
+    body = {"transactional_id": transactional_id, "transaction_timeout": timeout_ms, "producer_id": -1,
+            "producer_epoch": -1, **fields}
+
+    def ask():
+        response = run.call(22, version, body, record=False, conn=conn)
+        return None if response.error_code in RETRIABLE else response
+
+    response = run.wait_until(ask, timeout=60, interval=0.1)
+    if record:
+        run.record(label or f"InitProducerId v{version}", response)
     return response

@@ -57,17 +57,18 @@ def _(run: Run) -> None:
 
 @scenario("metadata/topics", apis=(3, 19))
 def _(run: Run) -> None:
-    """Metadata of an existing topic, an unknown one (auto-create off) and an invalid name, at the
-    versions clients send: v5 (aiokafka), v9 and v12 (topic ids), v13 (librdkafka, Java)."""
+    """Metadata of an existing topic, an unknown one (auto-creation off) and an invalid name, at the
+    versions clients send: v5 (aiokafka), v9, v12 (topic ids), v13 (librdkafka, Java); v1 (which
+    always asks for auto-creation) of an existing topic."""
     topic = run.name("t")
     create_topic(run, topic, 3)
-    for version in (1, 5, 9, 12, 13):
-        topics = [{"name": n} for n in (topic, run.name("absent"), "bad/name")]
-        if version >= 10:
-            topics = [{"name": n, "topic_id": 0} for n in (topic, run.name("absent"), "bad/name")]
+    run.call(3, 1, {"topics": [{"name": topic}]})
+    for version in (5, 9, 12, 13):
+        topics = [{"name": n, "topic_id": 0} for n in (topic, run.name("absent"), "bad/name")]
         body = {"topics": topics, "allow_auto_topic_creation": False,
                 "include_topic_authorized_operations": version >= 8}
         run.call(3, version, body)
+    run.call(3, 12, {"topics": None, "allow_auto_topic_creation": False}, label="all topics", drop=("topics",))
 
 
 @scenario("metadata/auto-create", apis=(3,))
