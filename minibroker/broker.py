@@ -24,6 +24,7 @@ import trio
 from minibroker.cluster import ClusterView
 from minibroker.client_quotas import BrokerQuotas
 from minibroker.clock import BrokerClock
+from minibroker.group_configs import GroupConfigs
 from minibroker.config import BrokerConfig
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
 from minibroker.dynamic_config import DynamicBrokerConfigs
@@ -283,6 +284,9 @@ class Broker:
         self.faults = FaultInjector(config["fault.injection"])
         self.fetch_purgatory = Purgatory("Fetch")
         self.groups = GroupCoordinator.open(config, self.logs, self.clock.now_ms, self.clock.monotonic)
+        # Kafka 4's GROUP config resource (minibroker.group_configs); the consumer groups read it.
+        self.group_configs = GroupConfigs(config, self.data_dir / "group-configs.json")
+        self.groups.shard.group_configs = self.group_configs
         self.groups.shard.store.append_transactional = self._append_transactional_offsets
         self.cleaner = LogCleanerTask(self)  # compaction of cleanup.policy=compact topics
         # The transaction coordinator, opened after the groups (a transaction prepared before a crash

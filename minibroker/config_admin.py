@@ -42,13 +42,14 @@ from minibroker.dynamic_config import (
     apply,
     check_against_topics,
 )
+from minibroker.group_configs import GroupConfigError
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
 from minibroker.storage.errors import storage_error_message
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
@@ -136,6 +137,14 @@ BROKER_SCHEMA = ConfigSchema(
 )
 
 
+# Group configs are all numbers: none is a list.
+GROUP_SCHEMA = ConfigSchema(
+    is_list=lambda key: False,
+    default=lambda key: None,
+    not_a_list=lambda key, op: f"Can't {OP_NAMES[op]} to key {key} because its type is not LIST.",
+)
+
+
 def _check_request_shape(names: list[str], null_values: list[str]) -> None:
     if any(count > 1 for count in Counter(names).values()):
         raise ConfigChangeError(ErrorCode.invalid_request, "Error due to duplicate config keys")
@@ -173,6 +182,8 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
                 _alter_topic(broker, name, edit, validate_only)
             elif resource_type == BROKER:
                 _alter_broker(broker, name, edit, validate_only)
+            elif resource_type == GROUP:
+                _alter_group(broker, name, edit, validate_only)
             else:
                 raise ConfigChangeError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
         except ConfigChangeError as exc:
@@ -185,6 +196,21 @@ def alter_resources(broker, resources: list[tuple[int, str, list[str], list[str]
         results.append({"error_code": code, "error_message": message, "resource_type": resource_type,
                         "resource_name": name})
     return results
+
+
+def _alter_group(broker, name: str, edit: Edit, validate_only: bool) -> None:
+    """A group's configs (minibroker.group_configs): checked against the table and the broker's bounds."""
+    if not name:
+        raise ConfigChangeError(ErrorCode.invalid_request, "Group name must not be empty.")
+    store = broker.group_configs
+    values = edit(store.overrides.get(name, {}), GROUP_SCHEMA)
+    try:
+        store.check(values)
+    except GroupConfigError as exc:
+        raise ConfigChangeError(ErrorCode(exc.error_code), exc.message) from None
+    if not validate_only:
+        store.replace(name, values)
+        log.info("group %s: configs changed to %s", name, values)
 
 
 def _alter_topic(broker, name: str, edit: Edit, validate_only: bool) -> None:

@@ -190,7 +190,10 @@ def _def(name, type_, default, broker_keys, parse) -> TopicConfigDef:
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     d.name: d
     for d in [
-        _def("cleanup.policy", "LIST", "delete", ["log.cleanup.policy"], _list_of("compact", "delete")),
+        # An empty list is valid since Kafka 4.2 (KIP-1161): no compaction and no retention, the
+        # records kept until DeleteRecords removes them (as delete with infinite retention).
+        _def("cleanup.policy", "LIST", "delete", ["log.cleanup.policy"],
+             _list_of("compact", "delete", allow_empty=True)),
         _def("compression.type", "STRING", "producer", ["compression.type"],
              _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
         _def("compression.gzip.level", "INT", -1, ["compression.gzip.level"], _gzip_level),

@@ -29,7 +29,9 @@ def _resources(broker, resource_type: int) -> list[str]:
         return [str(node) for node in broker.cluster.broker_ids()]
     if resource_type == TOPIC:
         return [info.name for info in broker.logs.topics()]
-    return []  # GROUP, CLIENT_METRICS: no such configs here
+    if resource_type == GROUP:  # the groups that have configs of their own (minibroker.group_configs)
+        return sorted(broker.group_configs.overrides)
+    return []  # CLIENT_METRICS: no such configs here
 
 
 @handler(74, 0, 1)

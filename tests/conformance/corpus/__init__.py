@@ -79,6 +79,13 @@ def find_coordinator(run: Run, key: str, key_type: int = 0, *, record: bool = Fa
         response = run.call(10, 4, {"key_type": key_type, "coordinator_keys": [key]}, record=False)
         return response if response.coordinators[0].error_code == 0 else None
     response = run.wait_until(ask, timeout=60, interval=0.1)
+    if key_type == 1:
+        # Likewise the transaction coordinator's partition of __transaction_state.
+        def txn_ready():
+            described = run.call(65, 0, {"transactional_ids": [key]}, record=False)
+            states = getattr(described, "transaction_states", None)
+            return states is None or states[0].error_code not in RETRIABLE_GROUP
+        run.wait_until(txn_ready, timeout=60, interval=0.1)
     if key_type == 0:
         # The coordinator answers COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE until its partition of
         # __consumer_offsets is loaded: wait for a DescribeGroups that gets past that (clients retry).
@@ -92,7 +99,8 @@ def find_coordinator(run: Run, key: str, key_type: int = 0, *, record: bool = Fa
 RETRIABLE_GROUP = {14, 15, 16}
 
 
-RETRIABLE = {14, 15, 51}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
+RETRIABLE = {14, 15, 16, 51}
 
 
 def init_producer_id(run: Run, transactional_id: str | None, *, version: int = 4, timeout_ms: int = 60000,
@@ -111,3 +119,29 @@ def init_producer_id(run: Run, transactional_id: str | None, *, version: int = 4
     if record:
         run.record(label or f"InitProducerId v{version}", response)
     return response
+
+
+def read_all(run: Run, topic: str, *, isolation_level: int = 0, partition: int = 0, label: str | None = None) -> None:
+    """Fetch from offset 0 until the end a consumer would stop at (the LSO for read_committed, else
+    the high watermark), as a consumer does, and record what it read: the batches, the aborted
+    transactions named, the last answer's offsets. A broker may answer a fetch with fewer batches
+    than it has (Kafka does, right after transaction markers), so single answers are not compared."""
+    from tests.support.conformance import decode_batches
+
+    offset, batches, aborted, last = 0, [], [], None
+    for _ in range(50):
+        response = fetch(run, topic, offset, partition=partition, isolation_level=isolation_level, record=False)
+        last = response.responses[0].partitions[0]
+        data = decode_batches(bytes(last.records or b""))
+        batches += data
+        aborted += [(a.producer_id, a.first_offset) for a in last.aborted_transactions or ()]
+        end = last.last_stable_offset if isolation_level else last.high_watermark
+        if data:
+            offset = data[-1]["base_offset"] + data[-1]["last_offset_delta"] + 1
+        if last.error_code or offset >= end:
+            break
+    assert last is not None
+    run.note(label or f"read all ({'read_committed' if isolation_level else 'read_uncommitted'})", {
+        "error_code": last.error_code, "high_watermark": last.high_watermark,
+        "last_stable_offset": last.last_stable_offset, "log_start_offset": last.log_start_offset,
+        "aborted_transactions": sorted(set(aborted)), "batches": batches})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conformance.corpus import TS, create_topic, fetch, init_producer_id, produce, records
+from tests.conformance.corpus import TS, create_topic, fetch, init_producer_id, produce, read_all, records
 from tests.support.batches import make_batch
 from tests.support.conformance import Run, scenario
 
@@ -47,7 +47,7 @@ def _(run: Run) -> None:
         {"name": topic, "partition_data": [{"index": 0, "records": records(["acks0"])}]}]}, answered=False)
     run.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}, label="after acks=0")
-    fetch(run, topic)
+    read_all(run, topic)
 
 
 @scenario("produce/compacted-keyless", apis=(0,))

@@ -150,6 +150,13 @@ def _(run: Run) -> None:
     run.call(20, 6, {"topics": [{"name": None, "topic_id": created.topics[0].topic_id},
                                 {"name": None, "topic_id": "00000000-0000-0000-0000-00000000abcd"}],
                      "timeout": 30000})
+
+    def gone():  # Kafka's brokers learn of a deletion from the metadata log a moment later
+        response = run.call(3, 12, {"topics": [{"name": a, "topic_id": 0}, {"name": b, "topic_id": 0}],
+                                    "allow_auto_topic_creation": False}, record=False)
+        return all(t.error_code == 3 for t in response.topics)
+
+    run.wait_until(gone, timeout=10)
     run.call(3, 12, {"topics": [{"name": a, "topic_id": 0}, {"name": b, "topic_id": 0}],
                      "allow_auto_topic_creation": False}, label="metadata after")
 
