@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from minibroker.protocol.errors import ErrorCode
 
@@ -26,19 +26,25 @@ SOURCE_DEFAULT_CONFIG = 5
 CONFIG_TYPE_INT = 3
 
 
+class Settings(Protocol):
+    """The broker's settings by Kafka name (minibroker.config.BrokerConfig)."""
+
+    def __getitem__(self, name: str) -> Any: ...
+
+
 @dataclass(frozen=True)
 class GroupConfigDef:
     name: str
     broker_key: str  # the broker setting that is the default (DescribeConfigs' synonym)
-    bounds: Callable[[Mapping[str, Any]], tuple[int, int]]  # inclusive, from the broker's settings
+    bounds: Callable[[Settings], tuple[int, int]]  # inclusive, from the broker's settings
     type_id: int = CONFIG_TYPE_INT
 
 
-def _session_bounds(config: Mapping[str, Any]) -> tuple[int, int]:
+def _session_bounds(config: Settings) -> tuple[int, int]:
     return config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"]
 
 
-def _heartbeat_bounds(config: Mapping[str, Any]) -> tuple[int, int]:
+def _heartbeat_bounds(config: Settings) -> tuple[int, int]:
     return 1, config["group.max.session.timeout.ms"]
 
 
@@ -58,7 +64,7 @@ class GroupConfigError(Exception):
 class GroupConfigs:
     """Each group id's overrides, kept in `path` (a JSON file in the data directory) when given."""
 
-    def __init__(self, broker_config: Mapping[str, Any], path: Path | None = None) -> None:
+    def __init__(self, broker_config: Settings, path: Path | None = None) -> None:
         self.broker_config = broker_config
         self.path = path
         self.overrides: dict[str, dict[str, str]] = {}

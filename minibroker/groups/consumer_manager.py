@@ -464,7 +464,7 @@ class ConsumerGroupManager:
     def _group_value(self, group_id: str, name: str, default: int) -> int:
         """A group config (KIP-848's dynamic group configs, minibroker.group_configs) of the group,
         else the broker's setting."""
-        configs = getattr(self.shard, "group_configs", None)
+        configs = self.shard.group_configs
         return configs.value(group_id, name) if configs is not None else default
 
     # -- timers -------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import Iterable
+from typing import Iterable, Protocol
 
 from minibroker.groups.api import Group, GroupConfig, GroupOverview, NoTopics, TopicsImage
 from minibroker.groups.classic_group import ClassicGroup
@@ -41,11 +41,18 @@ from minibroker.storage.offsets_store import TOPIC, OffsetsStore
 log = logging.getLogger(__name__)
 
 
+class GroupConfigLookup(Protocol):
+    def value(self, group_id: str, name: str) -> int: ...
+
+
 class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig, store: OffsetsStore, now_ms: int,
                  topics: TopicsImage | None = None) -> None:
         self.config = config
         self.store = store
+        # Per-group overrides of the group.consumer.* settings (minibroker.group_configs), set by the
+        # broker; None: the GroupConfig's values for every group.
+        self.group_configs: GroupConfigLookup | None = None
         self.topics: TopicsImage = topics if topics is not None else NoTopics()
         # Every group, whatever its type.
         self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
