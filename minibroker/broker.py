@@ -31,6 +31,7 @@ from minibroker.auth import AuthHelper
 from minibroker.cluster import BrokerEndpoints, ClusterView
 from minibroker.client_quotas import BrokerQuotas
 from minibroker.clock import BrokerClock
+from minibroker.group_configs import GroupConfigs
 from minibroker.config import BrokerConfig
 from minibroker.context import BrokerMetrics, BrokerServices, Connection, Handler, RequestContext
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
@@ -258,8 +259,11 @@ class Broker:
         self.fetch_purgatory = Purgatory("Fetch")
         self.replicas = ReplicaManager(self.logs, self.producer_states, self.fetch_purgatory, clock,
                                        self.storage_errors)
+        # Kafka 4's GROUP config resource (minibroker.group_configs); the consumer groups read it.
+        self.group_configs = GroupConfigs(config, self.data_dir / "group-configs.json")
         self.groups = GroupCoordinator.open(config, self.logs, clock.now_ms, clock.monotonic,
-                                            append_transactional=self.replicas.append_transactional_offsets)
+                                            append_transactional=self.replicas.append_transactional_offsets,
+                                            group_configs=self.group_configs)
         # Compaction of cleanup.policy=compact topics.
         self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
         # The transaction coordinator, opened after the groups (a transaction prepared before a crash
@@ -296,7 +300,7 @@ class Broker:
         self.services = BrokerServices(
             node_id=self.node_id, clock=clock, configs=self.dynamic_configs, logs=self.logs, cluster=self.cluster,
             replicas=self.replicas, producer_states=self.producer_states, producer_ids=self.producer_ids,
-            groups=self.groups, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
+            groups=self.groups, group_configs=self.group_configs, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
             faults=self.faults, purgatory=self.fetch_purgatory, metrics=self.metrics,
             storage_errors=self.storage_errors, handlers=load_all(),
         )

@@ -41,6 +41,7 @@ from minibroker.dynamic_config import (
     BrokerConfigChangeError,
     check_against_topics,
 )
+from minibroker.group_configs import GroupConfigError
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import TOPIC_CONFIGS, ConfigError, InvalidTopicError, format_value, validate_topic_name
 from minibroker.storage.errors import storage_error_message
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
@@ -138,6 +139,14 @@ BROKER_SCHEMA = ConfigSchema(
 )
 
 
+# Group configs are all numbers: none is a list.
+GROUP_SCHEMA = ConfigSchema(
+    is_list=lambda key: False,
+    default=lambda key: None,
+    not_a_list=lambda key, op: f"Can't {OP_NAMES[op]} to key {key} because its type is not LIST.",
+)
+
+
 def _check_request_shape(names: list[str], null_values: list[str]) -> None:
     if any(count > 1 for count in Counter(names).values()):
         raise ConfigChangeError(ErrorCode.invalid_request, "Error due to duplicate config keys")
@@ -175,6 +184,8 @@ def alter_resources(ctx: RequestContext, resources: list[tuple[int, str, list[st
                 _alter_topic(ctx, name, edit, validate_only)
             elif resource_type == BROKER:
                 _alter_broker(ctx, name, edit, validate_only)
+            elif resource_type == GROUP:
+                _alter_group(ctx, name, edit, validate_only)
             else:
                 raise ConfigChangeError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
         except ConfigChangeError as exc:
@@ -187,6 +198,21 @@ def alter_resources(ctx: RequestContext, resources: list[tuple[int, str, list[st
         results.append({"error_code": code, "error_message": message, "resource_type": resource_type,
                         "resource_name": name})
     return results
+
+
+def _alter_group(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> None:
+    """A group's configs (minibroker.group_configs): checked against the table and the broker's bounds."""
+    if not name:
+        raise ConfigChangeError(ErrorCode.invalid_request, "Group name must not be empty.")
+    store = ctx.group_configs
+    values = edit(store.overrides.get(name, {}), GROUP_SCHEMA)
+    try:
+        store.check(values)
+    except GroupConfigError as exc:
+        raise ConfigChangeError(ErrorCode(exc.error_code), exc.message) from None
+    if not validate_only:
+        store.replace(name, values)
+        log.info("group %s: configs changed to %s", name, values)
 
 
 def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from minibroker.dynamic_config import DynamicBrokerConfigs
     from minibroker.errors import StorageErrorLog
     from minibroker.faults import FaultInjector
+    from minibroker.group_configs import GroupConfigs
     from minibroker.groups.coordinator import GroupCoordinator
     from minibroker.producers import ProducerIds, ProducerStates
     from minibroker.protocol.messages import ApiSchema, RequestHeader
@@ -156,6 +157,7 @@ class BrokerServices:
     producer_states: ProducerStates
     producer_ids: ProducerIds
     groups: GroupCoordinator
+    group_configs: GroupConfigs  # Kafka 4's GROUP config resource
     txns: TransactionCoordinator
     quotas: BrokerQuotas
     auth: AuthHelper
@@ -238,6 +240,10 @@ class RequestContext:
     @property
     def groups(self) -> GroupCoordinator:
         return self.services.groups
+
+    @property
+    def group_configs(self) -> GroupConfigs:
+        return self.services.group_configs
 
     @property
     def txns(self) -> TransactionCoordinator:

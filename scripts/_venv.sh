@@ -30,4 +30,10 @@ ensure_venv() {
     case ",$extras," in
         *,test,* | *,pipeline,*) bash "$ROOT/scripts/install_java.sh" ;;  # PySpark needs Java >= 17
     esac
+    # Apache Kafka itself, the conformance corpus's reference (tests/conformance/). Once asked for,
+    # a reference that is missing fails the corpus instead of skipping it (MINIBROKER_REQUIRE_KAFKA).
+    case ",$extras," in *,test,*)
+        export MINIBROKER_REQUIRE_KAFKA=1
+        bash "$ROOT/scripts/install_kafka" || echo "install_kafka failed: the conformance corpus will fail" >&2 ;;
+    esac
 }

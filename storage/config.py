@@ -190,13 +190,18 @@ def _def(name, type_, default, broker_keys, parse) -> TopicConfigDef:
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     d.name: d
     for d in [
-        _def("cleanup.policy", "LIST", "delete", ["log.cleanup.policy"], _list_of("compact", "delete")),
+        # An empty list is valid since Kafka 4.2 (KIP-1161): no compaction and no retention, the
+        # records kept until DeleteRecords removes them (as delete with infinite retention).
+        _def("cleanup.policy", "LIST", "delete", ["log.cleanup.policy"],
+             _list_of("compact", "delete", allow_empty=True)),
         _def("compression.type", "STRING", "producer", ["compression.type"],
              _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
         _def("compression.gzip.level", "INT", -1, ["compression.gzip.level"], _gzip_level),
         _def("compression.lz4.level", "INT", 9, ["compression.lz4.level"], _int(1, 17)),
         _def("compression.zstd.level", "INT", 3, ["compression.zstd.level"], _int(-131072, 22)),
         _def("delete.retention.ms", "LONG", 86_400_000, ["log.cleaner.delete.retention.ms"], _long(0)),
+        # Kafka 4.4's share-group dead letter queues (KIP-1191): accepted and described, no effect here.
+        _def("errors.deadletterqueue.group.enable", "BOOLEAN", False, [], _boolean),
         _def("file.delete.delay.ms", "LONG", 60_000, ["log.segment.delete.delay.ms"], _long(0)),
         _def("flush.messages", "LONG", LONG_MAX, ["log.flush.interval.messages"], _long(1)),
         _def("flush.ms", "LONG", LONG_MAX,
@@ -207,8 +212,13 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _def("local.retention.bytes", "LONG", -2, ["log.local.retention.bytes"], _long(-2)),
         _def("local.retention.ms", "LONG", -2, ["log.local.retention.ms"], _long(-2)),
         _def("max.compaction.lag.ms", "LONG", LONG_MAX, ["log.cleaner.max.compaction.lag.ms"], _long(1)),
+        # Kafka 4.4's bound on a batch's decompressed size; accepted and described (minibroker bounds
+        # decompression at 64 times max.message.bytes: minibroker.protocol.records.validation).
+        _def("max.decompressed.message.bytes", "INT", 2_147_483_639, [], _int(0)),
         _def("max.message.bytes", "INT", 1_048_588, ["message.max.bytes"], _int(0)),
-        _def("message.timestamp.after.max.ms", "LONG", LONG_MAX,
+        # One hour ahead at most, Kafka 4's default (KIP-1030): a producer's clock far ahead gets
+        # INVALID_TIMESTAMP.
+        _def("message.timestamp.after.max.ms", "LONG", 3_600_000,
              ["log.message.timestamp.after.max.ms"], _long(0)),
         _def("message.timestamp.before.max.ms", "LONG", LONG_MAX,
              ["log.message.timestamp.before.max.ms"], _long(0)),
@@ -219,6 +229,11 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         _def("min.compaction.lag.ms", "LONG", 0, ["log.cleaner.min.compaction.lag.ms"], _long(0)),
         _def("min.insync.replicas", "INT", 1, ["min.insync.replicas"], _int(1)),
         _def("preallocate", "BOOLEAN", False, ["log.preallocate"], _boolean),
+        # Tiered storage (KIP-405) is not served: its topic configs are accepted and described.
+        _def("remote.copy.lag.bytes", "LONG", -1, [], _long(-1)),
+        _def("remote.copy.lag.ms", "LONG", 0, [], _long(0)),
+        _def("remote.log.copy.disable", "BOOLEAN", False, [], _boolean),
+        _def("remote.log.delete.on.disable", "BOOLEAN", False, [], _boolean),
         _def("remote.storage.enable", "BOOLEAN", False, [], _boolean),
         _def("retention.bytes", "LONG", -1, ["log.retention.bytes"], _long()),
         _def("retention.ms", "LONG", _WEEK_MS,
@@ -305,6 +320,7 @@ class LogConfig:
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
     delete_retention_ms: int = 86_400_000
+    errors_deadletterqueue_group_enable: bool = False
     file_delete_delay_ms: int = 60_000
     flush_messages: int = LONG_MAX  # never flush by count: rely on the OS page cache
     flush_ms: int = LONG_MAX  # never flush by time
@@ -314,14 +330,19 @@ class LogConfig:
     local_retention_bytes: int = -2
     local_retention_ms: int = -2
     max_compaction_lag_ms: int = LONG_MAX
+    max_decompressed_message_bytes: int = 2_147_483_639
     max_message_bytes: int = 1_048_588
-    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_type: str = "CreateTime"
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     min_insync_replicas: int = 1
     preallocate: bool = False
+    remote_copy_lag_bytes: int = -1
+    remote_copy_lag_ms: int = 0
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
     remote_storage_enable: bool = False
     retention_bytes: int = -1  # -1: no size limit
     retention_ms: int = _WEEK_MS  # -1: keep forever

@@ -46,6 +46,30 @@ def java(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def kafka_reference(tmp_path_factory):
+    """Apache Kafka 4.4 itself (tests/support/kafka_reference.py): one KRaft node in one JVM for the
+    whole session, with a SASL_PLAINTEXT listener (user alice). Skips when scripts/install_kafka has
+    not run, unless MINIBROKER_REQUIRE_KAFKA is set (scripts/test sets it after installing): then
+    a missing reference fails."""
+    from tests.support import kafka_reference as reference
+
+    if not reference.installed():
+        message = f"Kafka {reference.KAFKA_VERSION} is not installed: {reference.HOW_TO_GET}"
+        if os.environ.get("MINIBROKER_REQUIRE_KAFKA"):
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        kafka = reference.start_kafka(tmp_path_factory.mktemp("kafka-reference"),
+                                      sasl_users=reference.SASL_USERS)
+    except reference.KafkaReferenceError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One small local Spark (2 cores, 1 GB) for every pipeline test of the run."""
     from minibroker.pipeline.session import spark_session

@@ -349,7 +349,8 @@ class ConsumerGroupManager:
         send_assignment = full or reconciled.assigned != member.assigned
         return ConsumerGroupHeartbeatResult(
             ErrorCode.none, None, reconciled.member_id, reconciled.member_epoch,
-            self.config.consumer_heartbeat_interval_ms,
+            self._group_value(group.group_id, "consumer.heartbeat.interval.ms",
+                              self.config.consumer_heartbeat_interval_ms),
             _sorted_assignment(reconciled.assigned) if send_assignment else None)
 
     # -- subscriptions and the target assignment ----------------------------------------------------
@@ -460,10 +461,18 @@ class ConsumerGroupManager:
         group.refresh_state(now_ms)
         self._persist(group, now_ms)
 
+    def _group_value(self, group_id: str, name: str, default: int) -> int:
+        """A group config (KIP-848's dynamic group configs, minibroker.group_configs) of the group,
+        else the broker's setting."""
+        configs = self.shard.group_configs
+        return configs.value(group_id, name) if configs is not None else default
+
     # -- timers -------------------------------------------------------------------------------------
 
     def _schedule_session(self, group: ConsumerGroup, member_id: str, now: float) -> None:
-        deadline = now + self.config.consumer_session_timeout_ms / 1000
+        timeout_ms = self._group_value(group.group_id, "consumer.session.timeout.ms",
+                                       self.config.consumer_session_timeout_ms)
+        deadline = now + timeout_ms / 1000
         group.session_deadlines[member_id] = deadline
         self.shard.schedule(group.group_id, deadline)
 

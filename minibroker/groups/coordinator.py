@@ -42,6 +42,7 @@ from minibroker.groups.api import (
 )
 from minibroker.groups.classic_group import ClassicGroup
 from minibroker.groups.consumer_group import ConsumerGroup
+from minibroker.groups.runtime import GroupConfigLookup
 from minibroker.groups.shard import GroupCoordinatorShard
 from minibroker.purgatory import DelayedOperation, Purgatory
 from minibroker.protocol.errors import ErrorCode
@@ -86,25 +87,28 @@ class GroupCoordinator:
         clock: Callable[[], float] = trio.current_time,
         purgatory: Purgatory | None = None,
         topics: TopicsImage | None = None,
+        group_configs: GroupConfigLookup | None = None,
     ) -> None:
         self.wall_clock_ms = wall_clock_ms
         self.clock = clock
         self.purgatory = purgatory if purgatory is not None else Purgatory("Group")
         self.shard = GroupCoordinatorShard(config or GroupConfig(),
                                            store if store is not None else OffsetsStore(), wall_clock_ms(),
-                                           topics)
+                                           topics, group_configs)
         self._sleep_target = math.inf  # when the timer task will next wake by itself
         self._on_change: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int],
              clock: Callable[[], float] = trio.current_time, *,
-             append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None) -> GroupCoordinator:
+             append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None,
+             group_configs: GroupConfigLookup | None = None) -> GroupCoordinator:
         """The coordinator of the groups in `logs`' `__consumer_offsets`; `append_transactional`:
-        how TxnOffsetCommit's batches are appended (minibroker.storage.offsets_store.OffsetsStore)."""
+        how TxnOffsetCommit's batches are appended (minibroker.storage.offsets_store.OffsetsStore);
+        `group_configs`: each group's own configs (Kafka 4's GROUP resource, minibroker.group_configs)."""
         store = OffsetsStore.open(logs, wall_clock_ms(), append_transactional=append_transactional)
         return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms, clock=clock,
-                   purgatory=Purgatory("Group"), topics=logs)
+                   purgatory=Purgatory("Group"), topics=logs, group_configs=group_configs)
 
     @property
     def config(self) -> GroupConfig:

@@ -102,7 +102,13 @@ class OffsetMetadataManager:
                 # Kafka's validateTransactionalOffsetCommit: only a simple committer may create it.
                 return {tp: ErrorCode.illegal_generation for tp in offsets}
             group = self.shard.create_classic_group(group_id, now_ms)
-        error = group.validate_offset_commit(generation_id, member_id, group_instance_id)
+        if not member_id and generation_id < 0:
+            # A request without member id and generation (TxnOffsetCommit before v3, KIP-447's
+            # fields absent: aiokafka's send_offsets_to_transaction) is taken whatever the group's
+            # members, as Kafka's validateTransactionalOffsetCommit takes it from old clients.
+            error = ErrorCode.none
+        else:
+            error = group.validate_offset_commit(generation_id, member_id, group_instance_id)
         if error == ErrorCode.rebalance_in_progress:
             error = ErrorCode.none  # Kafka's transactional commit is taken while the group syncs
         if error:

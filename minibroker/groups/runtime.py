@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from minibroker.groups.consumer_group import ConsumerGroup
     from minibroker.storage.offsets_store import OffsetsStore
 
-__all__ = ["ShardRuntime"]
+__all__ = ["GroupConfigLookup", "ShardRuntime"]
+
+
+class GroupConfigLookup(Protocol):
+    """A group's own value of a group config (Kafka 4's GROUP resource, minibroker.group_configs)."""
+
+    def value(self, group_id: str, name: str) -> int: ...
 
 
 class ShardRuntime(Protocol):
@@ -24,6 +30,7 @@ class ShardRuntime(Protocol):
     store: OffsetsStore
     topics: TopicsImage
     groups: dict[str, ClassicGroup | ConsumerGroup]
+    group_configs: GroupConfigLookup | None
 
     def schedule(self, group_id: str, deadline: float) -> float:
         """Make sure the group's timers are looked at by `deadline`; returns the deadline."""

@@ -34,6 +34,7 @@ from minibroker.groups.classic_manager import ClassicGroupManager
 from minibroker.groups.consumer_group import ConsumerGroup
 from minibroker.groups.consumer_manager import ConsumerGroupManager
 from minibroker.groups.offsets import OffsetMetadataManager
+from minibroker.groups.runtime import GroupConfigLookup
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.errors import storage_error_message
 from minibroker.storage.offsets_store import TOPIC, OffsetsStore
@@ -43,9 +44,12 @@ log = logging.getLogger(__name__)
 
 class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig, store: OffsetsStore, now_ms: int,
-                 topics: TopicsImage | None = None) -> None:
+                 topics: TopicsImage | None = None, group_configs: GroupConfigLookup | None = None) -> None:
         self.config = config
         self.store = store
+        # Per-group overrides of the group.consumer.* settings (minibroker.group_configs); None: the
+        # GroupConfig's values for every group.
+        self.group_configs = group_configs
         self.topics: TopicsImage = topics if topics is not None else NoTopics()
         # Every group, whatever its type.
         self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}

@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 # Authorized-operations bit sets (AclOperation codes). No ACLs here: everything is allowed.
 NO_AUTHORIZED_OPERATIONS = -2147483648
 TOPIC_ALL_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+# Kafka's AclEntry.supportedOperations(CLUSTER): CREATE, ALTER, DESCRIBE, CLUSTER_ACTION,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE (WRITE is not an operation on the cluster).
+CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 # KIP-599: a topic refused by a strict controller-mutation quota (Kafka's Errors message).
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."

@@ -59,7 +59,7 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
                 {"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
                  "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
                  "subscribed_topic_names": m.subscribed_topic_names,
-                 "subscribed_topic_regex": m.subscribed_topic_regex,
+                 "subscribed_topic_regex": m.subscribed_topic_regex or "",  # Kafka: "" without one
                  "assignment": _assignment(logs, m.assignment),
                  "target_assignment": _assignment(logs, m.target_assignment),
                  "member_type": CONSUMER_MEMBER}

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
 
-def _result(name, code, message=None, info=None, replication_factor=-1, configs=None) -> dict:
+def _result(name, code, message=None, info=None, replication_factor=-1, configs=()) -> dict:
     return {
         "name": name,
         "topic_id": info.topic_id if info is not None else None,
@@ -131,9 +131,14 @@ async def create_topics(ctx: RequestContext, request: Any) -> Reply:
     in_use = [partitions_in_use(ctx.logs)]
     quota = ctx.quotas.mutation_quota(ctx, STRICT_SINCE)
     results = []
+    answered: set[str] = set()
     for topic in request.topics:
         if counts[topic.name] > 1:
-            results.append(_result(topic.name, ErrorCode.invalid_request, "Create topics request from client contains a duplicate topic"))
+            # One answer per name, as Kafka's (its response is keyed by topic name).
+            if topic.name not in answered:
+                answered.add(topic.name)
+                results.append(_result(topic.name, ErrorCode.invalid_request,
+                                       "Create topics request from client contains a duplicate topic"))
         else:
             results.append(_create_one(ctx, topic, request.validate_only, in_use, quota))
     return Reply({"topics": results}, ctx.quotas.mutation_throttle_ms(ctx, quota))

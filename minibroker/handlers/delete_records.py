@@ -35,7 +35,8 @@ def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tup
         return ErrorCode.unknown_topic_or_partition, -1
     if is_internal(topic):
         return ErrorCode.invalid_topic_exception, -1
-    if "delete" not in plog.config.cleanup_policy.split(","):
+    policies = [p for p in plog.config.cleanup_policy.split(",") if p]
+    if policies and "delete" not in policies:  # an empty policy (KIP-1161) deletes as "delete" does
         return ErrorCode.policy_violation, -1
     target = plog.log_end_offset if offset == HIGH_WATERMARK else offset
     if target < 0:

@@ -40,7 +40,9 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
         info = ctx.logs.resolve(name, topic_id)
         if info is None:
             code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
-            results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": None})
+            # Kafka's controller names an unknown id ("UnknownTopicIdException"), not an unknown name.
+            message = None if name is not None else f"Topic id {topic_id} not found."
+            results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": message})
             continue
         if broker_owned(info.name):
             results.append({"name": info.name, "topic_id": info.topic_id, "error_code": ErrorCode.invalid_topic_exception,

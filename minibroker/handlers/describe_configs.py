@@ -1,5 +1,5 @@
-"""DescribeConfigs (key 32), v1-v4: topic (resource type 2) and broker (4) configs, as Kafka's
-ConfigHelper answers them.
+"""DescribeConfigs (key 32), v1-v4: topic (resource type 2), broker (4) and group (32,
+minibroker.group_configs) configs, as Kafka's ConfigHelper answers them.
 
 Every value carries its source and, when asked (include_synonyms), its synonyms in precedence order:
 a topic's own override (DYNAMIC_TOPIC_CONFIG), then its broker key's values from this broker's
@@ -37,7 +37,7 @@ from minibroker.storage.config import (
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 CONFIG_TYPE_UNKNOWN = 0
 _INT_BROKER_KEYS = {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours"}
 
@@ -149,6 +149,11 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
                 result.update(error_code=ErrorCode.invalid_request, error_message=error)
             else:
                 result["configs"] = broker_config_entries(ctx, name != "", include_synonyms)
+        elif resource.resource_type == GROUP:
+            if not name:
+                result.update(error_code=ErrorCode.invalid_request, error_message="Group name must not be empty.")
+            else:
+                result["configs"] = ctx.group_configs.describe(name, include_synonyms)
         else:
             result.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type: {resource.resource_type}")
         if keys and result["configs"]:

@@ -18,7 +18,8 @@ from minibroker.protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
-GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
+# READ, DELETE, DESCRIBE, and since Kafka 4's group configs (KIP-848) DESCRIBE_CONFIGS, ALTER_CONFIGS.
+GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
 
 
 def _dead(group_id: str, error: ErrorCode = ErrorCode.none, message: str | None = None) -> dict:

@@ -96,7 +96,8 @@ class _FetchPlan:
                 topics.append(by_topic[key])
             if log is None:
                 code = ErrorCode.unknown_topic_or_partition if name is not None or info is not None else ErrorCode.unknown_topic_id
-                by_topic[key]["partitions"].append(_partition(part, code))
+                # Kafka's FetchResponse.partitionResponse: an empty (not null) aborted list.
+                by_topic[key]["partitions"].append(_partition(part, code, aborted=[]))
                 continue
             aborted = None
             try:
@@ -106,9 +107,9 @@ class _FetchPlan:
                 if self.read_committed:
                     aborted = _aborted_transactions(log, offset, data)
             except OffsetOutOfRangeError:
-                by_topic[key]["partitions"].append(
-                    _partition(part, ErrorCode.offset_out_of_range, log.log_end_offset, log.log_start_offset)
-                )
+                # Kafka's ReplicaManager answers a read error with no offsets at all (-1), the client
+                # asks ListOffsets for them (its auto.offset.reset).
+                by_topic[key]["partitions"].append(_partition(part, ErrorCode.offset_out_of_range))
                 continue
             except OSError as exc:
                 code, _ = error_answer(self.storage_errors, exc, f"{info.name}-{part}")
@@ -143,7 +144,7 @@ def _partition(index: int, code: int, high_watermark: int = -1, log_start: int =
         "high_watermark": high_watermark,
         "last_stable_offset": high_watermark if last_stable_offset is None else last_stable_offset,
         "log_start_offset": log_start,
-        "aborted_transactions": aborted,  # null for READ_UNCOMMITTED and errors, as Kafka sends it
+        "aborted_transactions": aborted,  # null for READ_UNCOMMITTED and read errors, as Kafka sends it
         "preferred_read_replica": -1,
         "records": records,
     }

@@ -34,5 +34,9 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Reply:
 
     keys = getattr(request, "coordinator_keys", None)
     if keys is None:
-        return Reply(answer(request.key))
+        single = answer(request.key)
+        if single["error_code"] == ErrorCode.none and ctx.version >= 1:
+            # Kafka answers v1-v3 with Errors.NONE's message, "NONE" (its FindCoordinatorResponse).
+            single = {**single, "error_message": "NONE"}
+        return Reply(single)
     return Reply({"coordinators": [{"key": key, **answer(key)} for key in keys]})

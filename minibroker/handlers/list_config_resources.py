@@ -29,7 +29,9 @@ def _resources(ctx: RequestContext, resource_type: int) -> list[str]:
         return [str(node) for node in ctx.cluster.broker_ids()]
     if resource_type == TOPIC:
         return [info.name for info in ctx.logs.topics()]
-    return []  # GROUP, CLIENT_METRICS: no such configs here
+    if resource_type == GROUP:  # the groups that have configs of their own (minibroker.group_configs)
+        return sorted(ctx.group_configs.overrides)
+    return []  # CLIENT_METRICS: no such configs here
 
 
 @handler(74, 0, 1)

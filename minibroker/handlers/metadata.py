@@ -165,21 +165,23 @@ def _by_name(ctx: RequestContext, name: str | None, creation: _AutoCreation, inc
     info = ctx.logs.topic(name)
     if info is None:
         if not creation.allowed:
-            return _error_topic(name, None, ErrorCode.unknown_topic_or_partition)
+            # Kafka's KafkaApis: an illegal name is INVALID_TOPIC_EXCEPTION, a legal one unknown.
+            return _error_topic(name, None, _refused_code(name), include_ops=include_ops)
         info, code = creation.create(name)
         if info is None:
-            return _error_topic(name, None, code)
+            return _error_topic(name, None, code, include_ops=include_ops)
     return topic_metadata(ctx, info, include_ops)
 
 
-def _error_topic(name, topic_id, code, version: int = 12) -> dict:
+def _error_topic(name, topic_id, code, version: int = 12, include_ops: bool = False) -> dict:
+    # Kafka answers a named topic's authorized operations whether or not the topic exists.
     return {
         "error_code": code,
         "name": "" if name is None and version < 12 else name,
         "topic_id": topic_id,
         "is_internal": False,
         "partitions": (),
-        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": TOPIC_ALL_OPERATIONS if include_ops and name else NO_AUTHORIZED_OPERATIONS,
     }
 
 

@@ -40,9 +40,8 @@ def fetch_group(ctx: RequestContext, group_id: str, topics, by_id: bool, member_
     error = ErrorCode.invalid_group_id if not group_id else ErrorCode.none
     if not error and (member_error := groups.validate_offset_fetch(group_id, member_id, member_epoch)):
         return member_error, []
-    if require_stable and not error and topics is None and groups.has_pending_offsets(group_id):
-        # Kafka answers the whole group UNSTABLE_OFFSET_COMMIT when any of its offsets is pending.
-        return ErrorCode.unstable_offset_commit, []
+    # require_stable for all of a group's offsets: Kafka 4's group coordinator answers the committed
+    # ones (pending transactional offsets are not among them), with no error.
     if topics is None:
         by_topic: dict[str, list] = {}
         for (topic, partition), om in groups.fetch_offsets(group_id, None):

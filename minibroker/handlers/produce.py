@@ -45,7 +45,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from minibroker.handlers import ByteRate, Reply, handler
 from minibroker.handlers.common import broker_owned, error_answer
 from minibroker.protocol.errors import ErrorCode
-from minibroker.protocol.records import BatchHeader, InvalidRecordError, check_produce_records
+from minibroker.protocol.records import (
+    MAX_COMPRESSION_RATIO,
+    BatchHeader,
+    InvalidRecordError,
+    MissingKeyError,
+    check_produce_records,
+    keyless_records,
+    record_timestamps,
+)
+from minibroker.storage.config import LONG_MAX
 from minibroker.storage.producer_state import SEQUENCE_SPACE
 
 if TYPE_CHECKING:
@@ -53,19 +62,48 @@ if TYPE_CHECKING:
     from minibroker.storage.manager import TopicInfo
 
 HELD_PER_CONNECTION = 256
+MAX_DECOMPRESSED = 1 << 27  # reading timestamps of a batch already checked against its own bound
 
 
 def _partition_result(index: int, code: int, message: str | None = None, base_offset: int = -1,
-                      log_append_time: int = -1, log_start_offset: int = -1) -> dict[str, Any]:
+                      log_append_time: int = -1, log_start_offset: int = -1,
+                      record_errors: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
     return {
         "index": index,
         "error_code": code,
         "base_offset": base_offset,
         "log_append_time": log_append_time,
         "log_start_offset": log_start_offset,
-        "record_errors": (),
+        "record_errors": record_errors,
         "error_message": message,
     }
+
+
+def _rejected_records(index: int, code: int, log_start_offset: int, errors: list[tuple[int, str]]) -> PartitionOutcome:
+    """A batch refused whole for some of its records (Kafka's RecordValidationException, KIP-467):
+    each named in record_errors, so that a client fails those records and retries nothing in vain;
+    the answer carries the log start offset, as Kafka's does."""
+    record_errors = tuple({"batch_index": i, "batch_index_error_message": message} for i, message in errors)
+    return PartitionOutcome(_partition_result(index, code, errors[0][1], log_start_offset=log_start_offset,
+                                              record_errors=record_errors))
+
+
+def _timestamp_errors(records: bytes | memoryview, header: BatchHeader, config: Any, now_ms: int,
+                      ) -> list[tuple[int, str]]:
+    """The records of a CreateTime batch whose timestamps are outside [now - message.timestamp.before.max.ms,
+    now + message.timestamp.after.max.ms] (Kafka's LogValidator.validateTimestamp), with Kafka's message."""
+    if config.log_append_time:
+        return []
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    if header.max_timestamp <= now_ms + after and before >= LONG_MAX:
+        return []  # the fast path: the batch's newest timestamp is in range and nothing is too old
+    low, high = now_ms - before, now_ms + after
+    errors = []
+    for i, (_, timestamp) in enumerate(record_timestamps(bytes(records), max_decompressed=MAX_DECOMPRESSED)):
+        if not low <= timestamp <= high:
+            errors.append((i, f"Timestamp {timestamp} of message with offset {i} is out of range. "
+                              f"The timestamp should be within [{low}, {high}]"))
+    return errors
 
 
 class PartitionOutcome(NamedTuple):
@@ -126,8 +164,17 @@ def append_partition(ctx: RequestContext, topic: TopicInfo | None, partition_ind
             produce_version=version,
             origin=origin,
         )
+    except MissingKeyError:
+        header = check_produce_records(records, max_message_bytes=config.max_message_bytes, produce_version=version,
+                                       origin=origin)
+        message = f"Compacted topic cannot accept message without key in topic partition {topic.name}-{partition_index}"
+        keyless = keyless_records(records, header, config.max_message_bytes * MAX_COMPRESSION_RATIO)
+        return _rejected_records(partition_index, ErrorCode.invalid_record, log.log_start_offset,
+                                 [(i, message) for i in keyless])
     except InvalidRecordError as exc:
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
+    if errors := _timestamp_errors(records, header, config, now_ms):
+        return _rejected_records(partition_index, ErrorCode.invalid_timestamp, log.log_start_offset, errors)
     pid_new = None
     if header.has_producer_id:
         producer_id = header.producer_id

@@ -55,11 +55,13 @@ __all__ = [
     "CorruptRecordError",
     "InvalidRecordError",
     "MAX_COMPRESSION_RATIO",
+    "MissingKeyError",
     "RecordsTooLargeError",
     "UnsupportedCompressionError",
     "check_batch",
     "check_produce_records",
     "check_records",
+    "keyless_records",
 ]
 
 
@@ -67,6 +69,11 @@ class InvalidRecordError(ApiError, ValueError):
     """The records are malformed in a way Kafka answers with INVALID_RECORD."""
 
     error_code = ErrorCode.invalid_record
+
+
+class MissingKeyError(InvalidRecordError):
+    """A keyless record for a compacted topic (Kafka's validateKey): the produce path names every
+    keyless record of the batch in the response's record_errors (KIP-467, `keyless_records`)."""
 
 
 class CorruptRecordError(InvalidRecordError):
@@ -446,7 +453,7 @@ def _walk_records(buf: bytes, pos: int, end: int, count: int, require_keys: bool
                 b, pos = _varint(buf, pos - 1, 5)
             if b & 1:
                 if require_keys:
-                    raise InvalidRecordError(f"record {i} has no key, which a compacted topic requires")
+                    raise MissingKeyError(f"record {i} has no key, which a compacted topic requires")
             else:
                 pos += b >> 1
             # value
@@ -512,3 +519,28 @@ def _skip_headers(buf: bytes, pos: int, record_end: int, i: int) -> int:
     return pos
 
 
+
+
+def keyless_records(buf: bytes | bytearray | memoryview, header: BatchHeader, max_uncompressed: int) -> list[int]:
+    """The indexes of the keyless records of one batch that `check_records` has accepted without
+    requiring keys (only the error path of a compacted topic's produce reads them)."""
+    codec = header.attributes & ATTR_COMPRESSION_MASK
+    start, end = header.position + HEADER_SIZE, header.position + header.size
+    records = bytes(buf[start:end]) if codec == 0 else bytes(decompress(codec, memoryview(buf)[start:end], max_uncompressed))
+    keyless = []
+    pos = 0
+    for i in range(header.records_count):
+        length, pos = _signed_varint(records, pos)
+        record_end = pos + length
+        _, at = _signed_varint(records, pos + 1)  # timestamp delta, after the attributes
+        _, at = _signed_varint(records, at)  # offset delta
+        key_length, _ = _signed_varint(records, at)
+        if key_length < 0:
+            keyless.append(i)
+        pos = record_end
+    return keyless
+
+
+def _signed_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    raw, pos = _varint(buf, pos, 10)
+    return (raw >> 1) ^ -(raw & 1), pos

@@ -99,13 +99,16 @@ def test_resource_errors(admin, broker, unique):
                           (TOPIC, "a/b", [("retention.ms", SET, "1")]),
                           (TOPIC, topic, [("retention.ms", SET, "1")]),
                           (TOPIC, topic, [("retention.ms", SET, "2")]),
-                          (32, "group", [("consumer.session.timeout.ms", SET, "1")]))
+                          (32, "group", [("consumer.session.timeout.ms", SET, "1")]),
+                          (99, "thing", [("a", SET, "1")]))
     assert answers[0] == (3, f"The topic '{missing}' does not exist.")
     assert answers[1][0] == 40  # the bad value is found before the missing topic
     assert answers[2] == (42, "Default topic resources are not allowed.")
     assert answers[3][0] == 17
     assert answers[4] == answers[5] == (42, "Each resource must appear at most once.")
-    assert answers[6] == (42, "Unknown resource type 32")
+    # GROUP (32, Kafka 4's group configs): a value below the broker's minimum session is refused.
+    assert answers[6][0] == 40 and "consumer.session.timeout.ms" in answers[6][1]
+    assert answers[7] == (42, "Unknown resource type 99")
     assert broker.broker.logs.topic(topic).overrides == {}
 
 
@@ -367,3 +370,29 @@ def test_kafka_python_alters_and_describes_configs(broker, unique):
         assert broker.broker.config.log_config.retention_bytes == 1073741824
     finally:
         admin.close()
+
+
+def test_group_configs_are_described_set_and_govern_the_consumer_group(admin, broker, unique):
+    """The GROUP resource (KIP-848's group configs): a group's consumer.heartbeat.interval.ms is what
+    its members are told in ConsumerGroupHeartbeat; DescribeConfigs shows it as GROUP_CONFIG (8)
+    with the broker setting as its synonym; deleting it returns to the broker's value."""
+    group, topic = unique("g"), unique("t")
+    create(admin, topic)
+    assert incremental(admin, (32, group, [("consumer.heartbeat.interval.ms", SET, "3000")])) == [(0, None)]
+    described = admin.call(32, {"resources": [{"resource_type": 32, "resource_name": group,
+                                               "configuration_keys": ["consumer.heartbeat.interval.ms"]}],
+                                "include_synonyms": True, "include_documentation": False}, version=4)
+    (entry,) = described.results[0].configs
+    assert (entry.value, entry.config_source) == ("3000", 8)
+    assert [(s.name, s.source) for s in entry.synonyms] == [
+        ("consumer.heartbeat.interval.ms", 8), ("group.consumer.heartbeat.interval.ms", 5)]
+
+    def heartbeat(member_id):
+        return admin.call(68, {"group_id": group, "member_id": member_id, "member_epoch": 0, "instance_id": None,
+                               "rack_id": None, "rebalance_timeout": 10000, "subscribed_topic_names": [topic],
+                               "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": []},
+                          version=1)
+
+    assert heartbeat("member-a").heartbeat_interval.total_seconds() == 3.0
+    assert incremental(admin, (32, group, [("consumer.heartbeat.interval.ms", 1, None)])) == [(0, None)]
+    assert heartbeat("member-b").heartbeat_interval.total_seconds() == 1.0  # the broker's setting

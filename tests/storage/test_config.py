@@ -127,7 +127,6 @@ def test_topic_overrides():
         ("segment.bytes", "100", "at least 1048576"),
         ("segment.ms", "0", "at least 1"),
         ("cleanup.policy", "shred", "not one of"),
-        ("cleanup.policy", "", "empty"),
         ("compression.type", "brotli", "not one of"),
         ("compression.gzip.level", "0", "gzip level"),
         ("min.insync.replicas", "0", "at least 1"),
@@ -220,3 +219,9 @@ def test_collision_rule():
     assert has_collision("a.b", "a_b")
     assert has_collision("a.b_c", "a_b.c")
     assert not has_collision("a.b", "a-b")
+
+
+def test_an_empty_cleanup_policy_is_valid():
+    # Kafka 4.2+ (KIP-1161): an empty cleanup.policy is neither compact nor delete by retention.
+    config = LogConfig().with_topic_overrides({"cleanup.policy": ""})
+    assert config.cleanup_policy == ""
