@@ -82,3 +82,49 @@ def test_a_frame_over_socket_request_max_bytes_is_refused_from_its_prefix(tmp_pa
             client.send_raw(struct.pack(">i", limit + 1))  # the prefix alone
             assert client.is_closed_by_peer()
         assert broker.broker.metrics.closed_for_protocol_errors == 1
+
+
+def _request_with_batch_of(version: int, batch_size: int, topic: str, topic_id) -> tuple[bytes, bytes]:
+    """A Produce request whose one batch is exactly `batch_size` bytes."""
+    request, batch = produce_request(version, batch_size + 200, topic, topic_id)
+    request, batch = produce_request(version, len(request) + batch_size - len(batch), topic, topic_id)
+    assert len(batch) == batch_size
+    return request, batch
+
+
+@pytest.mark.parametrize("version", [FIRST_VERSION, 9, LAST_VERSION])
+def test_max_message_bytes_and_log_append_time_on_batches_received_in_place(tmp_path, version):
+    """A topic's max.message.bytes takes a batch of exactly that size and refuses one byte more
+    (MESSAGE_TOO_LARGE), a LogAppendTime topic stamps the batch (its timestamp type, max timestamp
+    and CRC rewritten, the records as sent): on batches far past BODY_BUFFER_MIN, in frames received
+    in place."""
+    from minibroker.protocol.records import ATTR_TIMESTAMP_TYPE, check_batch
+    from minibroker.testing import running_broker
+
+    limit = 3 * BODY_BUFFER_MIN
+    with running_broker(tmp_path / "data") as broker:
+        frames = ProduceFrames().watch(broker)
+        logs = broker.broker.logs
+        now = broker.broker.clock.now_ms
+        bounded = broker.in_broker(lambda: logs.create_topic("bounded", 1, {"max.message.bytes": str(limit)}, now()))
+        stamped = broker.in_broker(lambda: logs.create_topic(
+            "stamped", 1, {"message.timestamp.type": "LogAppendTime"}, now()))
+        with WireClient(broker.bootstrap) as client:
+            def produce(request: bytes):
+                client.send_raw(struct.pack(">i", len(request)) + request)
+                _, response = decode_response(0, version, client.recv_frame())
+                return response.responses[0].partition_responses[0]
+
+            assert produce(_request_with_batch_of(version, limit, "bounded", bounded.topic_id)[0]).error_code == 0
+            too_large = produce(_request_with_batch_of(version, limit + 1, "bounded", bounded.topic_id)[0])
+            assert too_large.error_code == 10  # MESSAGE_TOO_LARGE
+            request, batch = _request_with_batch_of(version, 2 * BODY_BUFFER_MIN, "stamped", stamped.topic_id)
+            answer = produce(request)
+            assert answer.error_code == 0
+        stored = broker.in_broker(lambda: logs.log("stamped", 0).read(0, 1 << 30))
+    assert {f.kind for f in frames.frames} == {"bytearray"}
+    header = check_batch(stored)  # the CRC holds over the rewritten header
+    assert header.attributes & ATTR_TIMESTAMP_TYPE and header.max_timestamp > 0
+    if version >= 5:  # log_append_time is in the response from v2; kio reads it as a datetime
+        assert answer.log_append_time is not None
+    assert stored[61:] == batch[61:]  # the records as sent

@@ -234,3 +234,24 @@ def test_frames_through_the_framing_layer_at_every_threshold_decode_as_kio_decod
                                  + (((0, batch),),),)
         decoder.recycle(frame)
         del frame
+
+
+@pytest.mark.parametrize("kind", BUFFER_TYPES)
+def test_records_are_validated_where_they_lie_whatever_the_frame_is_a_view_of(kind):
+    """The records' `origin` (where validation walks them, uncopied) is the frame they lie in and their
+    position there, also when the frame is a view into a larger buffer (a position counted from the
+    view's start is not one in the buffer it views)."""
+    from minibroker.protocol.records import check_produce_records
+
+    request, batch = produce_request(9, 300, "t")
+    for before in (b"", b"\x00" * 7, bytes(range(256)) * 3):
+        whole = kind(before + request + b"\xff" * 5)
+        frame = memoryview(whole)[len(before):len(before) + len(request)] if before else whole
+        schema = api_schema(0, 9)
+        decoded, _ = decode_request(schema, frame, parse_header(frame, schema.flexible).size)
+        (partition,) = decoded.topic_data[0].partition_data
+        assert bytes(partition.records) == batch
+        source, at = partition.origin
+        assert bytes(source[at:at + len(batch)]) == batch
+        header = check_produce_records(partition.records, origin=partition.origin)
+        assert header.records_count == 1 and header.size == len(batch)
