@@ -185,6 +185,11 @@ def _decoder(version: int) -> Callable[[bytes, int], tuple[ProduceRequest, int]]
     null_marker, null_size = (0, 1) if flexible else (0xFF, 2)  # a null string: compact 0, or int16 -1
 
     def decode(frame: bytes, offset: int) -> tuple[ProduceRequest, int]:
+        if type(frame) is memoryview:
+            # The records' `origin` is the object they are views of (`.obj`) and their position in
+            # it: a view into a larger buffer would put that position off by the view's start.
+            # (The framing layer hands over bytes or a bytearray; a view is copied once.)
+            frame = bytes(frame)
         view = memoryview(frame)
         size = len(frame)
         # Fast paths inline (a null transactional id, one-byte counts, empty tagged sections): this

@@ -5,13 +5,23 @@
 // Usage: java -cp 'LIBS/*:CLASSES' MiniClient COMMAND ARGS... [-- COMMAND ARGS...]...
 // Several commands may run in one JVM, separated by "--" (JVM start-up is the slow part).
 //
-//   create-topic BOOTSTRAP TOPIC PARTITIONS
+//   create-topic BOOTSTRAP TOPIC PARTITIONS [KEY=VALUE[;KEY=VALUE...]]   topic configs, e.g. max.message.bytes
 //   create-topics-once BOOTSTRAP PREFIX COUNT PARTITIONS   one createTopics of PREFIX-0..COUNT-1 with
 //                                                  retryOnQuotaViolation(false); one outcome line per
 //                                                  topic, with a ThrottlingQuotaExceededException's
 //                                                  throttleTimeMs
 //   produce BOOTSTRAP TOPIC COUNT [COMPRESSION]   idempotent, acks=all, record i -> partition i % n
 //   consume BOOTSTRAP TOPIC PARTITIONS COUNT      assign() + seekToBeginning()
+//   produce-payloads BOOTSTRAP TOPIC SIZES [KEY=VALUE...]   record i (SIZES: SIZE[*COUNT],... in bytes) is
+//                                                  payload(TOPIC/i, its size) with key "key-<i>" to partition
+//                                                  i % n; the producer's settings are producerProps' (idempotent,
+//                                                  acks=all) overridden by KEY=VALUE (max.request.size,
+//                                                  compression.type, linger.ms ...); one produced or failed
+//                                                  line per record
+//   consume-payloads BOOTSTRAP TOPIC PARTITIONS SIZES [KEY=VALUE...]   assign() + seekToBeginning() until
+//                                                  every record of SIZES is read; each is compared byte for
+//                                                  byte with the payload it must be: one checked line per
+//                                                  record (index, partition, offset, size, match, sha256)
 //   consume-isolated BOOTSTRAP TOPIC ISOLATION    partition 0 from the beginning up to endOffsets()
 //                                                 (the LSO for read_committed); ISOLATION is
 //                                                 read_committed or read_uncommitted
@@ -70,6 +80,9 @@
 //   consume-transform-produce BOOTSTRAP IN OUT GROUP TXN_ID COUNT   the exactly-once loop
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
+// payload(LABEL, SIZE) (tests/support/payloads.py computes the same bytes): the SHA-256 digests of the
+//   UTF-8 LABEL followed by the 8-byte big-endian block number 0, 1, 2 ..., each repeated 8 times (256
+//   bytes a block, so every codec has something to compress), cut to SIZE bytes.
 // Record i of `produce` is deterministic (tests/clients/test_interop_java.py computes the same bytes):
 //   key "key-<i>", value of length (i * 7919) % 301 with byte j = (i * 131 + j * 29 + (j >> 3)) & 0xff,
 //   headers ("trace", "<i>"), ("origin", the 4 big-endian bytes of (i * 2654435761) mod 2^32).
@@ -151,10 +164,13 @@ public final class MiniClient {
         long started = System.nanoTime();
         String[] a = c.toArray(new String[0]);
         switch (a[0]) {
-            case "create-topic" -> createTopic(a[1], a[2], Integer.parseInt(a[3]));
+            case "create-topic" -> createTopic(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "");
             case "create-topics-once" -> createTopicsOnce(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
             case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "none");
             case "consume" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
+            case "produce-payloads" -> producePayloads(a[1], a[2], a[3], Arrays.copyOfRange(a, 4, a.length));
+            case "consume-payloads" -> consumePayloads(a[1], a[2], Integer.parseInt(a[3]), a[4],
+                    Arrays.copyOfRange(a, 5, a.length));
             case "consume-isolated" -> consumeIsolated(a[1], a[2], a[3]);
             case "describe-producers" -> describeProducers(a[1], a[2], Integer.parseInt(a[3]));
             case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
@@ -210,9 +226,17 @@ public final class MiniClient {
         return Admin.create(p);
     }
 
-    static void createTopic(String bootstrap, String topic, int partitions) throws Exception {
+    static void createTopic(String bootstrap, String topic, int partitions, String configs) throws Exception {
+        NewTopic newTopic = new NewTopic(topic, partitions, (short) 1);
+        Map<String, String> topicConfigs = new HashMap<>();
+        for (String kv : configs.split(";")) {
+            if (kv.isEmpty()) continue;
+            String[] pair = kv.split("=", 2);
+            topicConfigs.put(pair[0], pair[1]);
+        }
+        if (!topicConfigs.isEmpty()) newTopic.configs(topicConfigs);
         try (Admin admin = admin(bootstrap)) {
-            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+            admin.createTopics(List.of(newTopic)).all().get();
             TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
             OUT.println("{\"type\":\"created\",\"topic\":" + str(d.name()) + ",\"partitions\":"
                     + d.partitions().size() + ",\"topic_id\":" + str(d.topicId().toString()) + "}");
@@ -746,6 +770,107 @@ public final class MiniClient {
                     OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"offset\":" + m.offset() + "}");
                 } catch (java.util.concurrent.ExecutionException e) {
                     OUT.println("{\"type\":\"failed\",\"index\":" + i + ",\"error\":" + str(e.getCause().toString()) + "}");
+                }
+            }
+        }
+    }
+
+    // --- Records of any size, checked byte for byte --------------------------------------------
+
+    /** The record sizes of a SIZES argument: SIZE[*COUNT],... in bytes, in record order. */
+    static int[] sizes(String spec) {
+        List<Integer> out = new ArrayList<>();
+        for (String part : spec.split(",")) {
+            String[] sc = part.split("\\*");
+            int count = sc.length > 1 ? Integer.parseInt(sc[1]) : 1;
+            for (int i = 0; i < count; i++) out.add(Integer.parseInt(sc[0]));
+        }
+        return out.stream().mapToInt(Integer::intValue).toArray();
+    }
+
+    /** payload(LABEL, SIZE), as described at the top of this file. */
+    static byte[] payload(String label, int size) throws Exception {
+        java.security.MessageDigest sha = java.security.MessageDigest.getInstance("SHA-256");
+        byte[] prefix = label.getBytes(StandardCharsets.UTF_8);
+        byte[] out = new byte[size];
+        java.nio.ByteBuffer block = java.nio.ByteBuffer.allocate(8);
+        for (long b = 0; b * 256 < size; b++) {
+            sha.update(prefix);
+            block.clear();
+            sha.update(block.putLong(b).array());
+            byte[] digest = sha.digest();
+            for (int r = 0; r < 8; r++) {
+                int at = (int) (b * 256 + r * 32);
+                if (at >= size) break;
+                System.arraycopy(digest, 0, out, at, Math.min(32, size - at));
+            }
+        }
+        return out;
+    }
+
+    static String sha256(byte[] data) throws Exception {
+        byte[] d = java.security.MessageDigest.getInstance("SHA-256").digest(data);
+        StringBuilder s = new StringBuilder(64);
+        for (byte x : d) s.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+        return s.toString();
+    }
+
+    static void override(Properties p, String[] settings) {
+        for (String kv : settings) {
+            String[] pair = kv.split("=", 2);
+            p.put(pair[0], pair[1]);
+        }
+    }
+
+    static void producePayloads(String bootstrap, String topic, String spec, String[] settings) throws Exception {
+        int[] sizes = sizes(spec);
+        Properties p = producerProps(bootstrap, "none", "5");
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, "mb-java-payloads");
+        override(p, settings);
+        List<Future<RecordMetadata>> sent = new ArrayList<>(sizes.length);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            int partitions = producer.partitionsFor(topic).size();
+            for (int i = 0; i < sizes.length; i++) {
+                sent.add(producer.send(new ProducerRecord<>(topic, i % partitions,
+                        ("key-" + i).getBytes(StandardCharsets.UTF_8), payload(topic + "/" + i, sizes[i]))));
+            }
+            producer.flush();
+            for (int i = 0; i < sizes.length; i++) {
+                try {
+                    RecordMetadata m = sent.get(i).get();
+                    OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"partition\":" + m.partition()
+                            + ",\"offset\":" + m.offset() + "}");
+                } catch (java.util.concurrent.ExecutionException e) {
+                    OUT.println("{\"type\":\"failed\",\"index\":" + i + ",\"error\":" + str(e.getCause().toString()) + "}");
+                }
+            }
+        }
+    }
+
+    static void consumePayloads(String bootstrap, String topic, int partitions, String spec, String[] settings)
+            throws Exception {
+        int[] sizes = sizes(spec);
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) tps.add(new TopicPartition(topic, p));
+        Properties props = consumerProps(bootstrap, "mb-java-payloads");
+        override(props, settings);
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            int got = 0;
+            long deadline = System.nanoTime() + TIMEOUT.toNanos();
+            while (got < sizes.length && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                    got++;
+                    String key = r.key() == null ? "" : new String(r.key(), StandardCharsets.UTF_8);
+                    int index = key.startsWith("key-") ? Integer.parseInt(key.substring(4)) : -1;
+                    boolean match = index >= 0 && index < sizes.length && r.partition() == index % partitions
+                            && Arrays.equals(r.value(), payload(topic + "/" + index, sizes[index]));
+                    OUT.println("{\"type\":\"checked\",\"topic\":" + str(r.topic()) + ",\"index\":" + index
+                            + ",\"partition\":" + r.partition()
+                            + ",\"offset\":" + r.offset() + ",\"size\":" + (r.value() == null ? -1 : r.value().length)
+                            + ",\"match\":" + match + ",\"sha256\":" + str(r.value() == null ? "" : sha256(r.value()))
+                            + "}");
                 }
             }
         }

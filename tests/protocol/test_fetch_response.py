@@ -95,3 +95,46 @@ def test_send_frame_delivers_every_byte_through_partial_sends():
         assert bytes(received) == expected
 
     trio.run(main)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_records_of_every_buffer_type_and_length_prefix_width_splice_as_kio_encodes(version):
+    """The records a partition carries may be bytes (a read of the log), a bytearray or a memoryview;
+    their length prefix (a compact varint of length + 1 from v12) takes 3 bytes from SPLICE_MIN_BYTES
+    and 4 from 2 MiB - 1: each is spliced as itself, its prefix as kio writes it."""
+    sizes = [SPLICE_MIN_BYTES - 1, SPLICE_MIN_BYTES, (1 << 21) - 2, (1 << 21) - 1]
+    kinds = [bytes, bytearray, lambda data: memoryview(b"<" + data + b">")[1:-1]]
+    records = [kind(bytes([i]) * size) for i, (size, kind) in enumerate((s, k) for s in sizes for k in kinds)]
+    response = body([[partition(i, r) for i, r in enumerate(records)]])
+    frame = encode_fetch_response(api_schema(1, version), 3, response)
+    plain = body([[partition(i, bytes(r)) for i, r in enumerate(records)]])
+    assert bytes(frame) == kio_encoding(version, plain, 3)
+    spliced = [part for part in frame if any(part is r for r in records)]
+    assert [id(part) for part in spliced] == [id(r) for r in records if len(r) >= SPLICE_MIN_BYTES]
+
+
+def test_send_frame_sends_more_buffers_than_one_sendmsg_takes():
+    """A response with more record buffers than MAX_IOV goes out in several vectored sends, whole and
+    in order."""
+    from minibroker.server import MAX_IOV
+
+    count = MAX_IOV + 30  # each spliced partition is two buffers or more: well over MAX_IOV
+    records = [bytes([i % 256]) * SPLICE_MIN_BYTES for i in range(count)]
+    frame = encode_fetch_response(api_schema(1, 12), 6, body([[partition(i, r) for i, r in enumerate(records)]]))
+    assert isinstance(frame, FrameParts) and len(frame.parts) > MAX_IOV
+    expected = bytes(frame)
+
+    async def main():
+        a, b = trio.socket.socketpair()
+        received = bytearray()
+        async with trio.SocketStream(a) as sender, trio.SocketStream(b) as receiver:
+            async def receive():
+                while len(received) < len(expected):
+                    received.extend(await receiver.receive_some(1 << 16))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receive)
+                await send_frame(sender, frame)
+        assert bytes(received) == expected
+
+    trio.run(main)

@@ -8,7 +8,13 @@ name created first, with the same ids), each must be answered on its connection 
 decodes with the response schema of its API version, nothing left over, under its correlation id;
 a closed connection fails the test. Errors in the answers are fine: the group members, producer ids
 and offsets of the capture are not those of the replay. This is what catches a request shape the
-broker's parser refuses (issue 19: librdkafka's Metadata v13 with bytes after its body).
+broker's parser refuses (librdkafka's Metadata v13 with bytes after its body).
+
+Each corpus is replayed twice: with the connection loop's reads and framing as they are (these small
+frames come in one read, as bytes), and with its thresholds scaled down to the corpus's sizes (reads
+of 5 bytes, bodies of 24 bytes and more received in place into a bytearray that starts 16 bytes ahead
+and grows, frames of up to 300 bytes recycled for the next), so that every decoder meets every frame
+through the other path too, at sizes on both sides of each threshold.
 
 The corpus must be of the client versions the suite pins; after a pin changes, the first test says
 to re-capture.
@@ -16,12 +22,15 @@ to re-capture.
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 import uuid
 
 import pytest
 
+import minibroker.protocol.framing as framing
+import minibroker.server as server
 from minibroker.testing import running_broker
 from minibroker.protocol.messages import API_VERSIONS_KEY, decode_response, peek_api
 from tests.support.frame_corpus import CORPUS_DIR, captured, pinned_versions, read_corpus
@@ -74,10 +83,31 @@ def _decode(api_key: int, version: int, response: bytes):
         return correlation_id, body
 
 
+SCALED_BODY_MIN, SCALED_READ_AHEAD, SCALED_RECYCLE_MAX, SCALED_READ_SIZE = 24, 16, 300, 5
+
+
+@pytest.fixture(params=["as-read", "scaled-thresholds"])
+def framing_mode(request, monkeypatch):
+    if request.param == "scaled-thresholds":
+        monkeypatch.setattr(server, "READ_SIZE", SCALED_READ_SIZE)
+        monkeypatch.setattr(server, "FrameDecoder", functools.partial(
+            framing.FrameDecoder, body_buffer_min=SCALED_BODY_MIN, read_ahead=SCALED_READ_AHEAD))
+        monkeypatch.setattr(framing, "RECYCLE_MAX", SCALED_RECYCLE_MAX)
+    return request.param
+
+
 @pytest.mark.parametrize("client", sorted(captured()))
-def test_replay_gets_a_well_formed_answer_to_every_frame(client, tmp_path):
+def test_replay_gets_a_well_formed_answer_to_every_frame(client, tmp_path, framing_mode):
     index, frames = read_corpus(captured()[client])
+    kinds: dict[str, set[int]] = {"bytes": set(), "bytearray": set()}  # sizes handed over as each type
     with running_broker(tmp_path / "data") as broker:
+        handle_frame = broker.broker.handle_frame
+
+        async def watched(frame, conn):
+            kinds[type(frame).__name__].add(len(frame))
+            return await handle_frame(frame, conn)
+
+        broker.broker.handle_frame = watched
         def create_topics():
             for topic in index["topics"]:
                 broker.broker.logs.create_topic(topic["name"], topic["partitions"], {}, broker.broker.clock.now_ms(),
@@ -114,3 +144,9 @@ def test_replay_gets_a_well_formed_answer_to_every_frame(client, tmp_path):
                 sock.close()
         assert broker.broker.metrics.closed_for_protocol_errors == 0
     assert answered == sum(1 for entry in index["frames"] if entry["expects_response"]) > 0
+    if framing_mode == "as-read":
+        assert not kinds["bytearray"]
+    else:  # every body from SCALED_BODY_MIN on was received in place; some over the recycle limit
+        assert kinds["bytearray"] and min(kinds["bytearray"]) >= SCALED_BODY_MIN
+        assert all(size < SCALED_BODY_MIN for size in kinds["bytes"]), kinds
+        assert max(kinds["bytearray"]) > SCALED_RECYCLE_MAX > min(kinds["bytearray"])

@@ -135,3 +135,44 @@ def test_timestamps_convert_both_ways():
     response = _decode_response(0, 9, encode_response(schema, 1, build(schema.response, data)))
     assert to_ms(response.responses[0].partition_responses[0].log_append_time) == when
     assert to_ms(datetime.timedelta(milliseconds=1500)) == 1500
+
+
+# The framing layer hands a request over as bytes or as a bytearray (received in place); the header
+# readers take either, and a view, with the same answer or the same refusal.
+def _header_or_error(frame):
+    from minibroker.protocol.messages import peek_api
+
+    try:
+        api_key, version, correlation_id = peek_api(frame)
+        return (api_key, version, correlation_id), parse_header(frame, api_schema(api_key, version).flexible)
+    except (MalformedRequestError, UnsupportedVersionError) as exc:
+        return type(exc), str(exc)
+
+
+def test_every_captured_request_header_reads_the_same_from_every_buffer_type():
+    from tests.support.frame_corpus import captured, read_corpus
+
+    count = 0
+    for directory in captured().values():
+        _, frames = read_corpus(directory)
+        for frame in frames:
+            expected = _header_or_error(frame)
+            assert not isinstance(expected[0], type), expected
+            for kind in (bytearray, memoryview):
+                assert _header_or_error(kind(frame)) == expected
+            count += 1
+    assert count > 100
+
+
+@given(st.binary(max_size=40), st.booleans())
+def test_any_header_bytes_read_the_same_from_every_buffer_type(raw, flexible):
+    def read(frame):
+        try:
+            return parse_header(frame, flexible)
+        except MalformedRequestError as exc:
+            return str(exc)
+
+    frame = b"\x00\x03\x00\x0c" + raw  # Metadata v12 (flexible) or whatever the flag says
+    expected = read(frame)
+    assert read(bytearray(frame)) == expected
+    assert read(memoryview(frame)) == expected

@@ -19,10 +19,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minibroker.protocol.framing import BODY_BUFFER_MIN, READ_AHEAD, RECYCLE_MAX, FrameDecoder
 from minibroker.protocol.messages import MalformedRequestError, api_schema, decode_request, parse_header
 from minibroker.protocol.produce_request import FIRST_VERSION, LAST_VERSION, ProduceRequest
+from minibroker.server import READ_SIZE
 from tests.support.fuzzing import fuzz_settings, header, hostile_bodies, valid_bodies
 from tests.support.frame_corpus import captured, read_corpus
+from tests.support.produce_wire import produce_request
 
 VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
 
@@ -179,3 +182,76 @@ def test_v13_names_topics_by_id_and_the_zero_id_reads_as_none():
                 + b"\x00\x00\x00\x00")
         decoded = assert_same(header(0, 13, 1) + body)
         assert decoded[0][3] == ((None, expected, ((3, None),)),)
+
+
+# ---- real frames through the real framing layer, at sizes on both sides of each threshold -----------
+
+# Request sizes (header and body) around each threshold of minibroker.protocol.framing as the server
+# drives it: a first read of 64 KiB holds a whole frame of up to 65532 bytes; a body of BODY_BUFFER_MIN
+# or more is received in place (a bytearray); that buffer starts at most READ_AHEAD beyond the bytes
+# received and grows past it; a frame of up to RECYCLE_MAX is kept for the next large body.
+THRESHOLDS = (65536 - 4, BODY_BUFFER_MIN, READ_AHEAD, RECYCLE_MAX)
+THRESHOLD_SIZES = sorted({size + d for size in THRESHOLDS for d in (-1, 0, 1)})
+
+
+def through_framing(decoder: FrameDecoder, data: bytes) -> bytes | bytearray:
+    """One frame out of `decoder` fed `data` (a size prefix and a request) the way the server's
+    connection loop feeds it (minibroker.server: reads of at least 64 KiB as chunks until the
+    decoder offers a buffer of the frame's own, then received into that)."""
+    position = 0
+    while (frame := decoder.next_frame()) is None:
+        target = decoder.receive_buffer()
+        if target is not None:
+            count = min(len(target), len(data) - position)
+            target[:count] = data[position:position + count]
+            del target
+            decoder.received_into(count)
+        else:
+            count = min(READ_SIZE, max(decoder.wants, 65536), len(data) - position)
+            decoder.receive_data(data[position:position + count])
+        position += count
+    assert position == len(data)
+    return frame
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_frames_through_the_framing_layer_at_every_threshold_decode_as_kio_decodes_them(version):
+    """Produce requests of each size around each threshold, one connection's decoder taking them in
+    ascending then descending order (so that recycled buffers are cut down and reused): each frame
+    comes out as the buffer type its size means, and decodes as kio decodes its bytes."""
+    topic_id = uuid.UUID(int=version + 1)
+    requests = {size: produce_request(version, size, "threshold-topic", topic_id, fill=size)
+                for size in THRESHOLD_SIZES}
+    decoder = FrameDecoder()
+    for size in THRESHOLD_SIZES + THRESHOLD_SIZES[::-1]:
+        request, batch = requests[size]
+        frame = through_framing(decoder, struct.pack(">i", size) + request)
+        assert type(frame) is (bytearray if size >= BODY_BUFFER_MIN else bytes), size
+        decoded = ours_on(frame)
+        assert not isinstance(decoded, MalformedRequestError), f"{size} bytes: {decoded}"
+        assert decoded == both(request)[1], f"{size} bytes: not kio's reading"
+        assert decoded[0][3] == (((None, topic_id) if version >= 13 else ("threshold-topic", None))
+                                 + (((0, batch),),),)
+        decoder.recycle(frame)
+        del frame
+
+
+@pytest.mark.parametrize("kind", BUFFER_TYPES)
+def test_records_are_validated_where_they_lie_whatever_the_frame_is_a_view_of(kind):
+    """The records' `origin` (where validation walks them, uncopied) is the frame they lie in and their
+    position there, also when the frame is a view into a larger buffer (a position counted from the
+    view's start is not one in the buffer it views)."""
+    from minibroker.protocol.records import check_produce_records
+
+    request, batch = produce_request(9, 300, "t")
+    for before in (b"", b"\x00" * 7, bytes(range(256)) * 3):
+        whole = kind(before + request + b"\xff" * 5)
+        frame = memoryview(whole)[len(before):len(before) + len(request)] if before else whole
+        schema = api_schema(0, 9)
+        decoded, _ = decode_request(schema, frame, parse_header(frame, schema.flexible).size)
+        (partition,) = decoded.topic_data[0].partition_data
+        assert bytes(partition.records) == batch
+        source, at = partition.origin
+        assert bytes(source[at:at + len(batch)]) == batch
+        header = check_produce_records(partition.records, origin=partition.origin)
+        assert header.records_count == 1 and header.size == len(batch)

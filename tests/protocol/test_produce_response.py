@@ -141,3 +141,24 @@ def test_the_broker_answers_produce_with_it(tmp_path):
                              api_schema(0, version), PRODUCE, 0.0)
         assert broker._encode(ctx, response, 30) == kio_encoding(version, 11, {**response, "throttle_time": 30},
                                                                  broker.response_tags[0])
+
+
+# Every count, length and tag is an unsigned varint in the flexible versions: one byte up to 127 (the
+# writer's fast path), two from 128 (count + 1 and length + 1 for compact arrays and strings). The
+# generated bodies above stay under it; these straddle it, and (strings) the 16384 of a third byte.
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("n", [126, 127, 128, 16383, 16384])
+def test_counts_and_lengths_on_both_sides_of_a_varint_byte_encode_as_kio_does(version, n):
+    count = min(n, 130)  # arrays: 126, 127, 128 elements (and 130)
+    message = "m" * n
+    partitions = [{"index": i, "error_code": 2, "base_offset": -1, "log_append_time": -1, "log_start_offset": 0,
+                   "record_errors": [{"batch_index": j, "batch_index_error_message": message[:j]}
+                                     for j in range(count if i == 0 else 1)],
+                   "error_message": message, "current_leader": {"leader_id": 1, "leader_epoch": n}}
+                  for i in range(count)]
+    response = {"responses": [{"name": "t" * n, "topic_id": uuid.UUID(int=n), "partition_responses": partitions}],
+                "throttle_time": n,
+                "node_endpoints": [{"node_id": i, "host": "h" * n, "port": 9092, "rack": "r" * (n % 200)}
+                                   for i in range(count)]}
+    tags = {n: b"x" * n, n + 1: b""}
+    assert encode_produce_response(version, 5, response, tags) == kio_encoding(version, 5, response, tags)

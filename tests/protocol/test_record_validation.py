@@ -393,10 +393,11 @@ def test_records_walked_in_place_in_a_frame_get_the_verdict_of_a_copy(count, val
     if cut_it:
         del body[cut % len(body):]
     batch = rebatch(TEMPLATE, bytes(body), count=count)
-    frame = before + batch + after
-    view = memoryview(frame)[len(before):len(before) + len(batch)]
-    assert _verdict(view, origin=(frame, len(before))) == _verdict(batch)
-    assert _verdict(view) == _verdict(batch)  # a view without its origin: copied, same verdict
+    for kind in (bytes, bytearray):  # a frame as one read gave it, or received in place
+        frame = kind(before + batch + after)
+        view = memoryview(frame)[len(before):len(before) + len(batch)]
+        assert _verdict(view, origin=(frame, len(before))) == _verdict(batch)
+        assert _verdict(view) == _verdict(batch)  # a view without its origin: copied, same verdict
 
 
 # ---- the run check proves exactly what the walk accepts (adversarial) ------------------------------
@@ -616,3 +617,49 @@ def test_every_framing_byte_of_a_run_damaged_gets_the_walks_verdict(first, key, 
                         validation._shapes.clear()
                     _, (with_runs, walk_alone) = _verdicts(kind(mutated), len(body), first, count, False)
                     assert with_runs == walk_alone, (column, xor, len(records), warm, kind)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_a_batch_in_a_frame_of_either_buffer_type_gets_the_verdict_of_the_batch_alone(codec, kind):
+    """Compressed or not, a batch checked where it lies in a frame (bytes, or a bytearray received in
+    place) gets the verdict, and the error, it gets on its own: the good one and a damaged one."""
+    good = rebatch(TEMPLATE, _compress(codec, records(40)) if codec else records(40), count=40, codec=codec or None)
+    bad = rebatch(TEMPLATE, _compress(codec, records(40)) if codec else records(40), count=41, codec=codec or None)
+    for batch in (good, bad):
+        frame = kind(b"\x01" * 13 + batch + b"\x7f" * 3)
+        view = memoryview(frame)[13:13 + len(batch)]
+        assert _verdict(view, origin=(frame, 13)) == _verdict(view) == _verdict(bytes(batch))
+    assert _verdict(good) == 40 and _verdict(bad)[1] == INVALID_RECORD
+
+
+def test_a_batch_of_more_than_a_million_records_is_checked_past_the_run_checks_last_offset_width():
+    """The run check covers offset deltas of up to 3 varint bytes (records 0 to 2**20 - 1); the walk
+    takes the records after them (4 bytes). A batch on both sides of that is accepted, and a record
+    with a wrong offset delta on either side refused."""
+    import numpy as np
+
+    count = (1 << 20) + 8
+    widths = [(0, 64, 1), (64, 8192, 2), (8192, 1 << 20, 3), (1 << 20, count, 4)]  # offset delta varint bytes
+
+    def records_of(low: int, high: int, width: int, wrong: int = -1) -> bytes:
+        """Records low..high-1 (a null key, an empty value; record `wrong` with the delta of the one
+        before it), built a column at a time: length, attributes, timestamp delta, offset delta,
+        key -1, value 0, no headers."""
+        rows = np.zeros((high - low, 6 + width), np.uint8)
+        rows[:, 0] = 2 * (5 + width)
+        deltas = 2 * np.arange(low, high, dtype=np.int64)
+        if low <= wrong < high:
+            deltas[wrong - low] -= 2
+        for k in range(width):
+            rows[:, 3 + k] = (deltas >> (7 * k)) & 0x7F | (0x80 if k < width - 1 else 0)
+        rows[:, 3 + width] = 1
+        return rows.tobytes()
+
+    body = b"".join(records_of(*w) for w in widths)
+    assert check_produce_records(rebatch(TEMPLATE, body, count=count)).records_count == count
+    for wrong in ((1 << 20) - 2, (1 << 20) + 3):
+        damaged = b"".join(records_of(*w, wrong=wrong) for w in widths)
+        assert refused(rebatch(TEMPLATE, damaged, count=count)).error_code == INVALID_RECORD, wrong
+    small = b"".join(records_of(*w) for w in widths[:2])  # the same columns, walked: the same records
+    assert small == b"".join(encode_record(i, 0, None, b"") for i in range(8192))

@@ -22,19 +22,19 @@ class Message:
 class KafkaPython:
     name = "kafka-python"
 
-    def create_topic(self, bootstrap, topic, partitions):
+    def create_topic(self, bootstrap, topic, partitions, configs=None):
         from kafka.admin import KafkaAdminClient, NewTopic
 
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="mb-test-admin")
         try:
-            admin.create_topics([NewTopic(topic, partitions, 1)])
+            admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
         finally:
             admin.close()
 
     def produce(self, bootstrap, topic, messages: list[Message], **config):
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **config)
+        producer = KafkaProducer(bootstrap_servers=bootstrap, **{"acks": "all", "linger_ms": 5, **config})
         try:
             futures = [
                 producer.send(topic, key=m.key, value=m.value, partition=m.partition, headers=list(m.headers))
@@ -66,11 +66,11 @@ class KafkaPython:
 class Confluent:
     name = "confluent-kafka"
 
-    def create_topic(self, bootstrap, topic, partitions):
+    def create_topic(self, bootstrap, topic, partitions, configs=None):
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        for future in admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})]).values():
             future.result(timeout=30)
 
     def produce(self, bootstrap, topic, messages: list[Message], **config):
@@ -140,14 +140,14 @@ class Confluent:
 class AioKafka:
     name = "aiokafka"
 
-    def create_topic(self, bootstrap, topic, partitions):
+    def create_topic(self, bootstrap, topic, partitions, configs=None):
         async def run():
             from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
             admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
             await admin.start()
             try:
-                await admin.create_topics([NewTopic(topic, partitions, 1)])
+                await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
             finally:
                 await admin.close()
         asyncio.run(run())
@@ -156,14 +156,16 @@ class AioKafka:
         async def run():
             from aiokafka import AIOKafkaProducer
 
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, **config)
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **{"enable_idempotence": True, **config})
             await producer.start()
             try:
+                await producer.partitions_for(topic)  # its metadata first: the sends below never wait
                 futures = [
                     await producer.send(topic, value=m.value, key=m.key, partition=m.partition,
                                         headers=list(m.headers))
                     for m in messages
                 ]
+                await producer.flush()  # now, not after linger_ms
                 return [(await f).offset for f in futures]
             finally:
                 await producer.stop()
