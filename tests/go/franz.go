@@ -59,9 +59,15 @@ func franzCreateTopic(ctx context.Context, args []string) error {
 
 func franzProduce(ctx context.Context, args []string) error {
 	topic, partitions, count, first := args[1], atoi(args[2]), atoi(args[3]), atoi(arg(args, 4, "0"))
+	codecs := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(),
+		"snappy": kgo.SnappyCompression(), "lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression()}
+	codec, ok := codecs[arg(args, 5, "snappy")] // franz-go's default: snappy
+	if !ok {
+		return fmt.Errorf("unknown compression %q", args[5])
+	}
 	// Idempotent by default in franz-go (acks=all); the manual partitioner honours Record.Partition.
 	cl, err := franzClient(args[0], kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond))
+		kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchCompression(codec))
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,15 @@ func kafkaGoDialer() *kafka.Dialer {
 
 func kafkaGoProduce(ctx context.Context, args []string) error {
 	topic, partitions, count, first := args[1], atoi(args[2]), atoi(args[3]), atoi(arg(args, 4, "0"))
+	codecs := map[string]kafka.Compression{"none": 0, "gzip": kafka.Gzip, "snappy": kafka.Snappy, "lz4": kafka.Lz4,
+		"zstd": kafka.Zstd}
+	codec, ok := codecs[arg(args, 5, "none")] // kafka-go's default: none
+	if !ok {
+		return fmt.Errorf("unknown compression %q", args[5])
+	}
 	w := &kafka.Writer{
-		Addr: kafka.TCP(args[0]), Topic: topic, RequiredAcks: kafka.RequireAll,
+		Compression: codec,
+		Addr:        kafka.TCP(args[0]), Topic: topic, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 5 * time.Millisecond, BatchSize: 500,
 		Transport: &kafka.Transport{ClientID: "mb-kafkago"},
 		// Record i -> partition i % n: the index is in the key, "key-<i>".

@@ -7,9 +7,10 @@
 // Several commands run one after another in one process, separated by "--".
 //
 //	franz|sarama create-topic BOOTSTRAP TOPIC PARTITIONS    kadm CreateTopic / ClusterAdmin.CreateTopic
-//	franz|sarama|kafkago produce BOOTSTRAP TOPIC PARTITIONS COUNT [FIRST]
+//	franz|sarama|kafkago produce BOOTSTRAP TOPIC PARTITIONS COUNT [FIRST [COMPRESSION]]
 //	    records FIRST..FIRST+COUNT-1 (the formula below), record i -> partition i % PARTITIONS;
-//	    franz and sarama produce idempotently (acks=all), kafka-go with acks=all
+//	    franz and sarama produce idempotently (acks=all), kafka-go with acks=all; COMPRESSION is
+//	    none, gzip, snappy, lz4 or zstd (default: the client's, snappy for franz, none for the others)
 //	franz|sarama|kafkago consume BOOTSTRAP TOPIC PARTITIONS COUNT [read_committed]
 //	    every partition from the earliest offset (assigned, no group) until COUNT records
 //	franz|sarama|kafkago group-consume BOOTSTRAP TOPIC GROUP COUNT [consumer]

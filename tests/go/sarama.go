@@ -73,6 +73,13 @@ func saramaProduce(ctx context.Context, args []string) error {
 	topic, partitions, count, first := args[1], atoi(args[2]), atoi(args[3]), atoi(arg(args, 4, "0"))
 	c := saramaConfig()
 	saramaIdempotent(c)
+	codecs := map[string]sarama.CompressionCodec{"none": sarama.CompressionNone, "gzip": sarama.CompressionGZIP,
+		"snappy": sarama.CompressionSnappy, "lz4": sarama.CompressionLZ4, "zstd": sarama.CompressionZSTD}
+	codec, ok := codecs[arg(args, 5, "none")] // sarama's default: none
+	if !ok {
+		return fmt.Errorf("unknown compression %q", args[5])
+	}
+	c.Producer.Compression = codec
 	producer, err := sarama.NewSyncProducer([]string{args[0]}, c)
 	if err != nil {
 		return err
