@@ -13,7 +13,9 @@ kafka-go, through the driver in tests/go/ (built once per session, see tests/sup
   consumers (the client's own and librdkafka) see only the committed records, at the offsets Kafka
   gives them (the commit and abort markers take one offset each);
 - franz-go's GroupTransactSession: consume-transform-produce with the group's offsets committed in
-  the transaction (AddOffsetsToTxn, TxnOffsetCommit).
+  the transaction (AddOffsetsToTxn, TxnOffsetCommit);
+- each Go client's gzip, snappy, lz4 and zstd batches, stored with that codec;
+- franz-go's kadm admin calls, one after another, each answered without error.
 Each test runs its steps in one driver process and prints which API versions the client sent.
 """
 
@@ -182,3 +184,39 @@ def test_go_compressed_batches(go_clients, broker, unique, client):
                   for segment in sorted((broker.data_dir / f"{topic}-{p}").glob("*.log"))
                   for header in iter_headers(segment.read_bytes())}
         assert stored == {ids[codec]}, codec
+
+
+def test_franz_go_admin_calls(go_clients, broker, unique, api_log):
+    """kadm's admin calls, one after another, each answered without error and as Kafka answers them."""
+    topic, spare, group, txn_id = unique("go-admin"), unique("go-admin-spare"), unique("go-admin-group"), unique("go-txn")
+    log = api_log(broker, "franz")
+    out = go_clients.run(["franz", "create-topic", broker.bootstrap, topic, 2],
+                         ["franz", "create-topic", broker.bootstrap, spare, 1],
+                         ["franz", "produce", broker.bootstrap, topic, 2, 20],
+                         ["franz", "group-consume", broker.bootstrap, topic, group, 20],
+                         ["franz", "txn-produce", broker.bootstrap, topic, txn_id, "commit:1"],
+                         ["franz", "admin", broker.bootstrap, topic, group, txn_id, spare])
+    calls = {line["call"]: line for line in of_type(out, "admin")}
+    assert {name: line["error"] for name, line in calls.items() if line["error"]} == {}
+    result = {name: line["result"] for name, line in calls.items()}
+    assert result["ListBrokers"] == {"brokers": 1}
+    assert result["ListTopics"] == {"has_topic": True, "partitions": 2}
+    assert result["DescribeTopicConfigs"] == {"retention.ms": "86400000", "source": "DYNAMIC_TOPIC_CONFIG"}
+    # Partition 0: records 0-9, the transaction's record at 10, its commit marker at 11.
+    assert result["ListStartOffsets"] == {"offsets": {"0": 0, "1": 0}}
+    assert result["ListEndOffsets"] == {"offsets": {"0": 12, "1": 10}}
+    assert result["ListCommittedOffsets"] == {"offsets": {"0": 12, "1": 10}}  # the last stable offsets
+    assert result["DeleteRecords"] == {"low_watermark": 2}
+    assert result["ListGroups"] == {"has_group": True, "state": "Empty"}
+    assert result["Lag"] == {"total": 2}  # the group read partition 0 to 10; the end is 12
+    assert result["FetchOffsets"] == {"partitions": 2}
+    assert result["DescribeClientQuotas"] == {"producer_byte_rate": 1024}
+    assert result["DescribeUserSCRAMs"] == {"credentials": 1}
+    assert result["ListTransactions"] == {"has_txn": True, "state": "CompleteCommit"}
+    assert result["DescribeTransactions"] == {"state": "CompleteCommit"}
+    assert result["DescribeProducers"] == {"active": 2}  # the idempotent producer and the transactional one
+    assert result["DescribeAllLogDirs"] == {"dirs": 1}
+    assert {"create_partitions", "delete_records", "delete_groups", "offset_delete", "delete_topics",
+            "incremental_alter_configs", "elect_leaders", "describe_log_dirs"} <= set(log.seen)
+    topics = broker.in_broker(lambda: {info.name: info.num_partitions for info in broker.broker.logs.topics()})
+    assert topics.get(topic) == 3 and spare not in topics  # CreatePartitions added one; DeleteTopics

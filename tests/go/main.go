@@ -26,6 +26,8 @@
 //	    consume-transform-produce (kgo.GroupTransactSession): COUNT records of IN, each value
 //	    reversed, to OUT partition 0, with the group's offsets committed in the transaction
 //	franz describe-group BOOTSTRAP GROUP    kadm DescribeGroups and FetchOffsets
+//	franz admin BOOTSTRAP TOPIC GROUP TXN_ID SPARE_TOPIC
+//	    kadm's admin calls one after another (franz_admin.go), each call's outcome printed
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null;
 // {"type": "done", "command": ...} after each command. A failure prints {"type": "error"} and exits 1.
