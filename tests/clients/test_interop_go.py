@@ -1,7 +1,8 @@
 """The Go clients people use against minibroker: franz-go (kgo, kadm), IBM's sarama and segmentio's
 kafka-go, through the driver in tests/go/ (built once per session, see tests/support/drivers.py).
 
-- each client's own admin call creates the topic (franz-go, sarama); its producer writes 1,000
+- each client's own admin call creates the topic (franz-go, sarama; sarama both at the newest
+  versions it speaks and at its default Config.Version); its producer writes 1,000
   keyed records with headers (franz-go and sarama idempotently: DescribeProducers shows one producer
   per partition with the last sequence; kafka-go's producer is not idempotent and shows none), its
   consumer reads them back byte for byte by partition, and librdkafka reads them too;
@@ -30,7 +31,7 @@ from tests.support.drivers import (ApiLog, active_producers, committed_offsets, 
 
 pytestmark = pytest.mark.interop
 
-CLIENT_IDS = {"franz": b"mb-franz", "sarama": b"mb-sarama", "kafkago": b"mb-kafkago"}
+CLIENT_IDS = {"franz": b"mb-franz", "sarama": b"mb-sarama", "sarama-default": b"mb-sarama", "kafkago": b"mb-kafkago"}
 PARTITIONS = 3
 COUNT = 1000
 
@@ -49,7 +50,7 @@ def api_log(request):
         print(f"\n{client} sent: {log}")
 
 
-@pytest.mark.parametrize("client", ["franz", "sarama", "kafkago"])
+@pytest.mark.parametrize("client", ["franz", "sarama", "sarama-default", "kafkago"])
 def test_go_produce_consume_and_group_commits(go_clients, broker, admin, unique, api_log, client):
     topic, group = unique(f"go-{client}"), unique(f"go-{client}-group")
     log = api_log(broker, client)

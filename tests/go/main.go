@@ -4,6 +4,8 @@
 // settings an application would use. tests/support/go_clients.py builds it once per test session.
 //
 // Usage: goclients CLIENT COMMAND ARGS... [-- CLIENT COMMAND ARGS...]...
+// CLIENT is franz, sarama (at the newest protocol versions it speaks), sarama-default (at its default
+// Config.Version) or kafkago.
 // Several commands run one after another in one process, separated by "--".
 //
 //	franz|sarama create-topic BOOTSTRAP TOPIC PARTITIONS    kadm CreateTopic / ClusterAdmin.CreateTopic
@@ -150,9 +152,10 @@ func reverse(b []byte) []byte {
 type command func(ctx context.Context, args []string) error
 
 var clients = map[string]map[string]command{
-	"franz":   franzCommands,
-	"sarama":  saramaCommands,
-	"kafkago": kafkaGoCommands,
+	"franz":          franzCommands,
+	"sarama":         saramaCommands,
+	"sarama-default": saramaCommands, // sarama at its default Config.Version, as many applications leave it
+	"kafkago":        kafkaGoCommands,
 }
 
 func run(args []string) error {
@@ -167,6 +170,7 @@ func run(args []string) error {
 	if !ok {
 		return fmt.Errorf("client %s has no command %q", args[0], args[1])
 	}
+	saramaDefaultVersion = args[0] == "sarama-default"
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	return cmd(ctx, args[2:])

@@ -1,7 +1,8 @@
 package main
 
-// IBM's sarama (github.com/IBM/sarama), configured for the newest protocol versions it speaks
-// (sarama picks request versions from Config.Version rather than from ApiVersions alone).
+// IBM's sarama (github.com/IBM/sarama), configured for the newest protocol versions it speaks, or
+// left at its default Config.Version (sarama picks request versions from Config.Version rather than
+// from ApiVersions alone).
 
 import (
 	"context"
@@ -22,9 +23,14 @@ var saramaCommands = map[string]command{
 	"txn-produce":   saramaTxnProduce,
 }
 
+// saramaDefaultVersion: leave Config.Version at sarama's default (the "sarama-default" client).
+var saramaDefaultVersion bool
+
 func saramaConfig() *sarama.Config {
 	c := sarama.NewConfig()
-	c.Version = sarama.MaxVersion
+	if !saramaDefaultVersion {
+		c.Version = sarama.MaxVersion
+	}
 	c.ClientID = "mb-sarama"
 	c.Producer.RequiredAcks = sarama.WaitForAll
 	c.Producer.Return.Successes = true
