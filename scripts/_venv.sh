@@ -25,8 +25,14 @@ ensure_venv() {
         "$PY" -m pip install --quiet --disable-pip-version-check -e "$ROOT${extras:+[$extras]}"
         echo "$want" > "$stamp"
     fi
-    # Java client interop tests: a JDK >= 17 (so install_java.sh below finds Java) plus the jars.
-    case ",$extras," in *,test,*) PY="$PY" bash "$ROOT/scripts/fetch_java_clients" || echo "fetch_java_clients failed: the Java interop tests will fail" >&2 ;; esac
+    # Client interop tests: a JDK >= 17 (so install_java.sh below finds Java) plus the Java clients'
+    # jars from Maven Central; the Go clients' driver built from the Go module proxy; kafkajs from npm.
+    case ",$extras," in *,test,*)
+        PY="$PY" bash "$ROOT/scripts/fetch_java_clients" || echo "fetch_java_clients failed: the Java interop tests will fail" >&2
+        bash "$ROOT/scripts/fetch_go_clients" || echo "fetch_go_clients failed: the Go interop tests will fail" >&2
+        bash "$ROOT/scripts/fetch_node_clients" || echo "fetch_node_clients failed: the Node interop tests will fail" >&2
+        ;;
+    esac
     case ",$extras," in
         *,test,* | *,pipeline,*) bash "$ROOT/scripts/install_java.sh" ;;  # PySpark needs Java >= 17
     esac

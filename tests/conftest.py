@@ -70,6 +70,34 @@ def kafka_reference(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def go_clients():
+    """The Go clients' driver (tests/go: franz-go, sarama, kafka-go; tests/support/drivers.py), built
+    once per session (a no-op when scripts/test built it from the same sources)."""
+    from tests.support.drivers import DriverError, go_clients
+
+    try:
+        driver = go_clients()
+    except DriverError as exc:
+        pytest.fail(str(exc))
+    driver.fail = pytest.fail
+    return driver
+
+
+@pytest.fixture(scope="session")
+def kafkajs():
+    """The kafkajs driver (tests/node/client.js; tests/support/drivers.py), its npm install checked
+    once per session."""
+    from tests.support.drivers import DriverError, kafkajs
+
+    try:
+        driver = kafkajs()
+    except DriverError as exc:
+        pytest.fail(str(exc))
+    driver.fail = pytest.fail
+    return driver
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One small local Spark (2 cores, 1 GB) for every pipeline test of the run."""
     from minibroker.pipeline.session import spark_session

@@ -1,6 +1,7 @@
-// A small command-line driver for the real Java Kafka client (kafka-clients 4.3.0), used by
-// tests/clients/test_interop_java.py against minibroker. It uses only the public KafkaProducer,
-// KafkaConsumer and Admin APIs, with the settings an application would use.
+// A small command-line driver for the real Java Kafka client (kafka-clients at the version
+// tests/java/pom.xml names), used by tests/clients/test_interop_java.py against minibroker. It uses
+// only the public KafkaProducer, KafkaConsumer and Admin APIs, with the settings an application
+// would use.
 //
 // Usage: java -cp 'LIBS/*:CLASSES' MiniClient COMMAND ARGS... [-- COMMAND ARGS...]...
 // Several commands may run in one JVM, separated by "--" (JVM start-up is the slow part).

@@ -2,8 +2,10 @@
 
 MiniClient is compiled once per pytest session (the `java` fixture in tests/conftest.py) and each
 call runs its commands in one JVM (start-up dominates on 2 cores). The JDK and the jars come from
-scripts/fetch_java_clients, which scripts/test runs: without them the Java tests fail, they do not
-skip. scripts/capture_frames uses the same helper.
+scripts/fetch_java_clients (which scripts/test runs), from Maven Central at the version
+tests/java/pom.xml names: without them the Java tests fail, they do not skip. MINIBROKER_JAVA_CLIENTS
+names the cache directory (one kafka-clients-<version>/ directory of jars per version), to share it
+between checkouts. scripts/capture_frames uses the same helper.
 """
 
 from __future__ import annotations
@@ -12,17 +14,28 @@ import json
 import os
 import shutil
 import subprocess
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tests" / "java" / "MiniClient.java"
-LIBS = Path(os.environ.get("MINIBROKER_JAVA_CLIENTS", ROOT / ".cache" / "java-clients")) / "libs"
-KAFKA_CLIENTS_VERSION = "4.3.0"
-JARS = (f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar", "slf4j-api-2.0.18.jar", "lz4-java-1.10.2.jar",
-        "snappy-java-1.1.1.7.jar", "zstd-jni-1.5.6-10.jar")
+POM = ROOT / "tests" / "java" / "pom.xml"
+
+
+def _pom_property(name: str) -> str:
+    properties = ElementTree.parse(POM).getroot().find("{http://maven.apache.org/POM/4.0.0}properties")
+    assert properties is not None, f"{POM} has no <properties>"
+    return properties.findtext("{http://maven.apache.org/POM/4.0.0}" + name, "")
+
+
+KAFKA_CLIENTS_VERSION = _pom_property("kafka.version")
+CACHE = Path(os.environ.get("MINIBROKER_JAVA_CLIENTS", ROOT / ".cache" / "java-clients"))
+LIBS = CACHE / f"kafka-clients-{KAFKA_CLIENTS_VERSION}"
+JARS = (f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar", f"kafka-streams-{KAFKA_CLIENTS_VERSION}.jar")
 HOW_TO_GET = "run scripts/fetch_java_clients (scripts/test runs it) to install a JDK >= 17 and the jars"
-# Short-lived JVMs: one GC thread and no C2 compile queue start faster on 2 cores.
-JVM_OPTS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+# Short-lived JVMs: one GC thread and no C2 compile queue start faster on 2 cores. The clients log
+# their warnings and errors (slf4j-simple) to stderr, which a failed run prints.
+JVM_OPTS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
 
 
 class JavaClientError(Exception):

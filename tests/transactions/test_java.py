@@ -1,4 +1,4 @@
-"""Transactions with the real Java client (kafka-clients 4.3.0's KafkaProducer with a
+"""Transactions with the real Java client (kafka-clients 4.4.0's KafkaProducer with a
 transactional.id, KafkaConsumer with isolation.level), the reference implementation of the protocol:
 
 - one JVM runs, against one broker: committed and aborted transactions over two partitions; a zombie
