@@ -256,12 +256,12 @@ class Broker:
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
-        self.fetch_purgatory = Purgatory("Fetch")
+        self.fetch_purgatory = Purgatory("Fetch", clock)
         self.replicas = ReplicaManager(self.logs, self.producer_states, self.fetch_purgatory, clock,
                                        self.storage_errors)
         # Kafka 4's GROUP config resource (minibroker.group_configs); the consumer groups read it.
         self.group_configs = GroupConfigs(config, self.data_dir / "group-configs.json")
-        self.groups = GroupCoordinator.open(config, self.logs, clock.now_ms, clock.monotonic,
+        self.groups = GroupCoordinator.open(config, self.logs, clock,
                                             append_transactional=self.replicas.append_transactional_offsets,
                                             group_configs=self.group_configs)
         # Compaction of cleanup.policy=compact topics.
@@ -369,7 +369,7 @@ class Broker:
         expiry_every = self.config["producer.id.expiration.check.interval.ms"] / 1000
         next_expiry = clock.monotonic() + expiry_every
         while True:
-            await trio.sleep(flush_every)
+            await clock.sleep(flush_every)
             now_ms = clock.now_ms()
             if self.audit is not None:
                 self.audit.maybe_flush(now_ms)

@@ -15,11 +15,11 @@ before the time the timer task sleeps until, the timer task. Waiting is the only
 A KIP-848 ConsumerGroupHeartbeat never waits: it is answered at once, and a member learns of a new
 assignment at its next heartbeat.
 
-Two clocks are injected (the broker passes its minibroker.clock.BrokerClock's readings): `clock`, the
-monotonic seconds every deadline is on, which must be trio's (`trio.current_time`, the default: the
-purgatory and the timer task wait with trio deadlines), so that trio's
-`MockClock(autojump_threshold=0)` drives every timeout of a test; and `wall_clock_ms`, the
-wall-clock milliseconds stored with commits and group states.
+Time is the broker's minibroker.clock.BrokerClock (`clock`; a new one by default): its monotonic
+seconds are what every deadline is on, and the purgatory and the timer task wait on it, so that
+trio's `MockClock(autojump_threshold=0)` drives every timeout of a test and `BrokerClock.advance`
+moves this broker's groups alone. `wall_clock_ms`, the wall-clock milliseconds stored with commits
+and group states, is the clock's `now_ms` unless given.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from minibroker.groups.api import (
 )
 from minibroker.groups.classic_group import ClassicGroup
 from minibroker.groups.consumer_group import ConsumerGroup
+from minibroker.clock import BrokerClock
 from minibroker.groups.runtime import GroupConfigLookup
 from minibroker.groups.shard import GroupCoordinatorShard
 from minibroker.purgatory import DelayedOperation, Purgatory
@@ -69,7 +70,7 @@ class DelayedJoin(DelayedOperation):
         return self.pending.done and self.force_complete()
 
     def on_expiration(self) -> None:
-        self.coordinator.tick(self.coordinator.clock())
+        self.coordinator.tick(self.coordinator.clock.monotonic())
 
 
 class DelayedSync(DelayedJoin):
@@ -83,32 +84,31 @@ class GroupCoordinator:
         config: GroupConfig | None = None,
         store: OffsetsStore | None = None,
         *,
-        wall_clock_ms: Callable[[], int],
-        clock: Callable[[], float] = trio.current_time,
+        wall_clock_ms: Callable[[], int] | None = None,
+        clock: BrokerClock | None = None,
         purgatory: Purgatory | None = None,
         topics: TopicsImage | None = None,
         group_configs: GroupConfigLookup | None = None,
     ) -> None:
-        self.wall_clock_ms = wall_clock_ms
-        self.clock = clock
-        self.purgatory = purgatory if purgatory is not None else Purgatory("Group")
+        self.clock = clock if clock is not None else BrokerClock()
+        self.wall_clock_ms = wall_clock_ms if wall_clock_ms is not None else self.clock.now_ms
+        self.purgatory = purgatory if purgatory is not None else Purgatory("Group", self.clock)
         self.shard = GroupCoordinatorShard(config or GroupConfig(),
-                                           store if store is not None else OffsetsStore(), wall_clock_ms(),
+                                           store if store is not None else OffsetsStore(), self.wall_clock_ms(),
                                            topics, group_configs)
         self._sleep_target = math.inf  # when the timer task will next wake by itself
         self._on_change: Callable[[], None] | None = None
 
     @classmethod
-    def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int],
-             clock: Callable[[], float] = trio.current_time, *,
+    def open(cls, config: BrokerConfig, logs: LogManager, clock: BrokerClock, *,
              append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None,
              group_configs: GroupConfigLookup | None = None) -> GroupCoordinator:
         """The coordinator of the groups in `logs`' `__consumer_offsets`; `append_transactional`:
         how TxnOffsetCommit's batches are appended (minibroker.storage.offsets_store.OffsetsStore);
         `group_configs`: each group's own configs (Kafka 4's GROUP resource, minibroker.group_configs)."""
-        store = OffsetsStore.open(logs, wall_clock_ms(), append_transactional=append_transactional)
-        return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms, clock=clock,
-                   purgatory=Purgatory("Group"), topics=logs, group_configs=group_configs)
+        store = OffsetsStore.open(logs, clock.now_ms(), append_transactional=append_transactional)
+        return cls(GroupConfig.from_broker(config), store, clock=clock, purgatory=Purgatory("Group", clock),
+                   topics=logs, group_configs=group_configs)
 
     @property
     def config(self) -> GroupConfig:
@@ -331,7 +331,7 @@ class GroupCoordinator:
     async def wait_for(self, pending: Pending, group_id: str, kind: type[DelayedJoin] = DelayedJoin) -> Any:
         """Park a request in the purgatory until its Pending completes; returns the result."""
         while not pending.done:
-            now = self.clock()
+            now = self.clock.monotonic()
             self.tick(now)
             if pending.done:
                 break
@@ -349,16 +349,16 @@ class GroupCoordinator:
             wake.set()
 
         self._on_change = changed
-        self.shard.start_timers(self.clock())
+        self.shard.start_timers(self.clock.monotonic())
         try:
             while True:
                 deadline = self.shard.next_deadline()
                 self._sleep_target = deadline if deadline is not None else math.inf
-                with trio.move_on_at(self._sleep_target):
+                with self.clock.move_on_at(self._sleep_target):
                     await wake.wait()
                 wake = trio.Event()
                 self._sleep_target = -math.inf  # ticking: new deadlines are seen below
-                self.shard.tick(self.clock(), self.wall_clock_ms())
+                self.shard.tick(self.clock.monotonic(), self.wall_clock_ms())
                 self._after(notify=False)
         finally:
             self._on_change = None
