@@ -38,6 +38,8 @@ from minibroker.descriptors import default_open_files_cap, open_files_limit, pro
 from minibroker.dynamic_config import DynamicBrokerConfigs, apply as apply_dynamic_config
 from minibroker.errors import StartupError, StorageErrorLog
 from minibroker.groups.coordinator import GroupCoordinator
+from minibroker.groups.registry import DEFAULT_GROUP_TYPES
+from minibroker.groups.types import GroupTypes
 from minibroker.handlers import ByteRate, Reply, SaslPhase, api_version_list, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
 from minibroker.log_cleaner import LogCleanerTask
@@ -141,10 +143,13 @@ def _random_cluster_id() -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None,
+                 group_types: GroupTypes = DEFAULT_GROUP_TYPES) -> None:
         """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default, so that
-        several brokers in one process each keep their own time."""
+        several brokers in one process each keep their own time. `group_types`: the group types its
+        coordinator knows (minibroker.groups.types; classic and consumer groups by default)."""
         self.clock = clock if clock is not None else BrokerClock()
+        self.group_types = group_types
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
@@ -261,7 +266,7 @@ class Broker:
                                        self.storage_errors)
         # Kafka 4's GROUP config resource (minibroker.group_configs); the consumer groups read it.
         self.group_configs = GroupConfigs(config, self.data_dir / "group-configs.json")
-        self.groups = GroupCoordinator.open(config, self.logs, clock,
+        self.groups = GroupCoordinator.open(config, self.logs, clock, types=self.group_types,
                                             append_transactional=self.replicas.append_transactional_offsets,
                                             group_configs=self.group_configs)
         # Compaction of cleanup.policy=compact topics.
