@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 import trio
 
-from minibroker.auth import AuthHelper
+from minibroker.auth import AuthHelper, Authorizer
 from minibroker.cluster import BrokerEndpoints, ClusterView
 from minibroker.client_quotas import BrokerQuotas
 from minibroker.clock import BrokerClock
@@ -144,12 +144,14 @@ def _random_cluster_id() -> str:
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None,
-                 group_types: GroupTypes = DEFAULT_GROUP_TYPES) -> None:
+                 group_types: GroupTypes = DEFAULT_GROUP_TYPES, authorizer: Authorizer | None = None) -> None:
         """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default, so that
         several brokers in one process each keep their own time. `group_types`: the group types its
-        coordinator knows (minibroker.groups.types; classic and consumer groups by default)."""
+        coordinator knows (minibroker.groups.types; classic and consumer groups by default).
+        `authorizer`: what decides each request's operations (minibroker.auth); None allows all."""
         self.clock = clock if clock is not None else BrokerClock()
         self.group_types = group_types
+        self.authorizer = authorizer
         self.node_id: int = config["node.id"]
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
@@ -298,7 +300,7 @@ class Broker:
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
-        self.auth = AuthHelper(self.sasl_users, self.scram_credentials)
+        self.auth = AuthHelper(self.sasl_users, self.scram_credentials, self.authorizer)
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self._next_connection_id = 0
         # What the handlers may touch, by name (minibroker.context).
