@@ -42,6 +42,7 @@ from minibroker.groups.registry import DEFAULT_GROUP_TYPES
 from minibroker.groups.types import GroupTypes
 from minibroker.handlers import ByteRate, Reply, SaslPhase, api_version_list, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
+from minibroker.log_context import broker_log_context
 from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
@@ -153,6 +154,10 @@ class Broker:
         self.group_types = group_types
         self.authorizer = authorizer
         self.node_id: int = config["node.id"]
+        with broker_log_context(self.node_id):  # its log lines say "[broker N]"
+            self._start(config)
+
+    def _start(self, config: BrokerConfig) -> None:
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
@@ -350,6 +355,10 @@ class Broker:
         self.quotas.forget_current_task()
 
     def close(self) -> None:
+        with broker_log_context(self.node_id):
+            self._close()
+
+    def _close(self) -> None:
         try:
             if self.audit is not None:
                 self.audit.close(self.clock.now_ms())

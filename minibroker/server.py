@@ -39,6 +39,7 @@ from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
 from minibroker.context import Connection
 from minibroker.listen import bind
+from minibroker.log_context import broker_log_context
 from minibroker.metrics_http import serve_metrics
 from minibroker.protocol.fetch_response import FrameParts
 from minibroker.protocol.framing import FrameDecoder, FrameError
@@ -425,11 +426,22 @@ async def serve(config: BrokerConfig | None = None, *, broker: Broker | None = N
     """Run a broker until cancelled: a new one from `config` (on `clock`, a new BrokerClock by
     default), or `broker`, built beforehand (several brokers in one trio run, each with its own
     clock). Reports (host, port, broker) of the first listener through task_status once listening;
-    `broker.listeners` has every listener by name. The broker is closed when serving ends."""
+    `broker.listeners` has every listener by name. The broker is closed when serving ends. Its log
+    lines, and those of every task serving it, say "[broker N]" (minibroker.log_context)."""
+    if broker is not None:
+        node_id = broker.node_id
+    elif config is not None:
+        node_id = config["node.id"]
+    else:
+        raise TypeError("serve() needs a config or a broker")
+    with broker_log_context(node_id):
+        await _serve(config, broker, clock, task_status)
+
+
+async def _serve(config: BrokerConfig | None, broker: Broker | None, clock: BrokerClock | None, task_status) -> None:
     started = time.perf_counter()
     if broker is None:
-        if config is None:
-            raise TypeError("serve() needs a config or a broker")
+        assert config is not None
         broker = Broker(config, clock=clock)
     config = broker.config
     try:

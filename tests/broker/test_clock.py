@@ -8,7 +8,6 @@ and fence group members on that one only.
 
 from __future__ import annotations
 
-import datetime
 import time
 
 import trio
@@ -21,10 +20,8 @@ from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
 from minibroker.groups.consumer_group import ConsumerGroup
 from minibroker.server import serve
-from tests.support.batches import make_batch
-from tests.support.broker_shell import TOPIC, decode, set_quota
+from tests.support.broker_shell import TOPIC, decode, idempotent_produce_frame, set_quota
 from tests.support.consumer_group_sim import SimConsumer
-from tests.support.wire import encode_request, schema
 
 HOUR_S = 3600
 
@@ -39,15 +36,6 @@ def new_broker(tmp_path, clock: BrokerClock | None = None, data: str = "data", *
     broker = Broker(BrokerConfig(props), clock=clock)
     broker.logs.create_topic(TOPIC, 1, {}, broker.clock.now_ms())
     return broker
-
-
-def idempotent_produce_frame(producer_id: int, sequence: int = 0) -> bytes:
-    req = schema(0, 9)
-    mod = __import__(req.__module__, fromlist=["x"])
-    records = make_batch([(None, b"v")], producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
-    data = mod.TopicProduceData(name=TOPIC, partition_data=(mod.PartitionProduceData(index=0, records=records),))
-    request = req(acks=-1, timeout=datetime.timedelta(seconds=5), topic_data=(data,), transactional_id=None)
-    return encode_request(request, client_id="clock-test")[4:]
 
 
 async def produce(broker: Broker, producer_id: int, sequence: int = 0) -> tuple[int, int]:
