@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 import trio
 
-from minibroker.auth import AuthHelper
+from minibroker.auth import AuthHelper, Authorizer
 from minibroker.cluster import BrokerEndpoints, ClusterView
 from minibroker.client_quotas import BrokerQuotas
 from minibroker.clock import BrokerClock
@@ -38,8 +38,11 @@ from minibroker.descriptors import default_open_files_cap, open_files_limit, pro
 from minibroker.dynamic_config import DynamicBrokerConfigs, apply as apply_dynamic_config
 from minibroker.errors import StartupError, StorageErrorLog
 from minibroker.groups.coordinator import GroupCoordinator
+from minibroker.groups.registry import DEFAULT_GROUP_TYPES
+from minibroker.groups.types import GroupTypes
 from minibroker.handlers import ByteRate, Reply, SaslPhase, api_version_list, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
+from minibroker.log_context import broker_log_context
 from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
@@ -141,11 +144,20 @@ def _random_cluster_id() -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None,
+                 group_types: GroupTypes = DEFAULT_GROUP_TYPES, authorizer: Authorizer | None = None) -> None:
         """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default, so that
-        several brokers in one process each keep their own time."""
+        several brokers in one process each keep their own time. `group_types`: the group types its
+        coordinator knows (minibroker.groups.types; classic and consumer groups by default).
+        `authorizer`: what decides each request's operations (minibroker.auth); None allows all."""
         self.clock = clock if clock is not None else BrokerClock()
+        self.group_types = group_types
+        self.authorizer = authorizer
         self.node_id: int = config["node.id"]
+        with broker_log_context(self.node_id):  # its log lines say "[broker N]"
+            self._start(config)
+
+    def _start(self, config: BrokerConfig) -> None:
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
@@ -256,12 +268,12 @@ class Broker:
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
-        self.fetch_purgatory = Purgatory("Fetch")
+        self.fetch_purgatory = Purgatory("Fetch", clock)
         self.replicas = ReplicaManager(self.logs, self.producer_states, self.fetch_purgatory, clock,
                                        self.storage_errors)
         # Kafka 4's GROUP config resource (minibroker.group_configs); the consumer groups read it.
         self.group_configs = GroupConfigs(config, self.data_dir / "group-configs.json")
-        self.groups = GroupCoordinator.open(config, self.logs, clock.now_ms, clock.monotonic,
+        self.groups = GroupCoordinator.open(config, self.logs, clock, types=self.group_types,
                                             append_transactional=self.replicas.append_transactional_offsets,
                                             group_configs=self.group_configs)
         # Compaction of cleanup.policy=compact topics.
@@ -293,7 +305,7 @@ class Broker:
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
-        self.auth = AuthHelper(self.sasl_users, self.scram_credentials)
+        self.auth = AuthHelper(self.sasl_users, self.scram_credentials, self.authorizer)
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self._next_connection_id = 0
         # What the handlers may touch, by name (minibroker.context).
@@ -343,6 +355,10 @@ class Broker:
         self.quotas.forget_current_task()
 
     def close(self) -> None:
+        with broker_log_context(self.node_id):
+            self._close()
+
+    def _close(self) -> None:
         try:
             if self.audit is not None:
                 self.audit.close(self.clock.now_ms())
@@ -369,7 +385,7 @@ class Broker:
         expiry_every = self.config["producer.id.expiration.check.interval.ms"] / 1000
         next_expiry = clock.monotonic() + expiry_every
         while True:
-            await trio.sleep(flush_every)
+            await clock.sleep(flush_every)
             now_ms = clock.now_ms()
             if self.audit is not None:
                 self.audit.maybe_flush(now_ms)

@@ -368,17 +368,17 @@ class BrokerQuotas:
                 due_ms = self.pid.next_cleanup_ms()
                 wait_s = math.inf if due_ms is None else (due_ms - self.clock.now_ms()) / 1000
                 if wait_s > 0:
-                    with trio.move_on_after(wait_s):
+                    with self.clock.move_on_after(wait_s):
                         await changed.wait()
                 self.pid.cleanup(self.clock.now_ms())
-                await trio.sleep(self.pid_cleanup_interval_s)
+                await self.clock.sleep(self.pid_cleanup_interval_s)
         finally:
             self.pid.on_change = None
 
     async def run_housekeeping(self, every_s: float = 60.0) -> None:
         """Drop idle sensors (an hour idle, as Kafka) and expired producer-id layers, now and then."""
         while True:
-            await trio.sleep(every_s)
+            await self.clock.sleep(every_s)
             self.expire(self.clock.monotonic_ms(), self.clock.now_ms())
 
     def close(self) -> None:

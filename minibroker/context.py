@@ -15,6 +15,11 @@ what the handler under test does not use.
 coordinators and the controller (minibroker.cluster.ClusterView); `config` is the broker config in
 force now (dynamic broker configs, KIP-226, replace it while the broker runs).
 
+Authorization sits here, where every request's principal and listener are known: a handler asks
+`ctx.authorize(operation, resource_type, name)`, `ctx.filter_authorized(...)` and
+`ctx.authorized_operations(resource_type, name)` at the point it knows the resource
+(minibroker.auth.AuthHelper decides; with no authorizer, everything is allowed).
+
 This module imports no handler and nothing that imports one: every module of the shell may import
 it (tests/broker/test_import_graph.py keeps the shell's imports free of cycles).
 """
@@ -24,11 +29,11 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
 
 if TYPE_CHECKING:
     from minibroker.audit import AuditLog
-    from minibroker.auth import AuthHelper
+    from minibroker.auth import AclOperation, AuthHelper, ResourceType
     from minibroker.client_quotas import BrokerQuotas
     from minibroker.clock import BrokerClock
     from minibroker.cluster import ClusterView
@@ -197,6 +202,31 @@ class RequestContext:
     @property
     def client_id(self) -> str:
         return self.header.client_id or ""
+
+    @property
+    def principal(self) -> str:
+        """Who sent the request ("User:ANONYMOUS" until a SASL exchange names someone)."""
+        return self.connection.principal
+
+    @property
+    def listener(self) -> str:
+        """The listener the request came on (its name: PLAINTEXT, SASL_PLAINTEXT, ...)."""
+        return self.connection.listener
+
+    # -- authorization (minibroker.auth) -----------------------------------------------------------
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal, on its listener, perform `operation` on the resource?"""
+        return self.services.auth.authorize(self.connection, operation, resource_type, name)
+
+    def filter_authorized(self, operation: AclOperation, resource_type: ResourceType,
+                          names: Iterable[str]) -> list[str]:
+        """The names `operation` is allowed on, in their order."""
+        return self.services.auth.filter_authorized(self.connection, operation, resource_type, names)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """KIP-430's bit set: the operations supported on the resource that are allowed."""
+        return self.services.auth.authorized_operations(self.connection, resource_type, name)
 
     # -- the services (BrokerServices) --------------------------------------------------------------
 

@@ -99,7 +99,7 @@ class LogCleanerTask:
                 log.error("log cleaner: %s", storage_error_message(exc))
                 result = None
             if result is None:
-                await trio.sleep(self.backoff_s)
+                await self.clock.sleep(self.backoff_s)
             else:
                 await trio.lowlevel.checkpoint()
 

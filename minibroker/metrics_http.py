@@ -266,7 +266,7 @@ def _http_response(status: str, body: bytes, content_type: str = "text/plain; ch
 async def handle_http(broker: Broker, stream: trio.abc.Stream) -> None:
     async with stream:
         try:
-            with trio.move_on_after(10):
+            with broker.clock.move_on_after(10):
                 head = await _read_head(stream)
                 if head is None:
                     return

@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from minibroker.config import BrokerConfig
+from minibroker.log_context import in_current_context
 from minibroker.protocol.errors import ErrorCode
 from minibroker.protocol.records import BatchHeader
 from minibroker.storage.log import AppendResult, PartitionLog
@@ -170,7 +171,7 @@ class ProducerStates:
         workers = min(max(1, threads), len(todo))
         if workers > 1:
             with ThreadPoolExecutor(workers, thread_name_prefix="producer-state") as pool:
-                for _ in pool.map(rebuild, todo):
+                for _ in pool.map(in_current_context(rebuild), todo):
                     pass
         else:
             for entry in todo:

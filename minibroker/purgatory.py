@@ -8,8 +8,9 @@ under keys (a topic-partition, a group id); whoever changes what a key stands fo
 `try_complete` finds its condition met, or its deadline passes and `on_expiration` runs first.
 
 Kafka arms a hierarchical timing wheel per operation; here the waiting connection task owns the
-deadline (trio's `move_on_at`), which gives the same behaviour with trio's own timer queue. Kafka's
-order is kept: try, watch, try again, then wait, so a completion that races the watch is not lost.
+deadline (on the broker's clock: `BrokerClock.move_on_at`, so moving the clock expires what is due),
+which gives the same behaviour with trio's own timer queue. Kafka's order is kept: try, watch, try
+again, then wait, so a completion that races the watch is not lost.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections import defaultdict
 from typing import Hashable, Iterable
 
 import trio
+
+from minibroker.clock import BrokerClock
 
 
 class DelayedOperation:
@@ -50,8 +53,10 @@ class DelayedOperation:
 
 
 class Purgatory:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, clock: BrokerClock | None = None) -> None:
+        """`clock`: what the operations' deadlines are on (a new BrokerClock by default)."""
         self.name = name
+        self.clock = clock if clock is not None else BrokerClock()
         self._watchers: defaultdict[Hashable, set[DelayedOperation]] = defaultdict(set)
         self.waiting = 0  # operations now in purgatory, for metrics
         self.expired = 0  # operations that reached their deadline, for metrics and tests
@@ -66,7 +71,7 @@ class Purgatory:
         self.waiting += 1
         try:
             if not op.try_complete():
-                with trio.move_on_at(op.deadline):
+                with self.clock.move_on_at(op.deadline):
                     await op._done.wait()
                 if not op.completed:
                     op.expired = True

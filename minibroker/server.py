@@ -39,6 +39,7 @@ from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
 from minibroker.context import Connection
 from minibroker.listen import bind
+from minibroker.log_context import broker_log_context
 from minibroker.metrics_http import serve_metrics
 from minibroker.protocol.fetch_response import FrameParts
 from minibroker.protocol.framing import FrameDecoder, FrameError
@@ -59,7 +60,7 @@ ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUF
 
 async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Connection) -> None:
     idle_ms = broker.config["connections.max.idle.ms"]
-    idle = IdleWatch(idle_ms / 1000 if idle_ms >= 0 else math.inf)
+    idle = IdleWatch(idle_ms / 1000 if idle_ms >= 0 else math.inf, broker.clock)
     decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
     async with trio.open_nursery() as nursery:
         nursery.start_soon(idle.watch)
@@ -77,6 +78,7 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
     config = broker.config
     memory = broker.request_memory
     quotas = broker.quotas
+    clock = broker.clock
     # A plain socket is read and written directly (DirectSocketIO); other streams through trio.
     direct = DirectSocketIO(stream.socket.fileno()) if isinstance(stream, trio.SocketStream) else None
     losing = 0  # a `lose` fault: how many more responses vanish before the connection breaks
@@ -91,7 +93,7 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
             try:
                 # Idle time runs from the last response: bytes of an unfinished frame do not reset it.
                 # A `lose` fault lasts while the client keeps sending, then the connection breaks.
-                with trio.move_on_after(LOSE_IDLE_S) if losing else _NO_DEADLINE as lost:
+                with clock.move_on_after(LOSE_IDLE_S) if losing else _NO_DEADLINE as lost:
                     idle.start()
                     frame = decoder.next_frame()
                     while frame is None:
@@ -128,12 +130,12 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
                 if fault.action == "close":
                     return
                 if fault.action == "drop":
-                    await _hang_until_peer_closes(stream)
+                    await _hang_until_peer_closes(stream, clock)
                     return
                 if fault.action == "lose":
                     losing = fault.count
                 else:
-                    await trio.sleep(fault.delay_ms / 1000)
+                    await clock.sleep(fault.delay_ms / 1000)
             decoder.recycle(frame)  # its memory takes the next large request, if nothing holds it
             del frame
             if losing:  # handled, never answered; then the connection breaks
@@ -145,7 +147,7 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
             if response.data is not None:
                 if delay_s and not response.client_throttles:
                     # A client of this version would not wait by itself: hold its response back.
-                    await trio.sleep(delay_s)
+                    await clock.sleep(delay_s)
                     delay_s = 0
                 if direct is not None and type(response.data) is bytes:
                     await direct.send_all(response.data)
@@ -156,7 +158,7 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
                 await direct.checkpoint()  # let the others run if this request never waited
             if response.close:
                 return
-            if delay_s and not await _wait_out_throttle(stream, delay_s):
+            if delay_s and not await _wait_out_throttle(stream, delay_s, clock):
                 return  # the client went away during its throttle
     except (FrameError, ProtocolError) as exc:
         broker.metrics.closed_for_protocol_errors += 1
@@ -177,17 +179,18 @@ class IdleWatch:
     and left, registered and unregistered) was some 20 Python calls of trio's per request; this is
     two attribute writes and a clock read, and the watch wakes about once per idle period."""
 
-    __slots__ = ("idle_s", "deadline", "reading", "scope")
+    __slots__ = ("idle_s", "clock", "deadline", "reading", "scope")
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(self, idle_s: float, clock: BrokerClock) -> None:
         self.idle_s = idle_s
+        self.clock = clock
         self.deadline = math.inf
         self.reading = False
         self.scope = trio.CancelScope()
 
     def start(self) -> None:
         """A request is being read (idle time runs from the end of the previous one)."""
-        self.deadline = trio.current_time() + self.idle_s
+        self.deadline = self.clock.monotonic() + self.idle_s
         self.reading = True
 
     def stop(self) -> None:
@@ -199,12 +202,13 @@ class IdleWatch:
         after the watch went to sleep is due later than it wakes (its deadline is at least idle_s
         after the sleep began), so waking at the deadline of the request in progress, or idle_s on
         when there is none, is never late."""
+        clock = self.clock
         while True:
-            now = trio.current_time()
+            now = clock.monotonic()
             if self.reading and now >= self.deadline:
                 self.scope.cancel()
                 return
-            await trio.sleep_until(self.deadline if self.reading else now + self.idle_s)
+            await clock.sleep_until(self.deadline if self.reading else now + self.idle_s)
 
 
 class _NoDeadline:
@@ -304,7 +308,7 @@ async def send_frame(stream: trio.abc.Stream, data: bytes | FrameParts) -> None:
                 sent = 0
 
 
-async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float) -> bool:
+async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float, clock: BrokerClock) -> bool:
     """KIP-219: the response is out; read nothing more from this client until the quota throttle is
     over (Kafka mutes the channel). False when the client closed the connection meanwhile: a peek
     (MSG_PEEK reads nothing) notices it, so a crash-looping client's muted connections do not pile
@@ -312,9 +316,9 @@ async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float) -> bool:
     requests instead, they wait in the socket until the throttle is over."""
     sock = getattr(stream, "socket", None)
     if sock is None:  # not a socket (tests' in-memory streams): just wait
-        await trio.sleep(delay_s)
+        await clock.sleep(delay_s)
         return True
-    with trio.move_on_after(delay_s):
+    with clock.move_on_after(delay_s):
         try:
             if not await sock.recv(1, socket.MSG_PEEK):
                 return False
@@ -324,9 +328,9 @@ async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float) -> bool:
     return True
 
 
-async def _hang_until_peer_closes(stream: trio.SocketStream) -> None:
+async def _hang_until_peer_closes(stream: trio.SocketStream, clock: BrokerClock) -> None:
     """A connection that went silent after the append: read and discard until the client gives up."""
-    with trio.move_on_after(600):
+    with clock.move_on_after(600):
         while await stream.receive_some(65536):
             pass
 
@@ -379,7 +383,7 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener, name: str,
                 if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                     raise
                 log.error("accept on %s failed: %s; retrying in 0.1 s", name, os.strerror(exc.errno))
-                await trio.sleep(0.1)
+                await clock.sleep(0.1)
                 continue
             ip, peer = _peer(stream)
             delay_ms = rates.record_accept(name, clock.monotonic_ms())
@@ -387,12 +391,12 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener, name: str,
                 # Kafka's acceptor blocks holding the accepted connection; the ones behind it wait
                 # in the listen backlog.
                 log.debug("listener %s over max.connection.creation.rate: accepting again in %d ms", name, delay_ms)
-                await trio.sleep(delay_ms / 1000)
+                await clock.sleep(delay_ms / 1000)
             refused = rates.record_ip(name, ip, clock.monotonic_ms())
             if refused is not None:
                 log.debug("connection from %s over connection_creation_rate=%d for %s: closing it in %d ms",
                           peer, refused.rate, ip, refused.throttle_ms)
-                nursery.start_soon(_close_after, stream, refused.throttle_ms / 1000, quotas.share)
+                nursery.start_soon(_close_after, stream, refused.throttle_ms / 1000, quotas.share, clock)
                 continue
             if not quotas.admit(ip):
                 log.info("rejected connection from %s: the address already has max.connections.per.ip=%d",
@@ -402,7 +406,7 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener, name: str,
             nursery.start_soon(_connection_task, broker, stream, name, ip, peer)
 
 
-async def _close_after(stream: trio.SocketStream, delay_s: float, share) -> None:
+async def _close_after(stream: trio.SocketStream, delay_s: float, share, clock: BrokerClock) -> None:
     """A connection over its IP's connection_creation_rate: Kafka keeps it open, unread, for the
     throttle time, then closes it (so a reconnecting client is slowed to the rate). It holds a
     descriptor meanwhile: when the connections' share of the descriptor budget has none left it is
@@ -410,7 +414,7 @@ async def _close_after(stream: trio.SocketStream, delay_s: float, share) -> None
     held = share is None or share.try_acquire()
     try:
         if held:
-            await trio.sleep(delay_s)
+            await clock.sleep(delay_s)
     finally:
         await trio.aclose_forcefully(stream)
         if held and share is not None:
@@ -422,11 +426,22 @@ async def serve(config: BrokerConfig | None = None, *, broker: Broker | None = N
     """Run a broker until cancelled: a new one from `config` (on `clock`, a new BrokerClock by
     default), or `broker`, built beforehand (several brokers in one trio run, each with its own
     clock). Reports (host, port, broker) of the first listener through task_status once listening;
-    `broker.listeners` has every listener by name. The broker is closed when serving ends."""
+    `broker.listeners` has every listener by name. The broker is closed when serving ends. Its log
+    lines, and those of every task serving it, say "[broker N]" (minibroker.log_context)."""
+    if broker is not None:
+        node_id = broker.node_id
+    elif config is not None:
+        node_id = config["node.id"]
+    else:
+        raise TypeError("serve() needs a config or a broker")
+    with broker_log_context(node_id):
+        await _serve(config, broker, clock, task_status)
+
+
+async def _serve(config: BrokerConfig | None, broker: Broker | None, clock: BrokerClock | None, task_status) -> None:
     started = time.perf_counter()
     if broker is None:
-        if config is None:
-            raise TypeError("serve() needs a config or a broker")
+        assert config is not None
         broker = Broker(config, clock=clock)
     config = broker.config
     try:

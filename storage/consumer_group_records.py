@@ -462,3 +462,43 @@ def diff_records(group_id: str, old: StoredConsumerGroup | None, new: StoredCons
              CONSUMER_GROUP_PARTITION_METADATA: 4, CONSUMER_GROUP_METADATA: 5}
     tombstones.sort(key=lambda record: order[_INT16.unpack_from(record[0])[0]])
     return writes + tombstones
+
+
+# --- the consumer group type's records in the offsets store ------------------------------------
+
+
+class ConsumerGroupRecords:
+    """The records of KIP-848 consumer groups in `__consumer_offsets` (the six kinds above), as
+    storage.offsets_store.OffsetsStore replays and writes them: the store's `GroupRecords` for the
+    type "consumer". `groups[group_id]` is the state each group's records describe; writes are the
+    difference from it (Kafka writes the same deltas)."""
+
+    group_type = "consumer"
+    record_types = CONSUMER_RECORD_TYPES
+
+    def __init__(self) -> None:
+        self.groups: dict[str, StoredConsumerGroup] = {}
+
+    def clear(self) -> None:
+        self.groups.clear()
+
+    def replay(self, record_type: int, key: bytes, value: bytes | None) -> None:
+        group_id, member = parse_consumer_key(record_type, key[2:])
+        group = self.groups.setdefault(group_id, StoredConsumerGroup())
+        try:
+            apply_record(group, record_type, member, value)
+        finally:
+            if group.is_empty():
+                del self.groups[group_id]
+
+    def group_ids(self) -> list[str]:
+        return list(self.groups)
+
+    def changes(self, group_id: str, state: StoredConsumerGroup | None) -> list[Record]:
+        return diff_records(group_id, self.groups.get(group_id), state)
+
+    def apply(self, group_id: str, state: StoredConsumerGroup | None) -> None:
+        if state is None or state.is_empty():
+            self.groups.pop(group_id, None)
+        else:
+            self.groups[group_id] = state

@@ -298,3 +298,43 @@ def parse_group_value(value: bytes) -> StoredGroup:
     state_timestamp = v.current_state_timestamp if v.current_state_timestamp is not None else -1
     return StoredGroup(v.protocol_type, v.generation, v.protocol or "", len(members), state_timestamp,
                        v.leader, members)
+
+
+# --- the classic group type's records in the offsets store -------------------------------------
+
+
+class ClassicGroupRecords:
+    """The records of the classic group type in `__consumer_offsets` (GroupMetadataKey/Value, one
+    per group), as storage.offsets_store.OffsetsStore replays and writes them: the store's
+    `GroupRecords` for the type "classic". `groups[group_id]` is each group's last record."""
+
+    group_type = "classic"
+    record_types = frozenset({GROUP_KEY})
+
+    def __init__(self) -> None:
+        self.groups: dict[str, StoredGroup] = {}
+
+    def clear(self) -> None:
+        self.groups.clear()
+
+    def replay(self, record_type: int, key: bytes, value: bytes | None) -> None:
+        group = RECORD_KEY.parse(key).key.group
+        if value is None:
+            self.groups.pop(group, None)
+        else:
+            self.groups[group] = parse_group_value(value)
+
+    def group_ids(self) -> list[str]:
+        return list(self.groups)
+
+    def changes(self, group_id: str, state: StoredGroup | None) -> list[tuple[bytes, bytes | None]]:
+        """The records that make `state` the group's (None: a tombstone, if it has a record)."""
+        if state is None:
+            return [(group_key(group_id), None)] if group_id in self.groups else []
+        return [(group_key(group_id), group_value(state))]
+
+    def apply(self, group_id: str, state: StoredGroup | None) -> None:
+        if state is None:
+            self.groups.pop(group_id, None)
+        else:
+            self.groups[group_id] = state

@@ -31,6 +31,7 @@ here every topic is stored alike.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -40,7 +41,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from minibroker.protocol.errors import ApiError, ErrorCode
 from minibroker.storage.config import (
@@ -111,6 +112,14 @@ class Recovery:
     # (topic, partition) of each log recovered: the shell rebuilds the producer state of the large
     # ones before it serves (minibroker.producers.ProducerStates.rebuild_recovered).
     recovered_partitions: tuple[tuple[str, int], ...] = ()
+
+
+
+def _in_context(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`fn` for a worker thread, run in a copy of the caller's context (the shell's log lines name
+    their broker from a context variable), a copy per call."""
+    context = contextvars.copy_context()
+    return lambda arg: context.copy().run(fn, arg)
 
 
 class LogManager:
@@ -208,7 +217,7 @@ class LogManager:
         threads = min(self.threads, len(large))
         if threads > 1:
             with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
-                for _ in pool.map(PartitionLog.load, large):
+                for _ in pool.map(_in_context(PartitionLog.load), large):
                     pass
         for log in unclean:
             log.load()  # (a no-op for those loaded above)
@@ -538,7 +547,7 @@ class LogManager:
             threads = min(self.threads, len(changed))
             if changed and not synced and threads > 1:
                 with ThreadPoolExecutor(threads, thread_name_prefix="log-flush") as pool:
-                    for _ in pool.map(close_one, changed):
+                    for _ in pool.map(_in_context(close_one), changed):
                         pass
             for entry in logs:
                 close_one(entry)  # (a no-op for those closed above)

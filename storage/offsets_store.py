@@ -11,6 +11,12 @@ has their layouts and reads the layout this broker wrote before them; a KIP-848 
 six record types are in storage/consumer_group_records.py), inside ordinary uncompressed v2 record
 batches, so the log stays readable by any Kafka client and by Kafka's offsets tools.
 
+Committed offsets are the store's own (any group's); each group type's records are kept by that
+type's `GroupRecords` (its record key types, their replay, the records a change writes), keyed by
+group type: the classic type's (group_records.ClassicGroupRecords) and the consumer type's
+(consumer_group_records.ConsumerGroupRecords) by default, and whatever types the coordinator is
+given (a new group type brings its own, in a file of its own).
+
 The topic is an ordinary compacted topic (cleanup.policy=compact, Kafka's settings): the broker's
 log cleaner (minibroker.storage.cleaner) keeps the last record of each key and removes tombstones once
 delete.retention.ms has passed, as Kafka's does for its offsets topic; the records are designed for
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from construct import ConstructError
 
@@ -37,34 +43,25 @@ from minibroker.protocol.records import BatchHeader, decode_records, encode_batc
 from minibroker.protocol.records.batch import ATTR_TRANSACTIONAL
 from minibroker.protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT
 from minibroker.protocol.records.validation import CorruptRecordError
-from minibroker.storage.consumer_group_records import (
-    CONSUMER_RECORD_TYPES,
-    StoredConsumerGroup,
-    apply_record,
-    diff_records,
-    parse_consumer_key,
-)
+from minibroker.storage.consumer_group_records import ConsumerGroupRecords, StoredConsumerGroup
 from minibroker.storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog
 from minibroker.storage.group_records import (
-    GROUP_KEY,
     OFFSET_KEY,
     RECORD_KEY,
+    ClassicGroupRecords,
     OffsetAndMetadata,
     StoredGroup,
     StoredMember,
-    group_key,
-    group_value,
     offset_key,
     offset_value,
-    parse_group_value,
     parse_offset_value,
 )
 
 if TYPE_CHECKING:
     from minibroker.storage.log import PartitionLog
 
-__all__ = ["TOPIC", "TOPIC_CONFIGS", "OffsetAndMetadata", "OffsetsStore", "StoredConsumerGroup", "StoredGroup",
-           "StoredMember"]
+__all__ = ["TOPIC", "TOPIC_CONFIGS", "GroupRecords", "OffsetAndMetadata", "OffsetsStore", "StoredConsumerGroup",
+           "StoredGroup", "StoredMember", "default_group_records"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +69,44 @@ TOPIC = "__consumer_offsets"
 TOPIC_CONFIGS = {**INTERNAL_TOPIC_CONFIGS, "compression.type": "producer"}
 
 TopicPartition = tuple[str, int]
+Record = tuple[bytes, bytes | None]
+OFFSET_RECORD_TYPES = frozenset({0, OFFSET_KEY})  # the store's own: committed offsets
+
+
+# --- one group type's records --------------------------------------------------------------------
+
+
+class GroupRecords(Protocol):
+    """One group type's records in `__consumer_offsets`: the record key types it owns, its replay,
+    and the records a change of a group's state writes. `state` is the type's own (what its records
+    describe); None means no records (a deleted group)."""
+
+    @property
+    def group_type(self) -> str:
+        """The type's name, as ListGroups spells it ("classic", "consumer", ...)."""
+
+    @property
+    def record_types(self) -> frozenset[int]:
+        """The key types (a key's first int16) it owns; never 0 or 1, the offsets' own."""
+
+    def clear(self) -> None: ...
+
+    def replay(self, record_type: int, key: bytes, value: bytes | None) -> None:
+        """Apply one record read back (ValueError or ConstructError when it cannot be read)."""
+
+    def group_ids(self) -> Iterable[str]:
+        """The groups it holds records of."""
+
+    def changes(self, group_id: str, state: Any) -> Sequence[Record]:
+        """The records that turn the group's stored state into `state` (none when nothing changes)."""
+
+    def apply(self, group_id: str, state: Any) -> None:
+        """Make `state` the group's stored state (after its records are appended)."""
+
+
+def default_group_records() -> list[GroupRecords]:
+    """The records of the group types every broker has: classic and KIP-848 consumer groups."""
+    return [ClassicGroupRecords(), ConsumerGroupRecords()]
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -80,9 +115,9 @@ TopicPartition = tuple[str, int]
 class OffsetsStore(CoordinatorLog):
     """Committed offsets and group records, in memory and (when given a log) on disk.
 
-    `offsets[group][(topic, partition)]`, `groups[group]` (classic groups) and
-    `consumer_groups[group]` (KIP-848 groups) are the live state; every change goes to the log
-    first, then to memory, so what a client was told is committed is on disk.
+    `offsets[group][(topic, partition)]` and each group type's records (`records[group_type]`, a
+    `GroupRecords`) are the live state; every change goes to the log first, then to memory, so what
+    a client was told is committed is on disk.
 
     Transactional offsets (TxnOffsetCommit) are written as Kafka writes them: a transactional batch
     carrying the producer id and epoch, held in `pending[producer_id][group]` until the transaction's
@@ -96,18 +131,27 @@ class OffsetsStore(CoordinatorLog):
     topic_configs = TOPIC_CONFIGS
 
     def __init__(self, log: PartitionLog | None = None,
-                 append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None) -> None:
+                 append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None,
+                 group_records: Iterable[GroupRecords] | None = None) -> None:
         """`append_transactional(log, batch, now_ms)`: how a transactional batch goes into the log;
         a plain append by default. The shell passes an append that also records the batch in the
         partition's producer state, as every transactional append is: the last stable offset (where
         the cleaner stops) and the `.txnindex` entry of an abort (which keeps the aborted offsets
         from superseding committed ones) depend on it. It may refuse the batch (FencedEpochError:
         the producer's epoch was bumped on this partition); then nothing is appended and nothing
-        goes pending."""
+        goes pending. `group_records`: each group type's records (`default_group_records()` when
+        None)."""
         super().__init__(log)
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-        self.groups: dict[str, StoredGroup] = {}
-        self.consumer_groups: dict[str, StoredConsumerGroup] = {}
+        self.records: dict[str, GroupRecords] = {}
+        self._by_record_type: dict[int, GroupRecords] = {}
+        for family in (default_group_records() if group_records is None else group_records):
+            assert family.group_type not in self.records, f"group type {family.group_type} given twice"
+            for record_type in family.record_types:
+                assert record_type not in OFFSET_RECORD_TYPES and record_type not in self._by_record_type, (
+                    f"record type {record_type} of group type {family.group_type} is taken")
+                self._by_record_type[record_type] = family
+            self.records[family.group_type] = family
         self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
         self.append_transactional: Callable[[PartitionLog, bytes, int], object] = (
             append_transactional if append_transactional is not None
@@ -115,8 +159,8 @@ class OffsetsStore(CoordinatorLog):
 
     def _reset(self) -> None:
         self.offsets.clear()
-        self.groups.clear()
-        self.consumer_groups.clear()
+        for family in self.records.values():
+            family.clear()
         self.pending.clear()
 
     def _replay_batch(self, batch: memoryview, header: BatchHeader) -> None:
@@ -146,35 +190,26 @@ class OffsetsStore(CoordinatorLog):
             self.skipped_records += 1
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
-        if len(key) >= 2 and (record_type := int.from_bytes(key[:2], "big", signed=True)) in CONSUMER_RECORD_TYPES:
-            group_id, member = parse_consumer_key(record_type, key[2:])
-            group = self.consumer_groups.setdefault(group_id, StoredConsumerGroup())
-            try:
-                apply_record(group, record_type, member, value)
-            finally:
-                if group.is_empty():
-                    del self.consumer_groups[group_id]
+        if len(key) < 2:
+            raise ValueError("a record key without its type")
+        record_type = int.from_bytes(key[:2], "big", signed=True)
+        family = self._by_record_type.get(record_type)
+        if family is not None:
+            family.replay(record_type, key, value)
             return
-        parsed = RECORD_KEY.parse(key)
-        body = parsed.key
-        if parsed.type in (0, OFFSET_KEY):
-            tp = (body.topic, body.partition)
-            if value is None:
-                group_offsets = self.offsets.get(body.group)
-                if group_offsets is not None:
-                    group_offsets.pop(tp, None)
-                    if not group_offsets:
-                        del self.offsets[body.group]
-                self._drop_pending(body.group, [tp])
-                return
-            self.offsets.setdefault(body.group, {})[tp] = parse_offset_value(value)
-        elif parsed.type == GROUP_KEY:
-            if value is None:
-                self.groups.pop(body.group, None)
-                return
-            self.groups[body.group] = parse_group_value(value)
-        else:
-            raise ValueError(f"record type {parsed.type} is not one this broker reads")
+        if record_type not in OFFSET_RECORD_TYPES:
+            raise ValueError(f"record type {record_type} is not one this broker reads")
+        body = RECORD_KEY.parse(key).key
+        tp = (body.topic, body.partition)
+        if value is None:
+            group_offsets = self.offsets.get(body.group)
+            if group_offsets is not None:
+                group_offsets.pop(tp, None)
+                if not group_offsets:
+                    del self.offsets[body.group]
+            self._drop_pending(body.group, [tp])
+            return
+        self.offsets.setdefault(body.group, {})[tp] = parse_offset_value(value)
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -252,42 +287,39 @@ class OffsetsStore(CoordinatorLog):
                 del self.offsets[group]
         self._drop_pending(group, partitions)
 
-    def store_group(self, group: str, stored: StoredGroup, now_ms: int) -> None:
-        self._append([(group_key(group), group_value(stored))], now_ms)
-        self.groups[group] = stored
+    def group_records(self, group_type: str) -> Any:
+        """The group type's records (its `GroupRecords`: e.g. `.groups`, the stored state by group)."""
+        return self.records[group_type]
 
-    def delete_group(self, group: str, now_ms: int) -> None:
-        """Tombstones for the group's offsets (committed, and pending in an open transaction: Kafka's
-        deleteAllOffsets) and its group records (of either type)."""
-        committed = self.offsets.get(group, {})
-        records: list[tuple[bytes | None, bytes | None]] = [
-            (offset_key(group, t, p), None) for t, p in [*committed, *sorted(self.pending_partitions(group) - set(committed))]]
-        if group in self.groups:
-            records.append((group_key(group), None))
-        records.extend(diff_records(group, self.consumer_groups.get(group), None))
-        self._append(records, now_ms)
-        self.offsets.pop(group, None)
-        self._drop_pending(group)
-        self.groups.pop(group, None)
-        self.consumer_groups.pop(group, None)
-
-    def store_consumer_group(self, group: str, stored: StoredConsumerGroup | None, now_ms: int,
-                             drop_classic_record: bool = False) -> int:
-        """Write what changed in a consumer group's records since the last call (Kafka writes the
-        same deltas); None deletes them all. `drop_classic_record` also tombstones the group's
-        classic record in the same batch (an Empty classic group becoming a consumer group).
-        Returns the number of records written."""
-        records: list[tuple[bytes | None, bytes | None]] = []
-        if drop_classic_record and group in self.groups:
-            records.append((group_key(group), None))
-        records.extend(diff_records(group, self.consumer_groups.get(group), stored))
+    def write_group(self, group_type: str, group: str, state: Any, now_ms: int, replacing: str | None = None) -> int:
+        """Write what changed in the group's records of `group_type` (`state`: the type's stored state
+        of the group; None deletes its records). `replacing` also tombstones the group's records of
+        that other type in the same batch (a group id is one type at a time: an Empty group of one
+        type becoming one of another). Returns the number of records written."""
+        family = self.records[group_type]
+        records: list[Record] = []
+        previous = self.records[replacing] if replacing is not None else None
+        if previous is not None:
+            records.extend(previous.changes(group, None))
+        records.extend(family.changes(group, state))
         if not records:
             return 0
         self._append(records, now_ms)
-        if drop_classic_record:
-            self.groups.pop(group, None)
-        if stored is None or stored.is_empty():
-            self.consumer_groups.pop(group, None)
-        else:
-            self.consumer_groups[group] = stored
+        if previous is not None:
+            previous.apply(group, None)
+        family.apply(group, state)
         return len(records)
+
+    def delete_group(self, group: str, now_ms: int) -> None:
+        """Tombstones for the group's offsets (committed, and pending in an open transaction: Kafka's
+        deleteAllOffsets) and its group records (of any type)."""
+        committed = self.offsets.get(group, {})
+        records: list[Record] = [
+            (offset_key(group, t, p), None) for t, p in [*committed, *sorted(self.pending_partitions(group) - set(committed))]]
+        for family in self.records.values():
+            records.extend(family.changes(group, None))
+        self._append(records, now_ms)
+        self.offsets.pop(group, None)
+        self._drop_pending(group)
+        for family in self.records.values():
+            family.apply(group, None)

@@ -5,9 +5,9 @@ DeleteGroups, committed offsets).
 Kafka's counterpart of `Group` is `org.apache.kafka.coordinator.group.Group`, implemented by
 `ClassicGroup` and `ConsumerGroup` (and share groups since 4.0): the offsets manager and the shard
 ask a group to validate a commit, say whether it subscribes to a topic, and when its offsets may
-expire, without knowing its type. Two types exist here: classic groups (classic_group.py, run by
-classic_manager.py) and KIP-848 consumer groups (consumer_group.py, run by consumer_manager.py).
-A group id is one type at a time.
+expire, without knowing its type. Two types are built in: classic groups (classic_group.py, run by
+classic_manager.py) and KIP-848 consumer groups (consumer_group.py, run by consumer_manager.py);
+others plug in through the registry (types.py). A group id is one type at a time.
 
 Pure: no trio, no clock.
 """

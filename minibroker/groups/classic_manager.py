@@ -32,9 +32,17 @@ from __future__ import annotations
 import logging
 import uuid
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, cast
 
-from minibroker.groups.api import GroupDescription, JoinGroupRequest, JoinResult, Pending, SyncResult
+from minibroker.groups.api import (
+    CLASSIC,
+    CONSUMER,
+    GroupDescription,
+    JoinGroupRequest,
+    JoinResult,
+    Pending,
+    SyncResult,
+)
 from minibroker.groups.classic_group import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -44,22 +52,53 @@ from minibroker.groups.classic_group import (
     ClassicGroup,
     ClassicGroupMember,
 )
+from minibroker.groups.types import GroupType
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.errors import storage_error_message
+from minibroker.storage.group_records import ClassicGroupRecords
 
 if TYPE_CHECKING:
+    from minibroker.groups.api import Group
     from minibroker.groups.runtime import ShardRuntime
 
 log = logging.getLogger(__name__)
 
 
 class ClassicGroupManager:
-    """The classic protocol's requests and timers, on the groups the shard holds."""
+    """The classic protocol's requests and timers, on the groups the shard holds (the classic
+    group type's GroupTypeManager, groups/types.py)."""
 
     def __init__(self, shard: ShardRuntime) -> None:
         self.shard = shard
         self.config = shard.config
         self.rebalances = 0  # completed join phases, for tests and metrics
+
+    # -- the group type (groups/types.py) ---------------------------------------------------------
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None:
+        """The classic group of that id; None when there is none, or the id is another type's."""
+        group = self.shard.groups.get(group_id)
+        return cast(ClassicGroup, group) if group is not None and group.group_type == CLASSIC else None
+
+    def create_group(self, group_id: str, now_ms: int) -> ClassicGroup:
+        """A new Empty classic group (not yet registered): as a JoinGroup or an OffsetCommit of a
+        simple consumer creates one."""
+        return ClassicGroup(group_id, now_ms)
+
+    def load(self, now_ms: int) -> Iterable[Group]:
+        """The classic groups of the store's GroupMetadata records (Empty: their members rejoin)."""
+        stored = self.shard.store.group_records(CLASSIC).groups
+        return [ClassicGroup.from_record(group_id, record, now_ms) for group_id, record in stored.items()]
+
+    def start_timers(self, now: float) -> None:
+        """Nothing: a classic group loaded at start-up is Empty, without timers."""
+
+    def close(self, group: Group) -> None:
+        """Answer every request parked on the group: the coordinator is going away."""
+        classic = cast(ClassicGroup, group)
+        for member in classic.members.values():
+            self._complete_join(classic, member, JoinResult(ErrorCode.coordinator_not_available, member.member_id))
+            self._complete_sync(classic, member, SyncResult(ErrorCode.coordinator_not_available))
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -90,12 +129,6 @@ class ClassicGroupManager:
         self._complete_sync(group, member, SyncResult(ErrorCode.unknown_member_id))
         group.remove(member.member_id)
 
-    def close(self, group: ClassicGroup) -> None:
-        """Answer every request parked on the group: the coordinator is going away."""
-        for member in group.members.values():
-            self._complete_join(group, member, JoinResult(ErrorCode.coordinator_not_available, member.member_id))
-            self._complete_sync(group, member, SyncResult(ErrorCode.coordinator_not_available))
-
     # -- JoinGroup --------------------------------------------------------------------------------
 
     def join_group(self, now: float, now_ms: int, request: JoinGroupRequest) -> Pending:
@@ -109,21 +142,24 @@ class ClassicGroupManager:
             pending.result = JoinResult(ErrorCode.invalid_session_timeout, member_id)
         else:
             existing = self.shard.groups.get(group_id)
-            if existing is not None and not isinstance(existing, ClassicGroup):
-                if not existing.is_empty():
-                    # Kafka 4 would take the member into the consumer group as a classic-protocol
+            if existing is not None and existing.group_type != CLASSIC:
+                if existing.group_type != CONSUMER or not existing.is_empty():
+                    # Kafka 4 would take the member into a consumer group as a classic-protocol
                     # member (a mixed group); this broker keeps a group id to one type.
-                    log.info("group %s: a classic member cannot join the consumer group, which has members",
-                             group_id)
+                    log.info("group %s: a classic member cannot join the %s group%s", group_id,
+                             existing.group_type, ", which has members" if not existing.is_empty() else "")
                     pending.result = JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
                     return pending
-                self.shard.drop_empty_consumer_group(group_id, now_ms)
-            group = self.shard.classic_group(group_id)
+                # Kafka's maybeDeleteEmptyConsumerGroup: its records are tombstoned, its offsets stay.
+                self.shard.drop_group_records(group_id, now_ms)
+                log.info("group %s: the Empty consumer group becomes a classic group (its offsets stay)", group_id)
+            group = self.classic_group(group_id)
             if group is None:
                 if member_id:
                     pending.result = JoinResult(ErrorCode.unknown_member_id, member_id)
                     return pending
-                group = self.shard.create_classic_group(group_id, now_ms)
+                group = self.create_group(group_id, now_ms)
+                self.shard.register(group)
             if member_id:
                 self._join_existing_member(now, now_ms, group, request, pending)
             else:
@@ -351,7 +387,7 @@ class ClassicGroupManager:
 
     def _persist_group(self, group: ClassicGroup, now_ms: int) -> None:
         try:
-            self.shard.store.store_group(group.group_id, group.to_record(), now_ms)
+            self.shard.store.write_group(CLASSIC, group.group_id, group.to_record(), now_ms)
         except OSError as exc:
             # The running group is in memory; the record only lets a restart list and describe it.
             log.error("group %s: storing the group record failed: %s", group.group_id, storage_error_message(exc))
@@ -375,7 +411,7 @@ class ClassicGroupManager:
         if not group_id:
             pending.result = SyncResult(ErrorCode.invalid_group_id)
             return pending
-        group = self.shard.classic_group(group_id)
+        group = self.classic_group(group_id)
         if group is None or group.is_(EMPTY):
             pending.result = SyncResult(ErrorCode.unknown_member_id)
             return pending
@@ -450,7 +486,7 @@ class ClassicGroupManager:
                   group_instance_id: str | None = None) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
-        group = self.shard.classic_group(group_id)
+        group = self.classic_group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
         if group.is_(DEAD):
@@ -474,11 +510,11 @@ class ClassicGroupManager:
         """(top-level error, one error per (member_id, group_instance_id) leaving)."""
         if not group_id:
             return ErrorCode.invalid_group_id, []
-        if group_id in self.shard.groups and self.shard.classic_group(group_id) is None:
+        if group_id in self.shard.groups and self.classic_group(group_id) is None:
             # A consumer group: none of its members use the classic protocol (Kafka's
             # classicGroupLeaveToConsumerGroup answers each UNKNOWN_MEMBER_ID).
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
-        group = self.shard.classic_group(group_id)
+        group = self.classic_group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, []
         if group.is_(DEAD):
@@ -511,24 +547,23 @@ class ClassicGroupManager:
 
     # -- timers -----------------------------------------------------------------------------------
 
-    def fire_timers(self, group: ClassicGroup, now: float, now_ms: int) -> None:
+    def fire_timers(self, group: Group, now: float, now_ms: int) -> None:
         """Fire every deadline of `group` due at `now`, earliest first: the join and sync timeouts,
         session expiries, pending member expiries."""
+        classic = cast(ClassicGroup, group)
         # Each event clears or moves its own deadline; the bound guards against our own bug.
         for _ in range(10_000):
-            event = self._next_due(group, now, now_ms)
+            event = self._next_due(classic, now, now_ms)
             if event is None:
                 return
             event()
         log.error("group %s: timers keep firing at %.3f; giving up this tick", group.group_id, now)
 
-    def parked_deadline(self, group_id: str) -> float | None:
+    def parked_deadline(self, group: Group) -> float | None:
         """When a request parked on the group is answered at the latest, unless something happens
         first: the end of the join phase or of the sync phase (None: no such deadline now)."""
-        group = self.shard.classic_group(group_id)
-        if group is None:
-            return None
-        return min((d for d in (group.join_deadline, group.sync_deadline) if d is not None), default=None)
+        classic = cast(ClassicGroup, group)
+        return min((d for d in (classic.join_deadline, classic.sync_deadline) if d is not None), default=None)
 
     def _next_due(self, group: ClassicGroup, now: float, now_ms: int) -> Callable[[], None] | None:
         best: tuple[float, Callable[[], None]] | None = None
@@ -568,7 +603,7 @@ class ClassicGroupManager:
     # -- DescribeGroups ---------------------------------------------------------------------------
 
     def describe_group(self, group_id: str) -> GroupDescription | None:
-        group = self.shard.classic_group(group_id)
+        group = self.classic_group(group_id)
         if group is None or group.is_(DEAD):
             return None
         return group.describe()
@@ -576,3 +611,7 @@ class ClassicGroupManager:
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:
     return requested is not None and current is not None and requested != current
+
+
+# The classic group type (groups/types.py): its records are GroupMetadata records.
+CLASSIC_GROUP_TYPE = GroupType(CLASSIC, ClassicGroupManager, ClassicGroupRecords)

@@ -43,9 +43,11 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, cast
 
 from minibroker.groups.api import (
+    CLASSIC,
+    CONSUMER,
     ConsumerGroupDescription,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResult,
@@ -53,7 +55,6 @@ from minibroker.groups.api import (
     TopicsImage,
 )
 from minibroker.groups.assignors import ASSIGNORS, MemberSpec, PartitionAssignorError
-from minibroker.groups.classic_group import ClassicGroup
 from minibroker.groups.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -66,12 +67,15 @@ from minibroker.groups.consumer_group import (
     held_partitions,
     reconcile,
 )
+from minibroker.groups.types import GroupType
 from minibroker.regex import RegexError, compile_client_regex
 from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.consumer_group_records import ConsumerGroupRecords
 from minibroker.storage.errors import storage_error_message
 from minibroker.storage.offsets_store import TOPIC
 
 if TYPE_CHECKING:
+    from minibroker.groups.api import Group
     from minibroker.groups.runtime import ShardRuntime
 
 log = logging.getLogger(__name__)
@@ -106,12 +110,27 @@ def _is_internal(topic: str) -> bool:
 
 
 class ConsumerGroupManager:
-    """The consumer group protocol's requests and timers, on the groups the shard holds."""
+    """The consumer group protocol's requests and timers, on the groups the shard holds (the
+    consumer group type's GroupTypeManager, groups/types.py)."""
 
     def __init__(self, shard: ShardRuntime) -> None:
         self.shard = shard
         self.config = shard.config
         self.rebalances = 0  # group epoch bumps, for tests and metrics
+
+    # -- the group type (groups/types.py) ---------------------------------------------------------
+
+    def load(self, now_ms: int) -> Iterable[Group]:
+        """The consumer groups of the store's records (their members' sessions start with the timers)."""
+        stored = self.shard.store.group_records(CONSUMER).groups
+        return [ConsumerGroup.from_stored(group_id, record, now_ms) for group_id, record in stored.items()]
+
+    def parked_deadline(self, group: Group) -> float | None:
+        """None: a ConsumerGroupHeartbeat never waits."""
+        return None
+
+    def close(self, group: Group) -> None:
+        """Nothing: no request waits on a consumer group."""
 
     @property
     def topics(self) -> TopicsImage:
@@ -126,7 +145,7 @@ class ConsumerGroupManager:
                 ErrorCode.unsupported_version,
                 "The consumer group protocol is not enabled: group.coordinator.rebalance.protocols "
                 "does not include consumer.")
-        self.start_sessions(now)
+        self.start_timers(now)
         try:
             self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -172,7 +191,7 @@ class ConsumerGroupManager:
                               f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid regular "
                               f"expression: {exc}.") from None
 
-    def _find_group(self, group_id: str, create: bool, now_ms: int) -> tuple[ConsumerGroup, ClassicGroup | None]:
+    def _find_group(self, group_id: str, create: bool, now_ms: int) -> tuple[ConsumerGroup, Group | None]:
         """Kafka's getOrMaybeCreateConsumerGroup: (the group, an Empty classic group it replaces).
         A group created here is registered only when the heartbeat succeeds."""
         existing = self.shard.groups.get(group_id)
@@ -180,9 +199,9 @@ class ConsumerGroupManager:
             if not create:
                 raise Refused(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
             return ConsumerGroup(group_id, now_ms), None
-        if isinstance(existing, ConsumerGroup):
-            return existing, None
-        if create and existing.is_empty():
+        if existing.group_type == CONSUMER:
+            return cast(ConsumerGroup, existing), None
+        if create and existing.group_type == CLASSIC and existing.is_empty():
             return ConsumerGroup(group_id, now_ms), existing
         raise Refused(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
 
@@ -191,9 +210,9 @@ class ConsumerGroupManager:
         group = self.shard.groups.get(group_id)
         if group is None or group.is_dead():
             raise Refused(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
-        if not isinstance(group, ConsumerGroup):
+        if group.group_type != CONSUMER:
             raise Refused(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
-        return group
+        return cast(ConsumerGroup, group)
 
     @staticmethod
     def _check_epoch(member: ConsumerGroupMember, received: int, owned) -> None:
@@ -318,7 +337,7 @@ class ConsumerGroupManager:
 
         # Nothing was refused: apply it all.
         if self.shard.groups.get(group.group_id) is not group:
-            self.shard.groups[group.group_id] = group
+            self.shard.register(group)
             if replaced_classic is not None:
                 log.info("group %s: the Empty classic group becomes a consumer group (its offsets stay)",
                          group.group_id)
@@ -476,11 +495,14 @@ class ConsumerGroupManager:
         group.session_deadlines[member_id] = deadline
         self.shard.schedule(group.group_id, deadline)
 
-    def start_sessions(self, now: float) -> None:
+    def start_timers(self, now: float) -> None:
         """Start the session (and pending rebalance) timeouts of the members of groups loaded at
         start-up, as Kafka's onLoaded does: a member that does not come back is fenced."""
-        for group in list(self.shard.groups.values()):
-            if isinstance(group, ConsumerGroup) and not group.sessions_started:
+        for any_group in list(self.shard.groups.values()):
+            if any_group.group_type != CONSUMER:
+                continue
+            group = cast(ConsumerGroup, any_group)
+            if not group.sessions_started:
                 group.sessions_started = True
                 for member in group.members.values():
                     self._schedule_session(group, member.member_id, now)
@@ -489,9 +511,10 @@ class ConsumerGroupManager:
                         group.rebalance_deadlines[member.member_id] = (deadline, member.member_epoch)
                         self.shard.schedule(group.group_id, deadline)
 
-    def fire_timers(self, group: ConsumerGroup, now: float, now_ms: int) -> None:
+    def fire_timers(self, any_group: Group, now: float, now_ms: int) -> None:
         """Fence the members whose session expired, or that did not revoke within their rebalance
         timeout (still at the epoch they had to leave)."""
+        group = cast(ConsumerGroup, any_group)
         for member_id, deadline in sorted(group.session_deadlines.items(), key=lambda item: item[1]):
             member = group.members.get(member_id)
             if deadline <= now and member is not None:
@@ -537,8 +560,12 @@ class ConsumerGroupManager:
         """Write the group's changed records. On a storage error the running group goes on from
         memory; the store keeps what it last wrote, so the next write carries the difference."""
         try:
-            self.shard.store.store_consumer_group(group.group_id, group.to_stored(), now_ms,
-                                                  drop_classic_record=drop_classic_record)
+            self.shard.store.write_group(CONSUMER, group.group_id, group.to_stored(), now_ms,
+                                         replacing=CLASSIC if drop_classic_record else None)
         except OSError as exc:
             log.error("group %s: storing the consumer group's records in %s failed: %s", group.group_id,
                       TOPIC, storage_error_message(exc))
+
+
+# The KIP-848 consumer group type (groups/types.py): its records are the six ConsumerGroup* kinds.
+CONSUMER_GROUP_TYPE = GroupType(CONSUMER, ConsumerGroupManager, ConsumerGroupRecords)

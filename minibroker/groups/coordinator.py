@@ -15,24 +15,32 @@ before the time the timer task sleeps until, the timer task. Waiting is the only
 A KIP-848 ConsumerGroupHeartbeat never waits: it is answered at once, and a member learns of a new
 assignment at its next heartbeat.
 
-Two clocks are injected (the broker passes its minibroker.clock.BrokerClock's readings): `clock`, the
-monotonic seconds every deadline is on, which must be trio's (`trio.current_time`, the default: the
-purgatory and the timer task wait with trio deadlines), so that trio's
-`MockClock(autojump_threshold=0)` drives every timeout of a test; and `wall_clock_ms`, the
-wall-clock milliseconds stored with commits and group states.
+The classic and consumer protocols' requests have methods here; any group type's (groups/types.py)
+can be reached without one: `manager(group_type)` is the type's manager on the shard, and
+`apply(request)` runs `request(now, now_ms)` at the clocks' readings and wakes what it completed, as
+every method here does.
+
+Time is the broker's minibroker.clock.BrokerClock (`clock`; a new one by default): its monotonic
+seconds are what every deadline is on, and the purgatory and the timer task wait on it, so that
+trio's `MockClock(autojump_threshold=0)` drives every timeout of a test and `BrokerClock.advance`
+moves this broker's groups alone. `wall_clock_ms`, the wall-clock milliseconds stored with commits
+and group states, is the clock's `now_ms` unless given.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, cast
 
 import trio
 
 from minibroker.groups.api import (
+    CLASSIC,
+    CONSUMER,
     ConsumerGroupDescription,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResult,
+    Group,
     GroupConfig,
     GroupDescription,
     GroupOverview,
@@ -40,10 +48,13 @@ from minibroker.groups.api import (
     Pending,
     TopicsImage,
 )
-from minibroker.groups.classic_group import ClassicGroup
-from minibroker.groups.consumer_group import ConsumerGroup
+from minibroker.clock import BrokerClock
+from minibroker.groups.classic_manager import ClassicGroupManager
+from minibroker.groups.consumer_manager import ConsumerGroupManager
+from minibroker.groups.registry import DEFAULT_GROUP_TYPES
 from minibroker.groups.runtime import GroupConfigLookup
 from minibroker.groups.shard import GroupCoordinatorShard
+from minibroker.groups.types import GroupTypeManager, GroupTypes
 from minibroker.purgatory import DelayedOperation, Purgatory
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.offsets_store import OffsetAndMetadata, OffsetsStore
@@ -54,6 +65,7 @@ if TYPE_CHECKING:
     from minibroker.storage.manager import LogManager
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 class DelayedJoin(DelayedOperation):
@@ -69,7 +81,7 @@ class DelayedJoin(DelayedOperation):
         return self.pending.done and self.force_complete()
 
     def on_expiration(self) -> None:
-        self.coordinator.tick(self.coordinator.clock())
+        self.coordinator.tick(self.coordinator.clock.monotonic())
 
 
 class DelayedSync(DelayedJoin):
@@ -83,32 +95,40 @@ class GroupCoordinator:
         config: GroupConfig | None = None,
         store: OffsetsStore | None = None,
         *,
-        wall_clock_ms: Callable[[], int],
-        clock: Callable[[], float] = trio.current_time,
+        wall_clock_ms: Callable[[], int] | None = None,
+        clock: BrokerClock | None = None,
         purgatory: Purgatory | None = None,
         topics: TopicsImage | None = None,
         group_configs: GroupConfigLookup | None = None,
+        types: GroupTypes = DEFAULT_GROUP_TYPES,
     ) -> None:
-        self.wall_clock_ms = wall_clock_ms
-        self.clock = clock
-        self.purgatory = purgatory if purgatory is not None else Purgatory("Group")
+        """`types`: the group types it coordinates (groups/registry.py's by default); `store`, when
+        given, must keep the records of each (OffsetsStore(group_records=types.records()))."""
+        self.clock = clock if clock is not None else BrokerClock()
+        self.wall_clock_ms = wall_clock_ms if wall_clock_ms is not None else self.clock.now_ms
+        self.purgatory = purgatory if purgatory is not None else Purgatory("Group", self.clock)
         self.shard = GroupCoordinatorShard(config or GroupConfig(),
-                                           store if store is not None else OffsetsStore(), wall_clock_ms(),
-                                           topics, group_configs)
+                                           store if store is not None else OffsetsStore(group_records=types.records()),
+                                           self.wall_clock_ms(), topics, group_configs, types)
+        # The managers of the two protocols this coordinator has request methods for.
+        self.classic = cast(ClassicGroupManager, self.shard.manager(CLASSIC))
+        self.consumer = cast(ConsumerGroupManager, self.shard.manager(CONSUMER))
         self._sleep_target = math.inf  # when the timer task will next wake by itself
         self._on_change: Callable[[], None] | None = None
 
     @classmethod
-    def open(cls, config: BrokerConfig, logs: LogManager, wall_clock_ms: Callable[[], int],
-             clock: Callable[[], float] = trio.current_time, *,
+    def open(cls, config: BrokerConfig, logs: LogManager, clock: BrokerClock, *,
              append_transactional: Callable[[PartitionLog, bytes, int], object] | None = None,
-             group_configs: GroupConfigLookup | None = None) -> GroupCoordinator:
+             group_configs: GroupConfigLookup | None = None,
+             types: GroupTypes = DEFAULT_GROUP_TYPES) -> GroupCoordinator:
         """The coordinator of the groups in `logs`' `__consumer_offsets`; `append_transactional`:
         how TxnOffsetCommit's batches are appended (minibroker.storage.offsets_store.OffsetsStore);
-        `group_configs`: each group's own configs (Kafka 4's GROUP resource, minibroker.group_configs)."""
-        store = OffsetsStore.open(logs, wall_clock_ms(), append_transactional=append_transactional)
-        return cls(GroupConfig.from_broker(config), store, wall_clock_ms=wall_clock_ms, clock=clock,
-                   purgatory=Purgatory("Group"), topics=logs, group_configs=group_configs)
+        `group_configs`: each group's own configs (Kafka 4's GROUP resource, minibroker.group_configs);
+        `types`: the group types it coordinates."""
+        store = OffsetsStore.open(logs, clock.now_ms(), append_transactional=append_transactional,
+                                  group_records=types.records())
+        return cls(GroupConfig.from_broker(config), store, clock=clock, purgatory=Purgatory("Group", clock),
+                   topics=logs, group_configs=group_configs, types=types)
 
     @property
     def config(self) -> GroupConfig:
@@ -119,13 +139,25 @@ class GroupCoordinator:
         return self.shard.store
 
     @property
-    def groups(self) -> dict[str, ClassicGroup | ConsumerGroup]:
+    def groups(self) -> dict[str, Group]:
         return self.shard.groups
 
     @property
     def rebalances(self) -> int:
         """Completed join phases, for tests and metrics."""
-        return self.shard.classic.rebalances
+        return self.classic.rebalances
+
+    def manager(self, group_type: str) -> GroupTypeManager:
+        """The manager of a group type on the shard (its own requests: see the module docstring)."""
+        return self.shard.manager(group_type)
+
+    def apply(self, request: Callable[[float, int], T]) -> T:
+        """Run `request(now, now_ms)` on the shard (a group type's request) at the clocks' current
+        readings, then wake the requests it completed and the timer task if a deadline moved."""
+        try:
+            return request(self.clock.monotonic(), self.wall_clock_ms())
+        finally:
+            self._after()
 
     def close(self) -> None:
         """Answer every parked request (the broker is going away)."""
@@ -166,7 +198,7 @@ class GroupCoordinator:
                                    session_timeout_ms, rebalance_timeout_ms, protocol_type, list(protocols),
                                    require_known_member_id, supports_skip_assignment, reason)
         try:
-            return self.shard.classic.join_group(now, self.wall_clock_ms(), request)
+            return self.classic.join_group(now, self.wall_clock_ms(), request)
         finally:
             self._after()
 
@@ -183,7 +215,7 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> Pending:
         try:
-            return self.shard.classic.sync_group(
+            return self.classic.sync_group(
                 now, self.wall_clock_ms(), group_id=group_id, generation_id=generation_id,
                 member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type,
                 protocol_name=protocol_name, assignments=assignments)
@@ -193,7 +225,7 @@ class GroupCoordinator:
     def heartbeat(self, now: float, *, group_id: str, generation_id: int, member_id: str,
                   group_instance_id: str | None = None) -> ErrorCode:
         try:
-            return self.shard.classic.heartbeat(now, group_id=group_id, generation_id=generation_id,
+            return self.classic.heartbeat(now, group_id=group_id, generation_id=generation_id,
                                                 member_id=member_id, group_instance_id=group_instance_id)
         finally:
             self._after()
@@ -202,14 +234,14 @@ class GroupCoordinator:
                     members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
         """(top-level error, one error per (member_id, group_instance_id) leaving)."""
         try:
-            return self.shard.classic.leave_group(now, self.wall_clock_ms(), group_id, members)
+            return self.classic.leave_group(now, self.wall_clock_ms(), group_id, members)
         finally:
             self._after()
 
     def describe_group(self, group_id: str) -> GroupDescription | None:
         """DescribeGroups' view of a classic group; None when there is none (no group, or a group
         of another type: `group_type` tells which)."""
-        return self.shard.classic.describe_group(group_id)
+        return self.classic.describe_group(group_id)
 
     def group_type(self, group_id: str) -> str | None:
         """"classic" or "consumer" (ListGroups' type), None for an unknown group."""
@@ -221,12 +253,12 @@ class GroupCoordinator:
     def consumer_group_heartbeat(self, now: float, request: ConsumerGroupHeartbeatRequest
                                  ) -> ConsumerGroupHeartbeatResult:
         try:
-            return self.shard.consumer.heartbeat(now, self.wall_clock_ms(), request)
+            return self.consumer.heartbeat(now, self.wall_clock_ms(), request)
         finally:
             self._after()
 
     def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
-        return self.shard.consumer.describe(group_ids)
+        return self.consumer.describe(group_ids)
 
     # -- offsets ----------------------------------------------------------------------------------
 
@@ -331,11 +363,11 @@ class GroupCoordinator:
     async def wait_for(self, pending: Pending, group_id: str, kind: type[DelayedJoin] = DelayedJoin) -> Any:
         """Park a request in the purgatory until its Pending completes; returns the result."""
         while not pending.done:
-            now = self.clock()
+            now = self.clock.monotonic()
             self.tick(now)
             if pending.done:
                 break
-            deadline = self.shard.classic.parked_deadline(group_id)
+            deadline = self.shard.parked_deadline(group_id)
             await self.purgatory.wait(kind(self, pending, now + 1.0 if deadline is None else deadline),
                                       (group_id,))
         return pending.result
@@ -349,16 +381,16 @@ class GroupCoordinator:
             wake.set()
 
         self._on_change = changed
-        self.shard.start_timers(self.clock())
+        self.shard.start_timers(self.clock.monotonic())
         try:
             while True:
                 deadline = self.shard.next_deadline()
                 self._sleep_target = deadline if deadline is not None else math.inf
-                with trio.move_on_at(self._sleep_target):
+                with self.clock.move_on_at(self._sleep_target):
                     await wake.wait()
                 wake = trio.Event()
                 self._sleep_target = -math.inf  # ticking: new deadlines are seen below
-                self.shard.tick(self.clock(), self.wall_clock_ms())
+                self.shard.tick(self.clock.monotonic(), self.wall_clock_ms())
                 self._after(notify=False)
         finally:
             self._on_change = None

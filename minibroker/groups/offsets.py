@@ -101,7 +101,7 @@ class OffsetMetadataManager:
             if generation_id >= 0 or member_id:
                 # Kafka's validateTransactionalOffsetCommit: only a simple committer may create it.
                 return {tp: ErrorCode.illegal_generation for tp in offsets}
-            group = self.shard.create_classic_group(group_id, now_ms)
+            group = self.shard.create_simple_group(group_id, now_ms)
         if not member_id and generation_id < 0:
             # A request without member id and generation (TxnOffsetCommit before v3, KIP-447's
             # fields absent: aiokafka's send_offsets_to_transaction) is taken whatever the group's
@@ -158,7 +158,7 @@ class OffsetMetadataManager:
             if generation_id >= 0:
                 return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
             # A "simple" group: offsets only, no group management.
-            group = self.shard.create_classic_group(group_id, now_ms)
+            group = self.shard.create_simple_group(group_id, now_ms)
         return group.validate_offset_commit(generation_id, member_id, instance_id, version)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:

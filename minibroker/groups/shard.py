@@ -2,20 +2,23 @@
 `GroupCoordinatorShard`, one per `__consumer_offsets` partition; this broker has one partition and
 coordinates every group).
 
-The shard owns what every group type shares: the registry of groups (`groups`), the timer heap
-(`schedule`; a tick visits only the groups with something due), the wake-ups of parked requests
-(`wake` / `take_woken`), the offsets store, loading at start-up, ListGroups, DeleteGroups and the
-offsets retention check. Requests go to the manager of their kind:
+The shard owns what every group type shares: the registry of groups (`groups`, one type per group
+id), the timer heap (`schedule`; a tick visits only the groups with something due), the wake-ups of
+parked requests (`wake` / `take_woken`), the offsets store, loading at start-up, ListGroups,
+DeleteGroups and the offsets retention check. Each group type (groups/types.py: classic and KIP-848
+consumer groups by default, groups/registry.py) has a manager, in `managers` by type name, which
+answers the type's own requests and fires its groups' timers:
 
     classic   ClassicGroupManager (classic_manager.py): JoinGroup, SyncGroup, Heartbeat,
               LeaveGroup, DescribeGroups, and the timeouts of classic groups
     consumer  ConsumerGroupManager (consumer_manager.py): ConsumerGroupHeartbeat,
               ConsumerGroupDescribe, and the timeouts of KIP-848 consumer groups
     offsets   OffsetMetadataManager (offsets.py): OffsetCommit, OffsetFetch, OffsetDelete, expiry
+              (of any type's groups, through the Group interface)
 
-Both types share the registry (a group id is one type at a time); offsets, listing and deletion go
-through the Group interface. Consumer groups resolve their subscriptions against `topics` (the
-broker's LogManager; a TopicsImage).
+A group's type is `group.group_type`: the shard dispatches on it, never on a group's class.
+Consumer groups resolve their subscriptions against `topics` (the broker's LogManager; a
+TopicsImage).
 
 Every method takes `now` (monotonic seconds, what deadlines are on) and/or `now_ms` (wall-clock
 milliseconds, what is stored). The trio shell (coordinator.py) reads the clocks, calls in, and after
@@ -26,15 +29,13 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import Iterable
+from typing import Iterable, cast
 
 from minibroker.groups.api import Group, GroupConfig, GroupOverview, NoTopics, TopicsImage
-from minibroker.groups.classic_group import ClassicGroup
-from minibroker.groups.classic_manager import ClassicGroupManager
-from minibroker.groups.consumer_group import ConsumerGroup
-from minibroker.groups.consumer_manager import ConsumerGroupManager
 from minibroker.groups.offsets import OffsetMetadataManager
+from minibroker.groups.registry import DEFAULT_GROUP_TYPES
 from minibroker.groups.runtime import GroupConfigLookup
+from minibroker.groups.types import GroupTypeManager, GroupTypes, SimpleGroupManager
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.errors import storage_error_message
 from minibroker.storage.offsets_store import TOPIC, OffsetsStore
@@ -44,49 +45,66 @@ log = logging.getLogger(__name__)
 
 class GroupCoordinatorShard:
     def __init__(self, config: GroupConfig, store: OffsetsStore, now_ms: int,
-                 topics: TopicsImage | None = None, group_configs: GroupConfigLookup | None = None) -> None:
+                 topics: TopicsImage | None = None, group_configs: GroupConfigLookup | None = None,
+                 types: GroupTypes = DEFAULT_GROUP_TYPES) -> None:
+        """`group_configs`: per-group overrides of group configs; `types`: the group types it knows;
+        `store` must hold each one's records (an OffsetsStore made with `types.records()`)."""
         self.config = config
         self.store = store
         # Per-group overrides of the group.consumer.* settings (minibroker.group_configs); None: the
         # GroupConfig's values for every group.
         self.group_configs = group_configs
         self.topics: TopicsImage = topics if topics is not None else NoTopics()
+        self.types = types
+        missing = [t.name for t in types.types if t.name not in store.records]
+        if missing:
+            raise ValueError(f"the offsets store keeps no records of group type(s) {', '.join(missing)}")
         # Every group, whatever its type.
-        self.groups: dict[str, ClassicGroup | ConsumerGroup] = {}
+        self.groups: dict[str, Group] = {}
         # Every deadline set on a group or member is also pushed here, so a tick visits only the
         # groups with something due (an entry whose deadline moved later just finds nothing).
         self._timers: list[tuple[float, str]] = []
         self._woken: set[str] = set()
         self._next_retention_check: float | None = None
-        self.classic = ClassicGroupManager(self)
-        self.consumer = ConsumerGroupManager(self)
+        self.managers: dict[str, GroupTypeManager] = {t.name: t.manager(self) for t in types.types}
         self.offsets = OffsetMetadataManager(self)
         self._load(now_ms)
 
+    def manager(self, group_type: str) -> GroupTypeManager:
+        """The manager of a group type (KeyError for a type this shard does not know)."""
+        return self.managers[group_type]
+
     def _load(self, now_ms: int) -> None:
-        """Rebuild the groups from the store (Kafka replays __consumer_offsets the same way): consumer
-        groups from their records (their members' sessions start with the timers), classic groups
-        from GroupMetadata records, and simple groups from offsets alone."""
-        for group_id, stored in self.store.consumer_groups.items():
-            if group_id in self.store.groups:
-                # Both types' records: only a damaged log holds that (a conversion writes the
-                # classic tombstone in the batch that creates the consumer group).
-                log.warning("group %s has both classic and consumer group records; loading the consumer "
-                            "group", group_id)
-            self.groups[group_id] = ConsumerGroup.from_stored(group_id, stored, now_ms)
-        for group_id in (set(self.store.groups) | set(self.store.offsets)) - set(self.groups):
-            self.groups[group_id] = ClassicGroup.from_record(group_id, self.store.groups.get(group_id), now_ms)
+        """Rebuild the groups from the store (Kafka replays __consumer_offsets the same way): each
+        type's groups from its records, in the registry's order, and simple groups from offsets
+        alone."""
+        for name, manager in self.managers.items():
+            for group in manager.load(now_ms):
+                other = self.groups.get(group.group_id)
+                if other is not None:
+                    # Two types' records for one id: only a damaged log holds that (a conversion
+                    # tombstones the old type's records in the batch that creates the new group).
+                    log.warning("group %s has both %s and %s group records; loading the %s group",
+                                group.group_id, other.group_type, name, name)
+                self.groups[group.group_id] = group
+        for group_id in sorted(set(self.store.offsets) - set(self.groups)):
+            self.groups[group_id] = self._simple_groups().create_group(group_id, now_ms)
 
     def close(self) -> None:
         """Answer every parked request (the broker is going away)."""
         for group in self.groups.values():
-            if isinstance(group, ClassicGroup):
-                self.classic.close(group)
+            self.managers[group.group_type].close(group)
 
     # -- the registry -----------------------------------------------------------------------------
 
-    def create_classic_group(self, group_id: str, now_ms: int) -> ClassicGroup:
-        group = self.groups[group_id] = ClassicGroup(group_id, now_ms)
+    def _simple_groups(self) -> SimpleGroupManager:
+        return cast(SimpleGroupManager, self.managers[self.types.simple])
+
+    def register(self, group: Group) -> None:
+        self.groups[group.group_id] = group
+
+    def create_simple_group(self, group_id: str, now_ms: int) -> Group:
+        group = self.groups[group_id] = self._simple_groups().create_group(group_id, now_ms)
         return group
 
     def remove_group(self, group_id: str, now_ms: int) -> None:
@@ -95,21 +113,17 @@ class GroupCoordinatorShard:
         self.store.delete_group(group_id, now_ms)
         del self.groups[group_id]
 
-    def classic_group(self, group_id: str) -> ClassicGroup | None:
-        group = self.groups.get(group_id)
-        return group if isinstance(group, ClassicGroup) else None
-
-    def drop_empty_consumer_group(self, group_id: str, now_ms: int) -> None:
-        """An Empty consumer group a classic JoinGroup turns into a classic group (Kafka's
-        maybeDeleteEmptyConsumerGroup): its records are tombstoned, its offsets stay."""
+    def drop_group_records(self, group_id: str, now_ms: int) -> None:
+        """An Empty group that a request of another type's protocol turns into a group of that type
+        (Kafka's online migration, e.g. maybeDeleteEmptyConsumerGroup): out of the registry, its
+        records tombstoned; its offsets stay."""
         group = self.groups.pop(group_id)
         group.mark_dead(now_ms)
         try:
-            self.store.store_consumer_group(group_id, None, now_ms)
+            self.store.write_group(group.group_type, group_id, None, now_ms)
         except OSError as exc:
-            log.error("group %s: tombstoning the consumer group's records failed: %s", group_id,
+            log.error("group %s: tombstoning the %s group's records failed: %s", group_id, group.group_type,
                       storage_error_message(exc))
-        log.info("group %s: the Empty consumer group becomes a classic group (its offsets stay)", group_id)
 
     # -- timers and wake-ups ----------------------------------------------------------------------
 
@@ -138,24 +152,29 @@ class GroupCoordinatorShard:
             self._next_retention_check = now + self.config.offsets_retention_check_interval_ms / 1000
 
     def start_timers(self, now: float) -> None:
-        """What the timer task does first: the retention checks, and the sessions of the consumer
-        group members loaded at start-up."""
+        """What the timer task does first: the retention checks, and the timers of the groups
+        loaded at start-up (the sessions of consumer group members, ...)."""
         self.start_retention_checks(now)
-        self.consumer.start_sessions(now)
+        for manager in self.managers.values():
+            manager.start_timers(now)
+
+    def parked_deadline(self, group_id: str) -> float | None:
+        """When a request parked on the group must be looked at again (its type says)."""
+        group = self.groups.get(group_id)
+        return None if group is None else self.managers[group.group_type].parked_deadline(group)
 
     def tick(self, now: float, now_ms: int) -> None:
-        """Fire every timer due at `now`: join and sync timeouts, session expiries, pending member
-        expiries, consumer group session and rebalance timeouts, and the offsets retention check."""
-        self.consumer.start_sessions(now)
+        """Fire every timer due at `now` (each group's type fires its own: join and sync timeouts,
+        session expiries, ...), and the offsets retention check."""
+        for manager in self.managers.values():
+            manager.start_timers(now)
         due: set[str] = set()
         while self._timers and self._timers[0][0] <= now:
             due.add(heapq.heappop(self._timers)[1])
         for group_id in sorted(due):
             group = self.groups.get(group_id)
-            if isinstance(group, ConsumerGroup):
-                self.consumer.fire_timers(group, now, now_ms)
-            elif group is not None:
-                self.classic.fire_timers(group, now, now_ms)
+            if group is not None:
+                self.managers[group.group_type].fire_timers(group, now, now_ms)
         if self._next_retention_check is None:
             self.start_retention_checks(now)
         elif now >= self._next_retention_check:
@@ -171,7 +190,7 @@ class GroupCoordinatorShard:
                     ) -> list[GroupOverview]:
         states = {s.lower() for s in states_filter}
         types = {t.lower() for t in types_filter}
-        groups: list[Group] = sorted(self.groups.values(), key=lambda g: g.group_id)
+        groups = sorted(self.groups.values(), key=lambda g: g.group_id)
         return [
             GroupOverview(g.group_id, g.protocol_type or "", g.state_name, g.group_type)
             for g in groups
@@ -182,7 +201,7 @@ class GroupCoordinatorShard:
     def delete_groups(self, now_ms: int, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            group: Group | None = self.groups.get(group_id)
+            group = self.groups.get(group_id)
             if not group_id:
                 results[group_id] = ErrorCode.invalid_group_id
             elif group is None or group.is_dead():

@@ -1,5 +1,5 @@
 """What several handlers share: topics only the broker writes, topic creation with the broker's
-defaults, the authorized-operations bit sets, and how an error below the shell is answered
+defaults, and how an error below the shell is answered
 (`error_answer`, minibroker.errors: the error's Kafka code, or KAFKA_STORAGE_ERROR for a file-system
 error, logged by the broker's `ctx.storage_errors` at most once a minute per distinct message).
 """
@@ -18,17 +18,9 @@ from minibroker.storage.manager import TopicExistsError, TopicInfo
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
-__all__ = ["CLUSTER_ALL_OPERATIONS", "NO_AUTHORIZED_OPERATIONS", "THROTTLING_QUOTA_EXCEEDED_MESSAGE",
-           "TOPIC_ALL_OPERATIONS", "broker_owned", "create_topic_or_error", "error_answer", "log"]
+__all__ = ["THROTTLING_QUOTA_EXCEEDED_MESSAGE", "broker_owned", "create_topic_or_error", "error_answer", "log"]
 
 log = logging.getLogger(__name__)
-
-# Authorized-operations bit sets (AclOperation codes). No ACLs here: everything is allowed.
-NO_AUTHORIZED_OPERATIONS = -2147483648
-TOPIC_ALL_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-# Kafka's AclEntry.supportedOperations(CLUSTER): CREATE, ALTER, DESCRIBE, CLUSTER_ACTION,
-# DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE (WRITE is not an operation on the cluster).
-CLUSTER_ALL_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 # KIP-599: a topic refused by a strict controller-mutation quota (Kafka's Errors message).
 THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."

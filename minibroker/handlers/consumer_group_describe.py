@@ -6,9 +6,9 @@ one).
 Errors per group, with Kafka's messages: INVALID_GROUP_ID for an empty id, GROUP_ID_NOT_FOUND for an
 unknown group ("Group g not found.") or a classic one ("Group g is not a consumer group."). Topics
 are named by id and by name; a deleted topic is left out of an assignment, as Kafka does. v1 adds
-each member's type (1: consumer protocol; classic-protocol members do not exist here). With no
-ACLs, every group operation is authorized. Its clients never throttle themselves (Kafka's
-AbstractResponse default).
+each member's type (1: consumer protocol; classic-protocol members do not exist here). The
+authorized operations (KIP-430) are the group operations minibroker.auth allows: all of them without
+an authorizer. Its clients never throttle themselves (Kafka's AbstractResponse default).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Mapping
 
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
-from minibroker.handlers.describe_groups import GROUP_ALL_OPERATIONS
+from minibroker.auth import NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -40,7 +39,6 @@ def _assignment(logs: LogManager, assignment: Mapping[uuid.UUID, tuple[int, ...]
 @handler(69, 0, 1)
 async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
     groups, logs = ctx.groups, ctx.logs
-    operations = GROUP_ALL_OPERATIONS if request.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
     if not groups.config.consumer_protocol_enabled:
         return Reply({"groups": [
             {"error_code": ErrorCode.unsupported_version, "group_id": g, "group_state": "", "group_epoch": 0,
@@ -65,6 +63,7 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
                  "member_type": CONSUMER_MEMBER}
                 for m in d.members
             ],
-            "authorized_operations": operations if not d.error else NO_AUTHORIZED_OPERATIONS,
+            "authorized_operations": ctx.authorized_operations(ResourceType.GROUP, d.group_id)
+            if request.include_authorized_operations and not d.error else NO_AUTHORIZED_OPERATIONS,
         })
     return Reply({"groups": described})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.common import CLUSTER_ALL_OPERATIONS, NO_AUTHORIZED_OPERATIONS
+from minibroker.auth import CLUSTER_RESOURCE, NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Reply:
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": ctx.cluster.controller_id,
         "brokers": [{**b, "is_fenced": False} for b in ctx.cluster.brokers(ctx.connection.listener)],
-        "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
+        "cluster_authorized_operations": ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE)
         if request.include_cluster_authorized_operations
         else NO_AUTHORIZED_OPERATIONS,
     })

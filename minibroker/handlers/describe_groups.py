@@ -3,8 +3,9 @@
 Member metadata and the protocol name are given only while the group is Stable (Kafka's rule);
 assignments always. An unknown group, or a KIP-848 consumer group (ConsumerGroupDescribe describes
 those), is described as Dead with no error before v6 and answered GROUP_ID_NOT_FOUND from v6
-(KIP-1043), as Kafka 4 does. v3+ may ask for the authorized operations: with no ACLs here, every
-group operation (READ, DELETE, DESCRIBE).
+(KIP-1043), as Kafka 4 does. v3+ may ask for the authorized operations (KIP-430): the group
+operations (READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS) minibroker.auth allows, all of
+them without an authorizer.
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.common import NO_AUTHORIZED_OPERATIONS
+from minibroker.auth import NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
-
-# READ, DELETE, DESCRIBE, and since Kafka 4's group configs (KIP-848) DESCRIBE_CONFIGS, ALTER_CONFIGS.
-GROUP_ALL_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
 
 
 def _dead(group_id: str, error: ErrorCode = ErrorCode.none, message: str | None = None) -> dict:
@@ -31,8 +29,7 @@ def _dead(group_id: str, error: ErrorCode = ErrorCode.none, message: str | None 
 @handler(15, 0, 6, client_throttles_from=2)
 async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.groups
-    operations = (GROUP_ALL_OPERATIONS if getattr(request, "include_authorized_operations", False)
-                  else NO_AUTHORIZED_OPERATIONS)
+    include_operations = getattr(request, "include_authorized_operations", False)
     described = []
     for group_id in request.groups:
         if not group_id:
@@ -59,6 +56,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
                  "member_metadata": m.metadata, "member_assignment": m.assignment}
                 for m in description.members
             ],
-            "authorized_operations": operations,
+            "authorized_operations": ctx.authorized_operations(ResourceType.GROUP, group_id)
+            if include_operations else NO_AUTHORIZED_OPERATIONS,
         })
     return Reply({"groups": described})

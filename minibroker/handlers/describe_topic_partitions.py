@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.metadata import topic_metadata
-from minibroker.handlers.common import TOPIC_ALL_OPERATIONS
+from minibroker.auth import ResourceType
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import InvalidTopicError, is_internal, validate_topic_name
 
@@ -42,14 +42,14 @@ def _error_response(request: Any, code: ErrorCode) -> Reply:
     })
 
 
-def _missing(name: str) -> dict[str, Any]:
+def _missing(ctx: RequestContext, name: str) -> dict[str, Any]:
     try:
         validate_topic_name(name)
         code = ErrorCode.unknown_topic_or_partition
     except InvalidTopicError:
         code = ErrorCode.invalid_topic_exception
     return {"error_code": code, "name": name, "topic_id": ZERO_UUID, "is_internal": is_internal(name),
-            "partitions": (), "topic_authorized_operations": TOPIC_ALL_OPERATIONS}
+            "partitions": (), "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, name)}
 
 
 @handler(75, 0, 0, client_throttles_from=0)
@@ -76,7 +76,7 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Reply:
         info = ctx.logs.topic(name)
         if info is None:
             if not fetch_all:
-                topics.append(_missing(name))
+                topics.append(_missing(ctx, name))
             continue
         start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
         upper = min(info.num_partitions, start + remaining)

@@ -29,13 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from minibroker.auth import CLUSTER_RESOURCE, NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.common import (
-    NO_AUTHORIZED_OPERATIONS,
-    TOPIC_ALL_OPERATIONS,
-    CLUSTER_ALL_OPERATIONS,
-    create_topic_or_error,
-)
+from minibroker.handlers.common import create_topic_or_error
 from minibroker.limits import partitions_in_use
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import InvalidTopicError, is_internal, validate_topic_name
@@ -68,7 +64,8 @@ def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
         "topic_id": info.topic_id,
         "is_internal": is_internal(info.name),
         "partitions": partitions,
-        "topic_authorized_operations": TOPIC_ALL_OPERATIONS if include_ops else NO_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, info.name)
+        if include_ops else NO_AUTHORIZED_OPERATIONS,
     }
 
 
@@ -98,7 +95,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Reply:
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": ctx.cluster.controller_id,
         "topics": topics,
-        "cluster_authorized_operations": CLUSTER_ALL_OPERATIONS
+        "cluster_authorized_operations": ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE)
         if getattr(request, "include_cluster_authorized_operations", False)
         else NO_AUTHORIZED_OPERATIONS,
         "error_code": ErrorCode.none,
@@ -166,22 +163,26 @@ def _by_name(ctx: RequestContext, name: str | None, creation: _AutoCreation, inc
     if info is None:
         if not creation.allowed:
             # Kafka's KafkaApis: an illegal name is INVALID_TOPIC_EXCEPTION, a legal one unknown.
-            return _error_topic(name, None, _refused_code(name), include_ops=include_ops)
+            return _error_topic(name, None, _refused_code(name), operations=_operations(ctx, name, include_ops))
         info, code = creation.create(name)
         if info is None:
-            return _error_topic(name, None, code, include_ops=include_ops)
+            return _error_topic(name, None, code, operations=_operations(ctx, name, include_ops))
     return topic_metadata(ctx, info, include_ops)
 
 
-def _error_topic(name, topic_id, code, version: int = 12, include_ops: bool = False) -> dict:
-    # Kafka answers a named topic's authorized operations whether or not the topic exists.
+def _operations(ctx: RequestContext, name: str, include_ops: bool) -> int:
+    """A named topic's authorized operations, which Kafka answers whether or not the topic exists."""
+    return ctx.authorized_operations(ResourceType.TOPIC, name) if include_ops and name else NO_AUTHORIZED_OPERATIONS
+
+
+def _error_topic(name, topic_id, code, version: int = 12, operations: int = NO_AUTHORIZED_OPERATIONS) -> dict:
     return {
         "error_code": code,
         "name": "" if name is None and version < 12 else name,
         "topic_id": topic_id,
         "is_internal": False,
         "partitions": (),
-        "topic_authorized_operations": TOPIC_ALL_OPERATIONS if include_ops and name else NO_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": operations,
     }
 
 

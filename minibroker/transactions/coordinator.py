@@ -37,7 +37,6 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
-import trio
 
 from minibroker.transactions.state import (
     PREPARED,
@@ -319,7 +318,7 @@ class TransactionCoordinator:
         await self.complete_prepared()
         next_expiry = self.clock.monotonic() + self.expiration_interval_ms / 1000
         while True:
-            await trio.sleep(self.abort_interval_ms / 1000)
+            await self.clock.sleep(self.abort_interval_ms / 1000)
             await self.abort_timed_out()
             await self.complete_prepared()
             if self.clock.monotonic() >= next_expiry:

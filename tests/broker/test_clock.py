@@ -1,23 +1,27 @@
 """The broker's one clock (minibroker.clock) and what it makes testable: under trio's
 MockClock(autojump_threshold=0) the wall-clock reading moves with virtual time, so the producer-id
 quota's window and producer-state expiry, which run on wall-clock milliseconds, are driven by
-`trio.sleep` in a test that takes milliseconds.
+`trio.sleep` in a test that takes milliseconds; and each broker's clock can be moved on its own
+(`BrokerClock.advance`): two brokers in one trio run, one moved a minute ahead, expire producer ids
+and fence group members on that one only.
 """
 
 from __future__ import annotations
 
-import datetime
 import time
 
 import trio
 import trio.testing
 
+import pytest
+
 from minibroker.broker import Broker, Connection
 from minibroker.clock import BrokerClock
 from minibroker.config import BrokerConfig
-from tests.support.batches import make_batch
-from tests.support.broker_shell import TOPIC, decode, set_quota
-from tests.support.wire import encode_request, schema
+from minibroker.groups.consumer_group import ConsumerGroup
+from minibroker.server import serve
+from tests.support.broker_shell import TOPIC, decode, idempotent_produce_frame, set_quota
+from tests.support.consumer_group_sim import SimConsumer
 
 HOUR_S = 3600
 
@@ -26,21 +30,12 @@ def run(main) -> None:
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
-def new_broker(tmp_path, clock: BrokerClock | None = None, **overrides) -> Broker:
-    props = {"log.dirs": str(tmp_path / "data"), "listeners": "127.0.0.1:0"}
+def new_broker(tmp_path, clock: BrokerClock | None = None, data: str = "data", **overrides) -> Broker:
+    props = {"log.dirs": str(tmp_path / data), "listeners": "127.0.0.1:0"}
     props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
     broker = Broker(BrokerConfig(props), clock=clock)
     broker.logs.create_topic(TOPIC, 1, {}, broker.clock.now_ms())
     return broker
-
-
-def idempotent_produce_frame(producer_id: int, sequence: int = 0) -> bytes:
-    req = schema(0, 9)
-    mod = __import__(req.__module__, fromlist=["x"])
-    records = make_batch([(None, b"v")], producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
-    data = mod.TopicProduceData(name=TOPIC, partition_data=(mod.PartitionProduceData(index=0, records=records),))
-    request = req(acks=-1, timeout=datetime.timedelta(seconds=5), topic_data=(data,), transactional_id=None)
-    return encode_request(request, client_id="clock-test")[4:]
 
 
 async def produce(broker: Broker, producer_id: int, sequence: int = 0) -> tuple[int, int]:
@@ -93,6 +88,97 @@ def test_each_run_takes_its_own_offset():
 
     run(again)
     assert seen == [2_000_000]
+
+
+def test_advance_wakes_what_is_due_and_keeps_the_rest_on_the_clock():
+    """Moving the clock 30 s, 1 s in: a sleep due at 10 s wakes at once, a sleep due at 100 s stays
+    due at 100 s of the clock (70 s of trio's); a deadline now past cancels its scope, and a fail_
+    scope raises; both readings jump by exactly the advance."""
+    clock = BrokerClock(wall_ms=lambda: 1_700_000_000_000)
+    woke: dict[str, float] = {}
+    scopes: dict[str, object] = {}
+
+    async def sleeper(name: str, seconds: float) -> None:
+        await clock.sleep(seconds)
+        woke[name] = trio.current_time()
+
+    async def deadline(name: str, seconds: float, fail: bool = False) -> None:
+        try:
+            with (clock.fail_after if fail else clock.move_on_after)(seconds) as scope:
+                await trio.sleep_forever()
+        except trio.TooSlowError:
+            scopes[name] = "too slow"
+            return
+        scopes[name] = scope.cancelled_caught
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sleeper, "soon", 10)
+            nursery.start_soon(sleeper, "late", 100)
+            nursery.start_soon(deadline, "past", 20)
+            nursery.start_soon(deadline, "failed", 25, True)
+            await trio.sleep(1)
+            wall, mono, mono_ms = clock.now_ms(), clock.monotonic(), clock.monotonic_ms()
+            clock.advance(30)
+            assert clock.skew == 30
+            assert (clock.now_ms(), clock.monotonic(), clock.monotonic_ms()) == (wall + 30_000, mono + 30,
+                                                                                 mono_ms + 30_000)
+            for _ in range(3):  # no time passes: the woken tasks run
+                await trio.lowlevel.checkpoint()
+            assert trio.current_time() == 1
+            assert woke == {"soon": 1} and scopes == {"past": True, "failed": "too slow"}
+            await trio.sleep(68.999)
+            assert "late" not in woke
+        assert woke == {"soon": 1, "late": 70}
+
+    run(main)
+
+
+def test_a_clock_moves_only_forward():
+    clock = BrokerClock()
+    for bad in (-1, float("inf"), float("nan")):
+        with pytest.raises(ValueError):
+            clock.advance(bad)
+    clock.advance(5)  # outside a run: the wall clock is the system's plus the skew
+    assert clock.now_ms() - time.time_ns() // 1_000_000 in range(4_990, 5_001)
+
+
+def test_two_brokers_in_one_run_each_on_its_own_clock(tmp_path):
+    """Two brokers served in one trio run, each built beforehand with a BrokerClock of its own. Both
+    hold producer id 7 and a KIP-848 group member with a 45 s session; one broker's clock is moved a
+    minute ahead: there, and only there, the producer id expires (producer.id.expiration.ms 60 s)
+    and the member is fenced when its session runs out, while the other broker, on the same trio
+    clock, keeps both."""
+    clocks = [BrokerClock(), BrokerClock()]
+    brokers = [new_broker(tmp_path, clock, data=f"data-{i}", node_id=i, producer_id_expiration_ms=60_000,
+                          producer_id_expiration_check_interval_ms=1000, group_consumer_session_timeout_ms=45_000)
+               for i, clock in enumerate(clocks)]
+    moved, still = brokers
+    members = [SimConsumer("g", "m", (TOPIC,)) for _ in brokers]
+
+    def send(broker: Broker):
+        return lambda request: broker.groups.consumer_group_heartbeat(broker.clock.monotonic(), request)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for broker in brokers:
+                await nursery.start(lambda task_status, b=broker: serve(broker=b, task_status=task_status))
+            for broker, member in zip(brokers, members):
+                assert await produce(broker, 7) == (0, 0)
+                member.heartbeat(send(broker))
+                assert member.epoch > 0 and "m" in broker.groups.groups["g"].members
+            await trio.sleep(5)
+            moved.clock.advance(60)
+            await trio.sleep(2)  # the next expiry check, and the member's session end, on the moved clock
+            assert not moved.producer_states.holds(7, moved.clock.now_ms())
+            assert still.producer_states.holds(7, still.clock.now_ms())
+            group = moved.groups.groups["g"]
+            assert isinstance(group, ConsumerGroup) and "m" not in group.members
+            assert "m" in still.groups.groups["g"].members
+            assert still.clock.now_ms() < moved.clock.now_ms() - 59_000
+            nursery.cancel_scope.cancel()
+
+    run(main)
 
 
 # ---- what runs on it -----------------------------------------------------------------------------

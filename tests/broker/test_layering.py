@@ -6,7 +6,10 @@
 * the core (protocol/, storage/, quotas/, producer/) imports neither trio nor minibroker;
 * only the shells read a clock or sleep: minibroker/ (the broker's) and producer/client.py (the
   reference producer's socket driver, which is to minibroker.producer.core what minibroker/ is to the core);
-  pipeline/ may time its own runs for its report, as a tool.
+  pipeline/ may time its own runs for its report, as a tool;
+* inside the broker's shell, time is the broker clock's (minibroker/clock.py): no other module calls
+  trio's time (trio.sleep, sleep_until, current_time, move_on_after/at, fail_after/at, a
+  CancelScope with a deadline), so every sleep and deadline of a broker moves with its clock.
 
 The imports are read from the source (every `import` and `from ... import`, wherever it stands), so
 the check does not depend on what happens to be installed. A runtime check then imports the core in
@@ -42,6 +45,10 @@ CLOCK_READERS = {("time", name) for name in (
 )} | {("datetime", "now"), ("datetime", "utcnow"), ("datetime", "today"), ("date", "today"),
       ("trio", "current_time"), ("trio", "sleep")}
 MAY_READ_A_CLOCK = ("minibroker/", "producer/client.py", "pipeline/")
+
+
+TRIO_TIME = ("sleep", "sleep_until", "current_time", "move_on_after", "move_on_at", "fail_after", "fail_at")
+THE_CLOCK = "minibroker/clock.py"
 
 
 def sources(package: str) -> list[Path]:
@@ -102,6 +109,37 @@ def clock_reads(tree: ast.AST) -> list[str]:
     return hits
 
 
+def trio_time_calls(tree: ast.AST) -> list[str]:
+    """trio's own time: `trio.sleep`-style uses, such names imported `from trio import ...`, and a
+    CancelScope given a deadline (`trio.CancelScope(deadline=...)` or after `from trio import
+    CancelScope`)."""
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "trio":
+            if node.attr in TRIO_TIME:
+                hits.append(f"line {node.lineno}: trio.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "trio":
+            hits += [f"line {node.lineno}: from trio import {alias.name}"
+                     for alias in node.names if alias.name in TRIO_TIME]
+        elif isinstance(node, ast.Call) and any(k.arg == "deadline" for k in node.keywords):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name == "CancelScope":
+                hits.append(f"line {node.lineno}: CancelScope(deadline=...)")
+    return sorted(hits, key=lambda hit: int(hit.split()[1].rstrip(":")))
+
+
+def test_the_shell_keeps_time_on_the_broker_clock():
+    """Every sleep and deadline of the shell goes through minibroker.clock.BrokerClock, so that moving
+    one broker's clock (BrokerClock.advance) moves everything that waits on it."""
+    calls = []
+    for path in sources("minibroker"):
+        relative = str(path.relative_to(ROOT))
+        if relative != THE_CLOCK:
+            calls += [f"{relative} {hit}" for hit in trio_time_calls(ast.parse(path.read_text(), relative))]
+    assert calls == []
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_each_package_imports_only_what_its_layer_may(package):
     allowed = ALLOWED[package] | {package}
@@ -135,6 +173,14 @@ def test_the_checks_see_what_they_look_for():
     assert imported_packages(tree) == {"trio", "minibroker", "time", "storage", "quotas", "protocol"}
     assert clock_reads(tree) == ["line 4: from time import monotonic", "line 5: time.time_ns",
                                  "line 6: datetime.now"]
+    trio_time = ast.parse("import trio\nfrom trio import sleep_until, Event\nx = trio.sleep(1)\n"
+                          "with trio.move_on_after(2):\n    pass\nx = trio.current_time()\n"
+                          "s = trio.CancelScope(deadline=3)\nt = trio.CancelScope()\nu = CancelScope(deadline=4)\n"
+                          "with trio.fail_at(5):\n    pass\n")
+    assert trio_time_calls(trio_time) == [
+        "line 2: from trio import sleep_until", "line 3: trio.sleep", "line 4: trio.move_on_after",
+        "line 6: trio.current_time", "line 7: CancelScope(deadline=...)", "line 9: CancelScope(deadline=...)",
+        "line 10: trio.fail_at"]
 
 
 def test_importing_the_core_loads_neither_trio_nor_the_broker():

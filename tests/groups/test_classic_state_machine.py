@@ -625,13 +625,13 @@ def test_the_group_record_holds_the_members_and_the_leaders_assignment():
     when the leader's assignment arrives; an emptied group's record has no members."""
     h = Harness()
     a, _ = h.completing()
-    record = h.coordinator.store.groups[GROUP]
+    record = h.coordinator.store.group_records("classic").groups[GROUP]
     assert (record.generation, record.protocol, record.leader, record.members) == (1, "range", h.ids["A"], 2)
     assert [(m.member_id, m.client_id, m.subscription, m.assignment) for m in record.member_metadata] == [
         (h.ids["A"], "A", b"range-meta", b""), (h.ids["B"], "B", b"range-meta", b"")]
     h.sync("B")
     h.sync("A", h.assignment_for(m for m, _, _ in a.result.members))
-    record = h.coordinator.store.groups[GROUP]
+    record = h.coordinator.store.group_records("classic").groups[GROUP]
     members = [(m.member_id, m.session_timeout_ms, m.rebalance_timeout_ms, m.assignment)
                for m in record.member_metadata]
     assert members == [
@@ -639,6 +639,6 @@ def test_the_group_record_holds_the_members_and_the_leaders_assignment():
         (h.ids["B"], SESSION_MS, REBALANCE_MS, b"for-" + h.ids["B"].encode())]
     h.leave("A")
     h.leave("B")
-    record = h.coordinator.store.groups[GROUP]
+    record = h.coordinator.store.group_records("classic").groups[GROUP]
     assert (record.generation, record.protocol, record.leader, record.member_metadata) == (2, "", None, ())
     assert record.state_timestamp_ms == h.wall

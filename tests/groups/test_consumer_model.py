@@ -70,7 +70,7 @@ class Model:
         return int(self.now * 1000)
 
     def send(self, request):
-        return self.shard.consumer.heartbeat(self.now, self.now_ms, request)
+        return self.shard.manager("consumer").heartbeat(self.now, self.now_ms, request)
 
     def pick(self, pool: list[SimConsumer], i: int) -> SimConsumer | None:
         return pool[i % len(pool)] if pool else None
@@ -145,8 +145,8 @@ class Model:
         assert group.partition_epochs == expected
         assert group.group_epoch >= self.last_group_epoch
         self.last_group_epoch = group.group_epoch
-        assert self.store.consumer_groups[GROUP] == group.to_stored()
-        rebuilt = ConsumerGroup.from_stored(GROUP, self.store.consumer_groups[GROUP], self.now_ms)
+        assert self.store.group_records("consumer").groups[GROUP] == group.to_stored()
+        rebuilt = ConsumerGroup.from_stored(GROUP, self.store.group_records("consumer").groups[GROUP], self.now_ms)
         assert rebuilt.members == group.members and rebuilt.target_assignment == group.target_assignment
         assert rebuilt.partition_epochs == group.partition_epochs
 

@@ -140,23 +140,23 @@ def test_the_store_replays_consumer_groups_across_reopen_and_compaction(tmp_path
         target_assignments={"m1": {TOPIC: frozenset({0})}, "m2": {TOPIC: frozenset({1})}},
         current_assignments={"m1": StoredMemberAssignment(3, 2, 0, {TOPIC: frozenset({0})}, {}),
                              "m2": StoredMemberAssignment(3, 0, 0, {TOPIC: frozenset({1})}, {})})
-    written = store.store_consumer_group("g", group, 1)
+    written = store.write_group("consumer", "g", group, 1)
     assert written == group.record_count() == 9
-    assert store.store_consumer_group("g", group, 2) == 0, "nothing changed, nothing written"
+    assert store.write_group("consumer", "g", group, 2) == 0, "nothing changed, nothing written"
     smaller = StoredConsumerGroup(
         epoch=4, subscription_metadata=group.subscription_metadata, assignment_epoch=3, members={"m1": member},
         target_assignments={"m1": {TOPIC: frozenset({0})}},
         current_assignments={"m1": group.current_assignments["m1"]})
-    assert store.store_consumer_group("g", smaller, 3) == 4  # the epoch, and m2's three tombstones
+    assert store.write_group("consumer", "g", smaller, 3) == 4  # the epoch, and m2's three tombstones
     logs.close()
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
     reopened = OffsetsStore.open(logs, 0)
-    assert reopened.consumer_groups == {"g": smaller}
+    assert reopened.group_records("consumer").groups == {"g": smaller}
     assert clean_fully(reopened.log, 4) >= 1
     logs.close()
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
     compacted = OffsetsStore.open(logs, 0)
-    assert compacted.consumer_groups == {"g": smaller}
+    assert compacted.group_records("consumer").groups == {"g": smaller}
     data = compacted.log.read(0, 1 << 20)
     live = [key for batch in iter_headers(data)
             for _, _, key, value in decode_records(data[batch.position:batch.position + batch.size])
@@ -165,5 +165,5 @@ def test_the_store_replays_consumer_groups_across_reopen_and_compaction(tmp_path
     compacted.delete_group("g", 5)
     logs.close()
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
-    assert OffsetsStore.open(logs, 0).consumer_groups == {}
+    assert OffsetsStore.open(logs, 0).group_records("consumer").groups == {}
     logs.close()

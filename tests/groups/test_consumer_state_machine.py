@@ -44,7 +44,7 @@ class Harness:
         return int(self.now * 1000)
 
     def send(self, request: ConsumerGroupHeartbeatRequest):
-        return self.shard.consumer.heartbeat(self.now, self.now_ms, request)
+        return self.shard.manager("consumer").heartbeat(self.now, self.now_ms, request)
 
     def member(self, member_id: str, *topics: str, **kw) -> SimConsumer:
         return SimConsumer(GROUP, member_id, topics or ("t",), **kw)
@@ -101,7 +101,7 @@ def test_a_lone_member_gets_every_partition_at_group_epoch_one():
     assert result.heartbeat_interval_ms == h.config.consumer_heartbeat_interval_ms
     assert a.partitions(h.topics.id("t")) == set(range(6))
     assert (h.group.state_name, h.group.group_epoch, h.group.assignment_epoch) == ("Stable", 1, 1)
-    (described,) = h.shard.consumer.describe([GROUP])
+    (described,) = h.shard.manager("consumer").describe([GROUP])
     assert (described.state, described.group_epoch, described.assignor) == ("Stable", 1, "uniform")
     assert described.members[0].assignment == {h.topics.id("t"): tuple(range(6))}
 
@@ -213,7 +213,7 @@ def test_invalid_requests_get_kafkas_errors_and_change_nothing(changes, error, m
     if message is not None:
         assert result.message == message
     assert GROUP not in h.shard.groups
-    assert h.store.consumer_groups == {}
+    assert h.store.group_records("consumer").groups == {}
 
 
 def test_v0_lets_the_coordinator_choose_the_member_id():
@@ -325,7 +325,7 @@ def test_the_range_assignor_when_members_ask_for_it():
     a, b = h.member("A", server_assignor="range"), h.member("B", server_assignor="range")
     h.settle(a, b)
     assert (a.partitions(t), b.partitions(t)) == ({0, 1, 2}, {3, 4, 5})
-    assert h.shard.consumer.describe([GROUP])[0].assignor == "range"
+    assert h.shard.manager("consumer").describe([GROUP])[0].assignor == "range"
 
 
 def test_new_partitions_and_topics_created_later_bump_the_epoch_and_are_assigned():
@@ -383,7 +383,7 @@ def test_a_regex_is_matched_in_linear_time_and_read_as_re2():
 
 def classic_join(h: Harness, member_id: str = ""):
     """A classic JoinGroup, with the join phase completed (no initial delay: at the next tick)."""
-    pending = h.shard.classic.join_group(h.now, h.now_ms, JoinGroupRequest(
+    pending = h.shard.manager("classic").join_group(h.now, h.now_ms, JoinGroupRequest(
         GROUP, member_id, None, "classic-client", "/127.0.0.1", 10_000, 10_000, "consumer",
         [("range", b"")], require_known_member_id=False))
     h.shard.tick(h.now, h.now_ms)
@@ -403,7 +403,7 @@ def test_an_empty_classic_group_becomes_a_consumer_group_keeping_its_offsets():
     assert a.heartbeat(h.send).error == ErrorCode.none
     assert h.shard.groups[GROUP].group_type == CONSUMER
     assert h.shard.offsets.fetch_offsets(GROUP, [("t", 0)])[0][1].offset == 42
-    assert GROUP not in h.store.groups and GROUP in h.store.consumer_groups
+    assert GROUP not in h.store.group_records("classic").groups and GROUP in h.store.group_records("consumer").groups
 
 
 def test_a_classic_group_with_members_is_not_a_consumer_group():
@@ -412,7 +412,7 @@ def test_a_classic_group_with_members_is_not_a_consumer_group():
     assert pending.result.error == ErrorCode.none
     result = h.member("A").heartbeat(h.send)
     assert (result.error, result.message) == (ErrorCode.group_id_not_found, "Group cg is not a consumer group.")
-    assert h.shard.consumer.describe([GROUP])[0].error == ErrorCode.group_id_not_found
+    assert h.shard.manager("consumer").describe([GROUP])[0].error == ErrorCode.group_id_not_found
 
 
 def test_classic_requests_to_a_consumer_group():
@@ -420,13 +420,13 @@ def test_classic_requests_to_a_consumer_group():
     a = h.member("A")
     a.heartbeat(h.send)
     assert classic_join(h).result.error == ErrorCode.inconsistent_group_protocol
-    assert h.shard.classic.heartbeat(h.now, group_id=GROUP, generation_id=1, member_id="A") == ErrorCode.unknown_member_id
-    sync = h.shard.classic.sync_group(h.now, h.now_ms, group_id=GROUP, generation_id=1, member_id="A",
+    assert h.shard.manager("classic").heartbeat(h.now, group_id=GROUP, generation_id=1, member_id="A") == ErrorCode.unknown_member_id
+    sync = h.shard.manager("classic").sync_group(h.now, h.now_ms, group_id=GROUP, generation_id=1, member_id="A",
                                       group_instance_id=None, protocol_type=None, protocol_name=None, assignments={})
     assert sync.result.error == ErrorCode.unknown_member_id
-    assert h.shard.classic.leave_group(h.now, h.now_ms, GROUP, [("A", None)]) == (
+    assert h.shard.manager("classic").leave_group(h.now, h.now_ms, GROUP, [("A", None)]) == (
         ErrorCode.none, [ErrorCode.unknown_member_id])
-    assert h.shard.classic.describe_group(GROUP) is None
+    assert h.shard.manager("classic").describe_group(GROUP) is None
     assert [(g.group_id, g.group_type, g.protocol_type, g.state) for g in h.shard.list_groups()] == [
         (GROUP, "consumer", "consumer", "Stable")]
     assert h.shard.list_groups(types_filter=["classic"]) == []
@@ -435,7 +435,7 @@ def test_classic_requests_to_a_consumer_group():
     # Once Empty, a classic member may take the id over; the consumer group's records go.
     a.leave(h.send)
     assert classic_join(h).result.error == ErrorCode.none
-    assert h.shard.groups[GROUP].group_type == "classic" and GROUP not in h.store.consumer_groups
+    assert h.shard.groups[GROUP].group_type == "classic" and GROUP not in h.store.group_records("consumer").groups
 
 
 def test_an_empty_consumer_group_is_deleted_with_its_records_and_offsets():
@@ -445,7 +445,7 @@ def test_an_empty_consumer_group_is_deleted_with_its_records_and_offsets():
     assert commit(h, 1, "A", {("t", 1): (7, -1, "")}) == {("t", 1): ErrorCode.none}
     a.leave(h.send)
     assert h.shard.delete_groups(h.now_ms, [GROUP]) == {GROUP: ErrorCode.none}
-    assert GROUP not in h.shard.groups and GROUP not in h.store.consumer_groups and GROUP not in h.store.offsets
+    assert GROUP not in h.shard.groups and GROUP not in h.store.group_records("consumer").groups and GROUP not in h.store.offsets
 
 
 def test_offset_commits_and_fetches_are_checked_by_member_epoch():

@@ -57,22 +57,22 @@ def test_state_survives_reopening(tmp_path):
                         ("t", 1): OffsetAndMetadata(20, -1, "", 112, 9999)}, 113)
     store.commit("g1", {("t", 0): OffsetAndMetadata(11, 3, "later", 114)}, 114)
     store.commit("g2", {("u", 5): OffsetAndMetadata(7, -1, "", 115)}, 115)
-    store.store_group("g1", StoredGroup("consumer", 4, "range", 0, 116), 116)
+    store.write_group("classic", "g1", StoredGroup("consumer", 4, "range", 0, 116), 116)
     store.remove_offsets("g1", [("t", 1)], 117)
     store.commit("gone", {("t", 0): OffsetAndMetadata(1, -1, "", 118)}, 118)
-    store.store_group("gone", StoredGroup("consumer", 1, "", 0, 118), 118)
+    store.write_group("classic", "gone", StoredGroup("consumer", 1, "", 0, 118), 118)
     store.delete_group("gone", 119)
-    expected = (store.offsets, store.groups)
+    expected = (store.offsets, store.group_records("classic").groups)
     assert logs.topic(TOPIC).config.cleanup_policy == "compact"  # time retention never applies
     logs.close()
 
     logs, reopened = open_store(tmp_path)
-    assert (reopened.offsets, reopened.groups) == expected
+    assert (reopened.offsets, reopened.group_records("classic").groups) == expected
     assert reopened.offsets == {
         "g1": {("t", 0): OffsetAndMetadata(11, 3, "later", 114)},
         "g2": {("u", 5): OffsetAndMetadata(7, -1, "", 115)},
     }
-    assert reopened.groups == {"g1": StoredGroup("consumer", 4, "range", 0, 116)}
+    assert reopened.group_records("classic").groups == {"g1": StoredGroup("consumer", 4, "range", 0, 116)}
     logs.close()
 
 
@@ -125,7 +125,7 @@ def test_store_matches_a_dict_model_across_reopens_and_cleanings(tmp_path_factor
             offsets.get(group, {}).pop((topic, partition), None)
         elif kind == "group":
             stored = StoredGroup("consumer", op[2], "range", 0, now)
-            store.store_group(op[1], stored, now)
+            store.write_group("classic", op[1], stored, now)
             groups[op[1]] = stored
         elif kind == "delete":
             store.delete_group(op[1], now)
@@ -137,7 +137,7 @@ def test_store_matches_a_dict_model_across_reopens_and_cleanings(tmp_path_factor
             logs.close()
             logs, store = open_store(data_dir)
         assert store.offsets == {g: o for g, o in offsets.items() if o}
-        assert store.groups == groups
+        assert store.group_records("classic").groups == groups
     logs.close()
 
 
@@ -239,8 +239,8 @@ def test_records_are_kafkas_offset_commit_and_group_metadata_layouts(tmp_path):
     logs, store = open_store(tmp_path)
     store.commit("g", {("t", 0): OffsetAndMetadata(10, 7, "meta", 111),
                        ("t", 1): OffsetAndMetadata(20, -1, "", 112, 9999)}, 113)
-    store.store_group("g", StoredGroup("consumer", 4, "range", 2, 116, "m-1", MEMBERS), 116)
-    store.store_group("empty", StoredGroup("consumer", 5, "", 0, 117), 117)
+    store.write_group("classic", "g", StoredGroup("consumer", 4, "range", 2, 116, "m-1", MEMBERS), 116)
+    store.write_group("classic", "empty", StoredGroup("consumer", 5, "", 0, 117), 117)
     (k0, v0), (k1, v1), (kg, vg), (ke, ve) = raw_records(logs)
     assert kafka_offset_key(k0) == ("g", "t", 0) and kafka_offset_key(k1) == ("g", "t", 1)
     assert kafka_offset_value(v0) == {"version": 3, "offset": 10, "leaderEpoch": 7, "metadata": "meta",
@@ -261,7 +261,7 @@ def test_records_are_kafkas_offset_commit_and_group_metadata_layouts(tmp_path):
                                      "currentStateTimestamp": 117, "members": []}
     logs.close()
     logs, reopened = open_store(tmp_path)
-    assert reopened.groups["g"] == StoredGroup("consumer", 4, "range", 2, 116, "m-1", MEMBERS)
+    assert reopened.group_records("classic").groups["g"] == StoredGroup("consumer", 4, "range", 2, 116, "m-1", MEMBERS)
     assert reopened.offsets["g"] == {("t", 0): OffsetAndMetadata(10, 7, "meta", 111),
                                      ("t", 1): OffsetAndMetadata(20, -1, "", 112, 9999)}
     logs.close()
@@ -305,9 +305,9 @@ def test_the_old_layout_still_loads_and_survives_cleaning(tmp_path):
         "busy": {("u", 0): OffsetAndMetadata(5, -1, "", 105)},
     }
     assert store.offsets == expected_offsets
-    assert store.groups == {"g": StoredGroup("consumer", 9, "range", 0, 103),
+    assert store.group_records("classic").groups == {"g": StoredGroup("consumer", 9, "range", 0, 103),
                             "busy": StoredGroup("consumer", 2, "roundrobin", 3, 104)}
-    loaded = {g: ClassicGroup.from_record(g, s, 5_000) for g, s in store.groups.items()}
+    loaded = {g: ClassicGroup.from_record(g, s, 5_000) for g, s in store.group_records("classic").groups.items()}
     for offset in range(4, 20):  # records the cleaner will remove
         store.commit("g", {("t", 3): OffsetAndMetadata(offset, -1, "", 107)}, 107)
     assert kafka_offset_value(raw_records(logs)[-1][1])["version"] == 3
@@ -322,9 +322,9 @@ def test_the_old_layout_still_loads_and_survives_cleaning(tmp_path):
 
     logs, reopened = open_store(tmp_path)
     assert reopened.offsets == expected_offsets
-    assert reopened.groups["g"] == StoredGroup("consumer", 9, "range", 0, 103)
-    assert reopened.groups["busy"] == StoredGroup("consumer", 2, "roundrobin", 3, 104)  # still the old record
-    for group_id, stored in reopened.groups.items():
+    assert reopened.group_records("classic").groups["g"] == StoredGroup("consumer", 9, "range", 0, 103)
+    assert reopened.group_records("classic").groups["busy"] == StoredGroup("consumer", 2, "roundrobin", 3, 104)  # still the old record
+    for group_id, stored in reopened.group_records("classic").groups.items():
         again = ClassicGroup.from_record(group_id, stored, 5_000)
         before = loaded[group_id]
         assert (again.protocol_type, again.generation_id, again.state_timestamp_ms) == (

@@ -47,6 +47,17 @@ def produce_frame(client_id: str, value_size: int, acks: int = -1, version: int 
                           client_id=client_id)[4:]
 
 
+def idempotent_produce_frame(producer_id: int, sequence: int = 0, topic: str = TOPIC, client_id: str = "clock-test",
+                             version: int = 9) -> bytes:
+    """A Produce of one batch of producer id `producer_id` (epoch 0) from `sequence`, to partition 0."""
+    req = schema(0, version)
+    mod = __import__(req.__module__, fromlist=["x"])
+    records = make_batch([(None, b"v")], producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+    data = mod.TopicProduceData(name=topic, partition_data=(mod.PartitionProduceData(index=0, records=records),))
+    request = req(acks=-1, timeout=ms(5000), topic_data=(data,), transactional_id=None)
+    return encode_request(request, client_id=client_id)[4:]
+
+
 def fetch_frame(client_id: str, offset: int, version: int = 12, max_wait: int = 0, min_bytes: int = 1) -> bytes:
     request = build(schema(1, version), {
         "replica_id": -1, "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": 50 << 20,
