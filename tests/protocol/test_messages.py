@@ -157,7 +157,10 @@ def test_every_captured_request_header_reads_the_same_from_every_buffer_type():
         _, frames = read_corpus(directory)
         for frame in frames:
             expected = _header_or_error(frame)
-            assert not isinstance(expected[0], type), expected
+            # Java 4.4 and franz-go open with ApiVersions v5, which kio has no schema for: the broker
+            # answers UNSUPPORTED_VERSION with its range. Any other captured frame must read.
+            assert not isinstance(expected[0], type) or (
+                expected[0] is UnsupportedVersionError and frame[:2] == b"\x00\x12"), expected
             for kind in (bytearray, memoryview):
                 assert _header_or_error(kind(frame)) == expected
             count += 1
