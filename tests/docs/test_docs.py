@@ -171,13 +171,16 @@ def test_getting_started_runs_as_written(tmp_path):
 
 
 def test_the_testing_pages_examples_run(tmp_path):
-    """Each test file on the testing page, as a user's suite (the plugin from the installed package),
-    and its untitled snippets as scripts."""
+    """Each test file on the testing page and the README's and home page's example, as a user's suite
+    (the plugin from the installed package), and the testing page's untitled snippets as scripts."""
     found = [b for b in blocks((DOCS / "testing.md").read_text()) if b.lang == "python"]
     files = [b for b in found if b.title]
     assert len(files) >= 5 and all(b.title.startswith("test_") for b in files)
     for block in files:
         (tmp_path / block.title).write_text(block.text)
+    for page, name in ((ROOT / "README.md", "test_readme.py"), (DOCS / "index.md", "test_index.py")):
+        (example,) = [b for b in blocks(page.read_text()) if b.lang == "python"]  # the fixture in five lines
+        (tmp_path / name).write_text(example.text)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error"],
                             cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
