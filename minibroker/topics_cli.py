@@ -134,7 +134,8 @@ def _check(args: argparse.Namespace) -> str:
     action = chosen[0]
     for option, actions in _ONLY_WITH.items():
         value = getattr(args, option)
-        if value not in (None, False, []) and action not in actions:
+        given = value is not None and value is not False and value != []  # (0 is given: `0 == False`)
+        if given and action not in actions:
             flag = "--" + option.replace("_", "-")
             hint = _ALTER_CONFIGS_HINT if option == "config" and action == "alter" else ""
             raise UsageError(f"Option \"[{flag}]\" can't be used with option \"[--{action}]\"{hint}")

@@ -130,6 +130,8 @@ def test_errors_are_kafkas(broker, capsys, unique):
     assert code == 1 and "kafka-configs" in err
     code, _, err = topics(capsys, broker.bootstrap, "--list", "--describe")
     assert code == 1 and "exactly one action" in err
+    code, _, err = topics(capsys, broker.bootstrap, "--list", "--partitions", "0")
+    assert code == 1 and "can't be used with option \"[--list]\"" in err
     code, _, err = topics(capsys, broker.bootstrap, "--create", "--topic", unique("x"), "--partitions", "0")
     assert code == 1 and "The partitions must be greater than 0" in err
 
