@@ -1,4 +1,5 @@
-"""`minibroker` command line: `serve` runs a broker; more subcommands join as features land."""
+"""`minibroker` command line: `serve` runs a broker; `topics` and `configs` manage a running one, as
+kafka-topics.sh and kafka-configs.sh do. Each subcommand is one line of `minibroker --help`."""
 
 from __future__ import annotations
 
@@ -40,12 +41,13 @@ def _parse_override(text: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="minibroker", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="minibroker", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="`minibroker COMMAND --help` shows a command's options and examples.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser(
         "serve",
-        help="run a broker until SIGINT/SIGTERM",
+        help="run a broker until SIGINT or SIGTERM",
         description="Run a broker until SIGINT or SIGTERM, then shut down cleanly.",
         epilog=SERVE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -62,12 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     configs = sub.add_parser(
         "configs",
-        help="describe or alter client quotas on a running broker (like kafka-configs.sh)",
+        help="describe or alter client quotas, as kafka-configs.sh",
         description="Describe or alter client quotas on a running broker, as kafka-configs.sh does.",
         epilog=configs_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     configs_cli.add_arguments(configs)
+    from minibroker import topics_cli
+
+    topics = sub.add_parser(
+        "topics",
+        help="create, list, describe, alter, delete topics, as kafka-topics.sh",
+        description="Create, list, describe, alter or delete topics on a running broker, as kafka-topics.sh does.",
+        epilog=topics_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    topics_cli.add_arguments(topics)
     return parser
 
 
@@ -88,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         from minibroker import configs_cli
 
         return configs_cli.run(args)
+    if args.command == "topics":
+        from minibroker import topics_cli
+
+        return topics_cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -16,7 +16,7 @@ Which keys may change at runtime:
   Kafka;
 - `quota.window.num` and `quota.window.size.seconds`: read-only in Kafka, which builds its quota
   sensors once; here the quota managers start afresh on the new window (the rates measured so far
-  are dropped), so they are dynamic. The README lists this difference;
+  are dropped), so they are dynamic. docs/differences.md lists this difference;
 - keys the broker does not know (a plugin's, say) are stored and described, as Kafka keeps them.
 Any other known key is refused as Kafka refuses it: INVALID_REQUEST "Cannot update these configs
 dynamically: Set(...)". A value the broker's own parser rejects is INVALID_REQUEST too (Kafka wraps

@@ -30,6 +30,9 @@ from minibroker.server import serve, sole_exception
 
 @dataclass
 class RunningBroker:
+    """A broker started by `running_broker` (and the pytest fixtures): where clients reach it, where
+    its data lives, and the `Broker` itself (its `faults`, `config`, `logs`, ...) for a test to use."""
+
     bootstrap: str
     host: str
     port: int

@@ -8,6 +8,9 @@ JSON-lines file. The broker's quota configuration and window settings come from 
 the recorded setting is flagged in the report. Each stage prints a line with its counts and time;
 Spark's progress bar and web UI are on unless `--quiet`; `--conf key=value` passes any Spark
 setting; `--master spark://HOST:PORT` runs on a standalone cluster (scripts/spark_standalone).
+
+Before Spark starts, it checks that the audit exists: a broker without `audit.enable=true` has no
+audit topic, and the command exits 1 saying how to turn the audit on.
 """
 
 from __future__ import annotations
@@ -32,6 +35,16 @@ def _rates(text: str) -> list[float]:
     if not rates or any(not (0 < r < float("inf")) for r in rates):
         raise argparse.ArgumentTypeError("rates must be positive, finite numbers (as AlterClientQuotas accepts them)")
     return rates
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -74,7 +87,8 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--rates", type=_rates, default=[],
                       help="more candidate producer_ids_rate values (new PIDs per window, fractions allowed as the "
                            "broker accepts them), besides the two the report picks")
-    what.add_argument("--window-seconds", type=float, default=60.0, help="report window (default 60)")
+    what.add_argument("--window-seconds", type=_positive, default=None,
+                      help="report window (default: picked from the audit's length, at most 100 windows)")
     what.add_argument("--pid-window-seconds", type=float, default=None,
                       help="producer.id.quota.window.size.seconds for the candidates (default: as the broker recorded it)")
     what.add_argument("--pid-layer-count", type=int, default=None,
@@ -135,6 +149,30 @@ def consumer_config(args) -> dict[str, str]:
     return config
 
 
+TURN_AUDIT_ON = ("Turn the audit on: start the broker with audit.enable=true (scripts/serve --override "
+                 "audit.enable=true, or audit.enable=true in its properties file), run the clients again, then "
+                 "run scripts/pipeline.")
+
+
+def missing_audit(args, bootstrap: str) -> str | None:
+    """Why there is no audit to read, or None when there is one (or the source is a trace file):
+    the audit topic is created by the broker's first audit flush, only with audit.enable=true."""
+    if args.trace:
+        return None
+    if args.data_dir:
+        from minibroker.pipeline.segments import segment_files
+
+        if segment_files(args.data_dir, args.topic):
+            return None
+        return f"no audit in the data dir {args.data_dir} (no {args.topic} partition there). {TURN_AUDIT_ON}"
+    from minibroker.pipeline.sources import kafka_offset_ranges
+
+    config = {"bootstrap.servers": bootstrap, "group.id": "minibroker-pipeline", **consumer_config(args)}
+    if kafka_offset_ranges(config, args.topic):
+        return None
+    return f"no audit on {bootstrap}: the topic {args.topic} does not exist. {TURN_AUDIT_ON}"
+
+
 def _progress(name: str, what: str, seconds: float) -> None:
     print(f"[pipeline] {name:<14} {seconds:7.1f} s  {what}", flush=True)
 
@@ -151,6 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bootstrap: str = args.bootstrap_server or DEFAULT_BOOTSTRAP  # read only when neither file source is given
     source = args.trace or args.data_dir or f"{args.topic} on {bootstrap}"
+    try:
+        missing = missing_audit(args, bootstrap)
+    except RuntimeError as exc:  # the broker cannot be reached: named in the message
+        print(f"[pipeline] {exc}", file=sys.stderr)
+        return 1
+    if missing is not None:
+        print(f"[pipeline] {missing}", file=sys.stderr)
+        return 1
     model = measure_entry_bytes() if args.measure_state_memory else StateMemoryModel()
 
     from minibroker.pipeline.read import read_data_dir, read_kafka, read_trace
@@ -182,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             parsed,
             out=Path(args.out),
             candidates=candidates_from(args),
-            window_ms=round(args.window_seconds * 1000),
+            window_ms=None if args.window_seconds is None else round(args.window_seconds * 1000),
             model=model,
             expiration_ms=args.producer_id_expiration_ms,
             source=str(source),
@@ -201,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for note in result.notes:
         print(f"note: {note}")
+    if result.window_ms is not None:
+        from minibroker.pipeline.report import duration_text
+
+        print(f"report windows: {duration_text(result.window_ms)}"
+              + (" (picked from the audit's length; --window-seconds sets another)" if result.window_picked else ""))
     print(f"\n{result.events:,} audit events from {source}; report: {result.out / 'index.html'} "
           f"({time.perf_counter() - started:.1f} s)")
     print("stage timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()))

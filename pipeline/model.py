@@ -6,8 +6,8 @@ holds them, measured with tracemalloc the way `scripts/bench_producer_state` doe
 ids, CPython 3.11; `measure_entry_bytes()` re-measures on the running interpreter and
 `scripts/pipeline --measure-state-memory` uses that instead):
 
-* lean (seed 003, the broker's default): one 26-byte record in a shared bytearray plus a dict slot:
-  143.1 bytes per entry, however many batches the producer sent;
+* lean (the lean producer state proposal, the broker's default): one 26-byte record in a shared
+  bytearray plus a dict slot: 143.1 bytes per entry, however many batches the producer sent;
 * kafka (Kafka's ProducerStateEntry, the last 5 batches): 444.4 bytes with one batch retained, then
   704.4, 908.4, 1112.4 and 1316.4 with 2..5 (an entry object, a list, a slotted object per batch).
 

@@ -16,6 +16,11 @@ how to read it. Tables (Parquet, one directory each, readable by Spark, pandas, 
 * `user_needs.parquet`: per principal, the producer_ids_rate it needs.
 
 `build_report` reports each stage's counts and time through `progress` as it goes.
+
+The report says what is missing rather than answering without it: an audit whose decisions are all
+by User:ANONYMOUS (PLAINTEXT clients) gets a line saying that per-user answers need authenticated
+users; a user with a single producer id needs "any (1)" rate; throttle times read in ms, s, min or h;
+the report's window is picked from the audit's length (`pick_window_ms`) unless one is given.
 """
 
 from __future__ import annotations
@@ -46,9 +51,15 @@ from minibroker.pipeline.replay import QuotaSettings, replay  # noqa: E402
 from minibroker.pipeline.timeline import QuotaTimeline, WindowSettings  # noqa: E402
 from minibroker.pipeline.whatif import COUNTS, state_table, totals_table, whatif, windows_table  # noqa: E402
 
-__all__ = ["OBSERVED", "ReportResult", "build_report", "candidate"]
+__all__ = ["OBSERVED", "ReportResult", "build_report", "candidate", "duration_text", "need_text", "pick_window_ms",
+           "principal_notes"]
 
 MAX_PANELS = 4
+ANONYMOUS = "User:ANONYMOUS"  # the principal of every client on a PLAINTEXT listener
+# Report windows the pick chooses from, and the most windows a report's plots show.
+WINDOW_STEPS_MS = (100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000,
+                   900_000, 1_800_000, 3_600_000, 7_200_000, 21_600_000, 43_200_000, 86_400_000)
+MAX_WINDOWS = 100
 OBSERVED = "observed"  # the setting name of what the broker itself decided
 BROKERS_QUOTAS = "broker's quotas"
 
@@ -65,6 +76,8 @@ class ReportResult:
     notes: list[str] = field(default_factory=list)
     settings: list[QuotaSettings] = field(default_factory=list)
     timeline: QuotaTimeline | None = None
+    window_ms: int | None = None  # the report's window, as given or picked from the audit's length
+    window_picked: bool = False
 
 
 class _Stages:
@@ -99,6 +112,55 @@ class _Stages:
                     stages.progress(name, note, elapsed)
 
         return _Stage()
+
+
+def pick_window_ms(span_ms: int) -> int:
+    """The report's window for an audit `span_ms` long: the shortest of WINDOW_STEPS_MS that cuts it
+    into at most MAX_WINDOWS windows (a 20 s audit in 1 s windows, 4 h in 5 min ones), so plots show
+    the audit's course rather than one point."""
+    for step in WINDOW_STEPS_MS:
+        if span_ms / step <= MAX_WINDOWS:
+            return step
+    return WINDOW_STEPS_MS[-1]
+
+
+def duration_text(ms: float) -> str:
+    """A duration as a reader takes it in: 850 ms, 12.5 s, 73.4 min, 2.1 h."""
+    if ms != ms:  # NaN: no value
+        return "–"
+    if ms < 1000:
+        return f"{ms:,.0f} ms"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:,.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:,.1f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
+def need_text(rate: float) -> str:
+    """A needed producer_ids_rate as the page shows it: a user with one producer id needs no
+    particular rate ("any (1)": any rate admits a single id, 1 is the smallest whole one)."""
+    if rate != rate:
+        return "–"
+    if rate <= 0:
+        return "any (1)"
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
+def principal_notes(principals: Sequence[str]) -> list[str]:
+    """What the users in the audit allow the answer to say: per-user answers need authenticated
+    users, and every client on a PLAINTEXT listener is the one user ANONYMOUS."""
+    names = set(principals)
+    if not names or ANONYMOUS not in names:
+        return []
+    how = ("clients on a SASL_PLAINTEXT listener (minibroker serve --sasl-listen HOST:PORT --sasl-user "
+           "NAME:PASSWORD), each logging in as its own user")
+    if names == {ANONYMOUS}:
+        return [f"Every request in this audit is by {ANONYMOUS} (clients on a PLAINTEXT listener): per-user answers "
+                f"need authenticated users, {how}. Until then all clients count as one user, and so does the answer."]
+    return [f"Requests by {ANONYMOUS} (clients on a PLAINTEXT listener) count as one user: per-user answers need "
+            f"authenticated users, {how}."]
 
 
 def candidate(rate: float, windows: dict | None = None) -> QuotaSettings:
@@ -152,7 +214,7 @@ def build_report(
     *,
     out: Path,
     candidates: Sequence[QuotaSettings] = (),
-    window_ms: int = 60_000,
+    window_ms: int | None = None,
     model: StateMemoryModel | None = None,
     expiration_ms: int | None = None,
     source: str = "",
@@ -168,7 +230,8 @@ def build_report(
     """The report of the audit in `parsed` (pipeline.read.PARSED_SCHEMA).
 
     `candidates`: settings to replay besides "no quota", the broker's recorded quotas and (with
-    `auto`) the two the answer picks. `flags`: window settings given by hand (QuotaSettings field
+    `auto`) the two the answer picks. `window_ms`: the report's window (None: picked from the
+    audit's length, `pick_window_ms`). `flags`: window settings given by hand (QuotaSettings field
     names: pid_window_size_seconds, ...), used by the candidates instead of the recorded ones and
     flagged where they differ. `fallback`: the broker's quotas when the audit recorded none (its
     quota store). `expiration_ms`: producer.id.expiration.ms (default: as recorded, else 24 h).
@@ -199,9 +262,10 @@ def build_report(
     if expiration_ms is None:
         expiration_ms = windows.producer_id_expiration_ms
     notes = list(timeline.notes) + _window_notes(timeline, flags)
-    if not timeline.recorded:
-        notes.append("The audit does not record the broker's quota configuration (written by an older broker, or "
-                     "a synthetic trace): the window settings are "
+    if not timeline.recorded and n_events:
+        notes.append("The audit does not record the broker's quota configuration (a broker with audit.enable=true "
+                     "records it at its start and at each AlterClientQuotas; retention removed it, or the audit is "
+                     "an older broker's or a synthetic trace): the window settings are "
                      + ("the flags given" if flags else "the broker's defaults")
                      + (" and \"broker's quotas\" are those of its quota store now"
                         if fallback is not None else "") + ".")
@@ -212,12 +276,17 @@ def build_report(
     events = decision_events(parsed)
     if n_events == 0:
         (out / "index.html").write_text(_page_empty(source, timeline, notes))
-        result.headline = ["The audit holds no decisions yet: nothing to answer."]
+        result.headline = ["The audit holds no decisions yet: no client has produced, fetched or started an idempotent "
+                           "producer since the audit was turned on, so there is nothing to answer."]
         result.timings = stages.timings
         parsed.unpersist()
         return result
     span = events.agg(F.min("ts").alias("first"), F.max("ts").alias("last")).first()
     clock = _Clock(span["first"])
+    result.window_picked = window_ms is None
+    if window_ms is None:
+        window_ms = pick_window_ms(int(span["last"] - span["first"]))
+    result.window_ms = window_ms
 
     with stages("summary") as stage:
         summary = jobs.summary(events, window_ms)
@@ -248,6 +317,7 @@ def build_report(
             .toPandas()
         )
         n_produce = int(principals["produce_events"].sum())
+        notes += principal_notes(list(principals["principal"]))
         stage.note = (f"{len(principals):,} user(s), {n_produce:,} produce batches, "
                       f"{int(principals['distinct_pids'].sum()):,} producer ids")
 
@@ -319,7 +389,7 @@ def build_report(
         (out / "index.html").write_text(
             _page(source, n_events, clock.describe(span["first"], span["last"]), settings, timeline, windows,
                   flags, window_ms, model, expiration_ms, principals, found, totals_pd, result.headline, notes,
-                  figures)
+                  figures, window_picked=result.window_picked)
         )
         stage.note = f"{out / 'index.html'}"
     result.timings, result.cores = stages.timings, stages.cores
@@ -428,6 +498,8 @@ def _replay_check(totals: pd.DataFrame, settings) -> str | None:
 
 def _window_label(window_ms: int) -> str:
     seconds = window_ms / 1000
+    if seconds < 1:
+        return f"{window_ms:g} ms"
     if seconds % 3600 == 0:
         return f"{seconds / 3600:g} h"
     if seconds % 60 == 0:
@@ -523,7 +595,7 @@ def _plot_throttle(clock: _Clock, windows: pd.DataFrame, observed: pd.DataFrame,
             group = group.sort_values("window_start_ms")
             longest = group["max_throttle_ms"].max()
             ax.plot(clock.times(group["window_start_ms"] + window_ms / 2), group["sum_throttle_ms"] / 1000,
-                    marker="o", ms=3, lw=1.2, label=f"{principal} (longest single throttle {longest:,.0f} ms)")
+                    marker="o", ms=3, lw=1.2, label=f"{principal} (longest single throttle {duration_text(longest)})")
         ax.set_xlim(clock.times(pd.Series([start]))[0], clock.times(pd.Series([end + window_ms]))[0])
         ax.set_title(title, fontsize=10, loc="left")
         ax.set_ylabel("throttle time (s)")
@@ -669,7 +741,7 @@ def _page_empty(source: str, timeline: QuotaTimeline, notes: list[str]) -> str:
 
 
 def _page(source, n_events, span, settings, timeline, windows, flags, window_ms, model, expiration_ms,
-          principals, found: Answer, totals, headline, notes, figures) -> str:
+          principals, found: Answer, totals, headline, notes, figures, window_picked: bool = False) -> str:
     window_s = flags.get("pid_window_size_seconds", windows.pid_window_size_seconds)
     parts = [
         "<!doctype html><meta charset=utf-8><title>minibroker audit report</title>",
@@ -685,7 +757,8 @@ def _page(source, n_events, span, settings, timeline, windows, flags, window_ms,
     parts += [
         _notes_html(notes),
         f"<p>{n_events:,} audit events from <code>{html.escape(source)}</code>, {span}. "
-        f"Report windows: {_window_label(window_ms)}.</p>",
+        f"Report windows: {_window_label(window_ms)}"
+        + (" (picked from the audit's length; --window-seconds sets another)" if window_picked else "") + ".</p>",
         "<p class=note>Producer-id quota (KIP-936) as the broker implements it: <code>producer_ids_rate</code> is "
         f"the number of new producer IDs a user may introduce per window of {window_s:g} s "
         "(producer.id.quota.window.size.seconds): at most floor(rate) in any such window, one per "
@@ -696,12 +769,15 @@ def _page(source, n_events, span, settings, timeline, windows, flags, window_ms,
     ]
     if not found.users.empty:
         users = found.users.assign(user=found.users["principal"].map(_user),
-                                   kind=found.users["outlier"].map({True: "far above the others", False: ""}))
+                                   kind=found.users["outlier"].map({True: "far above the others", False: ""}),
+                                   needed_rate=found.users["needed_rate"].map(need_text),
+                                   per_window=found.users["per_window"].map(need_text))
         parts += [
             "<h2>What each user needs</h2>",
             f"<p class=note><b>needed over the audit</b>: the smallest producer_ids_rate under which the quota (its "
             f"own slot arithmetic) admits every new producer ID this user introduced. <b>needed per window</b>: "
-            f"over a whole {window_s:g} s window: {html.escape(found.basis())}. A user far above the others is "
+            f"over a whole {window_s:g} s window: {html.escape(found.basis())}. \"any (1)\": a single producer "
+            "ID, which any rate admits (1 is the smallest whole rate). A user far above the others is "
             "creating producers per batch or crash-looping: fix the client (reuse one producer) rather than raise "
             "the quota for it.</p>",
             _table(users, {"user": "user", "new_pids": "new producer IDs",
@@ -717,6 +793,7 @@ def _page(source, n_events, span, settings, timeline, windows, flags, window_ms,
                  max_throttle_ms=("max_throttle_ms", "max"))
             .sort_values("setting", key=lambda s: s.map(order))
         )
+        by_setting["max_throttle_ms"] = by_setting["max_throttle_ms"].map(duration_text)
         by_setting["setting"] = by_setting["setting"].map(
             lambda n: "observed (what the broker decided)" if n == OBSERVED
             else "broker's quotas (replayed, as recorded)" if n == BROKERS_QUOTAS else n)
@@ -725,14 +802,15 @@ def _page(source, n_events, span, settings, timeline, windows, flags, window_ms,
             _table(by_setting, {
                 "setting": "setting", "produce_requests": "produce requests",
                 "throttled_requests": "throttled requests", "pid_rejected_batches": "rejected batches",
-                "pid_throttled_pids": "throttled producer IDs", "max_throttle_ms": "longest throttle (ms)",
+                "pid_throttled_pids": "throttled producer IDs", "max_throttle_ms": "longest throttle",
             }),
             "<details><summary>per user</summary>",
-            _table(totals.sort_values(["setting", "principal"], key=lambda s: s.map(order) if s.name == "setting" else s), {
+            _table(totals.sort_values(["setting", "principal"], key=lambda s: s.map(order) if s.name == "setting" else s)
+                   .assign(max_throttle_ms=lambda t: t["max_throttle_ms"].map(duration_text)), {
                 "setting": "setting", "principal": "user", "produce_events": "produce batches",
                 "new_pids": "new producer IDs", "pid_rejected_batches": "rejected batches",
                 "pid_throttled_pids": "throttled producer IDs", "throttled_requests": "throttled requests",
-                "max_throttle_ms": "longest throttle (ms)",
+                "max_throttle_ms": "longest throttle",
             }),
             "</details>",
         ]

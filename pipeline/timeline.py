@@ -5,6 +5,9 @@ every candidate is measured with.
 A `QuotaTimeline` is a list of `QuotaStep`s in stream order. A start step (the broker started) carries
 the window settings (`WindowSettings`) and the whole user-level configuration, and means the broker's
 quota managers began empty then; an AlterClientQuotas step carries the user-level values it changed.
+The audit records an altered entity's whole configuration after the change, so a step keeps only the
+keys whose value differs from what was in force before it (a key absent after the change was
+removed only if it was set).
 Only user-level entities (a user, or the user default) are replayed: `producer_ids_rate` exists only
 there, and byte-rate quotas on client ids are not replayed (minibroker.pipeline.replay).
 
@@ -113,8 +116,11 @@ class QuotaTimeline:
         """From `minibroker.pipeline.read.quota_records` (dicts with ts, seq, api, principal, quotas,
         quota_settings), in stream order."""
         steps = []
+        in_force: dict[tuple[str | None, str], float] = {}  # before the record's first step: none known
         for record in sorted(records, key=lambda r: (r["ts"], r["seq"])):
             start = record["api"] == API_QUOTA_CONFIG[0]
+            if start:
+                in_force = {}  # the broker's quota managers begin empty at a start
             quotas: list[tuple[str | None, str, float | None]] = []
             for entry in record.get("quotas") or []:
                 ok, user = user_level(entry.get("entity") or {})
@@ -122,10 +128,16 @@ class QuotaTimeline:
                     continue
                 values = entry.get("values") or {}
                 for key in REPLAYED_KEYS:
-                    if key in values and values[key] is not None:
-                        quotas.append((user, key, float(values[key])))
-                    elif not start:
-                        quotas.append((user, key, None))  # an alteration leaves what it does not list unset
+                    value = float(values[key]) if values.get(key) is not None else None
+                    if start and value is None:
+                        continue
+                    if not start and in_force.get((user, key)) == value:
+                        continue  # recorded as it was: the alteration did not change this key
+                    quotas.append((user, key, value))  # None: an alteration removed the key
+                    if value is None:
+                        in_force.pop((user, key), None)
+                    else:
+                        in_force[(user, key)] = value
             steps.append(QuotaStep(
                 ts=int(record["ts"]), seq=int(record["seq"]), start=start,
                 windows=WindowSettings.from_recorded(record.get("quota_settings")) if start else None,

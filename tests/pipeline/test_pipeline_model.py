@@ -142,7 +142,7 @@ def test_aggregates_of_a_principal_without_producer_ids():
 
 def test_replay_tracks_batches_refused_after_the_quota():
     """A batch producer state refuses (INVALID_TXN_STATE: a non-transactional batch while its producer's
-    transaction is open) was seen by the producer-id quota first, as the broker asks it (issue 14):
+    transaction is open) was seen by the producer-id quota first, as the broker asks it (transactions, KIP-98):
     the replay tracks it too, and does not count it as appended."""
     pdf = pd.DataFrame({
         "principal": "User:u", "client_id": "c", "seq": [0, 1], "ts": [0, 0], "topic": "t",

@@ -5,10 +5,12 @@ what is true of it.
 * empty: a broker that started (its quota configuration recorded) and served nothing yet;
 * no idempotent producers (confluent-kafka's default, or consumers only): the plot of new producer
   ids once crashed on it (NaN);
-* a single user;
+* a single user, anonymous (every client on a PLAINTEXT listener is User:ANONYMOUS): a line says that
+  per-user answers need authenticated users, and the report's window is picked from the audit's length;
 * quotas changed in the middle: the broker's recorded quotas are replayed as they changed, the
   replay agrees with what the broker decided ("observed"), and flags that disagree with the recorded
-  window settings are flagged.
+  window settings are flagged; a change lists only the keys it changed, durations read in their unit,
+  a user with one producer id needs "any (1)".
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def fetch(ts, principal):
                        api_key=1, api_version=16, topic="t", partition=0, bytes=500, records=5)
 
 
-def report(spark, tmp_path, events, **kwargs):
+def report(spark, tmp_path, events, window_ms=1000, **kwargs):
     data = tmp_path / "data"
     logs = LogManager.open(data, LogConfig.from_broker({}), T0)
     audit = AuditLog(logs)
@@ -56,7 +58,7 @@ def report(spark, tmp_path, events, **kwargs):
     audit.close(T0)
     logs.close()
     out = tmp_path / "report"
-    result = build_report(read_data_dir(spark, data), out=out, source=str(data), window_ms=1000, **kwargs)
+    result = build_report(read_data_dir(spark, data), out=out, source=str(data), window_ms=window_ms, **kwargs)
     return result, (out / "index.html").read_text()
 
 
@@ -64,7 +66,7 @@ def test_an_empty_audit_a_broker_that_only_started(spark, tmp_path):
     result, page = report(spark, tmp_path, [start(quotas=[{"entity": {"user": None},
                                                             "values": {"producer_ids_rate": 10.0}}])])
     assert result.events == 0 and result.timeline.complete
-    assert result.headline == ["The audit holds no decisions yet: nothing to answer."]
+    assert result.headline[0].startswith("The audit holds no decisions yet:")
     assert "No decisions in the audit" in page and "default user: producer_ids_rate=10" in page
 
 
@@ -83,16 +85,22 @@ def test_an_audit_without_idempotent_producers(spark, tmp_path):
 
 def test_a_single_user(spark, tmp_path):
     """One user, three long-lived producers: nobody to single out; the smallest whole rate that
-    admits its three new producer ids throttles nobody, and the replay confirms it."""
-    events = [start()] + [produce(i * 50, "User:carol", 100 + i % 3, partition=i % 4) for i in range(60)]
-    result, page = report(spark, tmp_path, events)
+    admits its three new producer ids throttles nobody, and the replay confirms it. The user is
+    ANONYMOUS (PLAINTEXT clients): the report says that per-user answers need authenticated users.
+    Its 3 s are cut into 100 ms windows (at most 100 of them)."""
+    events = [start()] + [produce(i * 50, "User:ANONYMOUS", 100 + i % 3, partition=i % 4) for i in range(60)]
+    result, page = report(spark, tmp_path, events, window_ms=None)
+    (note,) = [n for n in result.notes if "authenticated users" in n]
+    assert note.startswith("Every request in this audit is by User:ANONYMOUS") and note in page
+    assert result.window_ms == 100 and result.window_picked
+    assert "Report windows: 100 ms (picked from the audit's length" in page
     assert result.answer.outliers == [] and result.answer.throttle_rate is None
     assert result.answer.nobody_rate == 3
     assert result.headline[0] == ("No user creates producer ids far faster than the others: a default "
                                   "producer_ids_rate of 3 throttles nobody.")
     totals = result.totals.set_index(["setting", "principal"])
-    assert totals.loc[("producer_ids_rate=3", "User:carol"), "pid_rejected_batches"] == 0
-    assert totals.loc[("producer_ids_rate=3", "User:carol"), "new_pids"] == 3
+    assert totals.loc[("producer_ids_rate=3", "User:ANONYMOUS"), "pid_rejected_batches"] == 0
+    assert totals.loc[("producer_ids_rate=3", "User:ANONYMOUS"), "new_pids"] == 3
     assert result.headline[0] in page
 
 
@@ -118,8 +126,8 @@ def test_quotas_changed_in_the_middle(spark, tmp_path):
     ]
     result, page = report(spark, tmp_path, events, flags={"pid_window_size_seconds": 60.0})
     steps = result.timeline.steps
-    assert [s.start for s in steps] == [True, False] and steps[1].quotas == (
-        ("alice", "producer_ids_rate", 5.0), ("alice", "producer_byte_rate", None))
+    # The audit records alice's whole configuration after the change; only what changed is a step.
+    assert [s.start for s in steps] == [True, False] and steps[1].quotas == (("alice", "producer_ids_rate", 5.0),)
     totals = result.totals.set_index(["setting", "principal"])
     observed, replayed = totals.loc[(OBSERVED, alice)], totals.loc[("broker's quotas", alice)]
     assert observed.pid_rejected_batches == replayed.pid_rejected_batches == 1
@@ -127,6 +135,12 @@ def test_quotas_changed_in_the_middle(spark, tmp_path):
     assert observed.new_pids == replayed.new_pids == 5
     assert replayed.mismatched_events == 0 and not any(n.startswith("MISMATCH: replaying") for n in result.notes)
     assert "AlterClientQuotas by User:admin" in page and "user alice: producer_ids_rate=5" in page
+    assert "removed" not in page
+    assert "<td>1.4 s</td>" in page and "1,399" not in page  # the longest throttle, in its unit
+    # bob made one producer id: any rate admits it.
+    assert "<td>bob</td><td>1</td><td>any (1)</td><td>any (1)</td>" in page and ">0<" not in page.split(
+        "What each user needs")[1].split("</table>")[0]
     # The flag given disagrees with the recorded window: flagged, on the page too.
     (flag,) = [n for n in result.notes if n.startswith("MISMATCH")]
     assert "producer.id.quota.window.size.seconds=60 (recorded 1)" in flag and "class='flag'" in page
+

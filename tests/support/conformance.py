@@ -47,6 +47,8 @@ from minibroker.protocol.messages import api_name, decode_response, encode_reque
 ROOT = Path(__file__).resolve().parents[2]
 DIFFERENCES = ROOT / "tests" / "conformance" / "differences.toml"
 DIFFERENCES_DOC = ROOT / "docs" / "differences.md"
+# The page's hand-written part, after the generated list: differences the corpus does not look at.
+DIFFERENCES_BY_AREA = ROOT / "docs" / "parts" / "differences-by-area.md"
 
 # Throttle times are equal when both are 0, or both are positive and within 50% or 500 ms of each
 # other: the two brokers measure rates over windows that start at different instants.
@@ -644,8 +646,9 @@ def render_differences(differences: list[Difference]) -> str:
         "every difference between their answers is either fixed or listed here, with the reason. The",
         "corpus fails on a difference not listed here, so this list is complete for what the corpus covers.",
         "",
-        "<!-- Generated from tests/conformance/differences.toml by `scripts/conformance --write-docs`;",
-        "     a test checks that this page matches it. Edit the TOML, not this page. -->",
+        "<!-- Generated from tests/conformance/differences.toml and docs/parts/differences-by-area.md by",
+        "     `scripts/conformance --write-docs`; a test checks that this page matches them. Edit those,",
+        "     not this page. -->",
         "",
     ]
     for d in differences:
@@ -659,6 +662,8 @@ def render_differences(differences: list[Difference]) -> str:
         if d.kafka or d.minibroker or d.revert:
             lines += [""]
         lines += [d.reason, "", f"<small>id `{d.id}`; scenarios: {', '.join(f'`{s}`' for s in d.scenarios)}</small>", ""]
+    if DIFFERENCES_BY_AREA.is_file():
+        lines += [DIFFERENCES_BY_AREA.read_text().rstrip()]
     return "\n".join(lines).rstrip() + "\n"
 
 
