@@ -46,6 +46,7 @@ from minibroker.log_context import broker_log_context
 from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
+from minibroker.features import Features
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.replica_manager import AppendOutcome, ReplicaManager
 from minibroker.transactions.coordinator import TransactionCoordinator
@@ -282,9 +283,13 @@ class Broker:
         # commits its pending offsets). Produce asks it whether a transactional batch's partition is
         # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers are written
         # by the replica manager.
+        # Finalized features (KIP-584): transaction.version, kept in the data dir once UpdateFeatures changed it.
+        self.features = Features.open(self.data_dir, config["transaction.version"])
         self.transactions = TransactionCoordinator.open(
             config, self.logs, allocate=self.producer_ids.allocate, clock=clock, groups=self.groups,
-            markers=self.replicas.write_markers)
+            markers=self.replicas.write_markers, transaction_version=self.features.transaction_version)
+        self.features.on_change.append(
+            lambda levels: setattr(self.transactions, "transaction_version", self.features.transaction_version))
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, clock)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
@@ -314,7 +319,7 @@ class Broker:
             replicas=self.replicas, producer_states=self.producer_states, producer_ids=self.producer_ids,
             groups=self.groups, group_configs=self.group_configs, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
             faults=self.faults, purgatory=self.fetch_purgatory, metrics=self.metrics,
-            storage_errors=self.storage_errors, handlers=load_all(),
+            storage_errors=self.storage_errors, handlers=load_all(), features=self.features,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------

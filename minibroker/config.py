@@ -251,6 +251,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("transactional.id.expiration.ms", _int, "604800000", "A transactional id with no transaction open and no request for this long is forgotten (a tombstone in __transaction_state).", _at_least(1)),
         Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _int, "10000", "How often transactions open longer than their timeout are aborted (their producer fenced by an epoch bump).", _at_least(1)),
         Key("transaction.remove.expired.transaction.cleanup.interval.ms", _int, "3600000", "How often transactional ids past transactional.id.expiration.ms are removed.", _at_least(1)),
+        Key("transaction.version", _int, "2", "The transaction.version feature a new data directory is finalized at (KIP-890 part 2: 2 makes Kafka 4 clients bump the epoch at every transaction and add partitions with Produce; 1 and 0 keep them on the older protocol). As `kafka-storage format --feature`: UpdateFeatures changes it later, kept in the data directory.", _one_of(0, 1, 2)),
         Key("transaction.partition.verification.enable", _bool, "true", "KIP-890 part 1: a transactional batch is appended only to a partition of its producer's ongoing transaction (else INVALID_TXN_STATE, TRANSACTION_ABORTABLE from Produce v11).", None),
         Key("quota.window.num", _int, "11", "Samples in a client quota's rate window (Kafka: 11, the current one plus 10 whole ones).", _at_least(1)),
         Key("quota.window.size.seconds", _int, "1", "Length of one client quota sample.", _at_least(1)),

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from minibroker.dynamic_config import DynamicBrokerConfigs
     from minibroker.errors import StorageErrorLog
     from minibroker.faults import FaultInjector
+    from minibroker.features import Features
     from minibroker.group_configs import GroupConfigs
     from minibroker.groups.coordinator import GroupCoordinator
     from minibroker.producers import ProducerIds, ProducerStates
@@ -172,6 +173,7 @@ class BrokerServices:
     metrics: BrokerMetrics
     storage_errors: StorageErrorLog
     handlers: Mapping[int, Handler]  # this broker's registry (ApiVersions answers from it)
+    features: Features  # finalized features (KIP-584): transaction.version
 
     @property
     def config(self) -> BrokerConfig:
@@ -310,3 +312,7 @@ class RequestContext:
     @property
     def handlers(self) -> Mapping[int, Handler]:
         return self.services.handlers
+
+    @property
+    def features(self) -> Features:
+        return self.services.features

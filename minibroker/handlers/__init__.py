@@ -79,6 +79,7 @@ MODULES = (
     "list_transactions",
     "write_txn_markers",
     "describe_producers",
+    "update_features",
 )
 
 
