@@ -445,6 +445,7 @@ class Broker:
             self._note_trailing_bytes(conn, handler.name, version, trailing)
         ctx = RequestContext(self.services, conn, header, schema, handler, self.clock.monotonic())
         self.metrics.requests[handler.name] += 1
+        self.metrics.request_versions[handler.name, version] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated:
             mark = self.audit.mark() if self.audit is not None and handler.audited else -1

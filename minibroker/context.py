@@ -141,6 +141,8 @@ class Connection:
 @dataclass
 class BrokerMetrics:
     requests: Counter = field(default_factory=Counter)  # by api name
+    # by (api name, version), as Kafka's RequestsPerSec{request,version}: which protocol clients speak
+    request_versions: Counter = field(default_factory=Counter)
     bytes_in: int = 0
     bytes_out: int = 0
     connections: int = 0

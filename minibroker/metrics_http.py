@@ -32,7 +32,7 @@ Series:
 - Transactions: `minibroker_transactional_ids{state=...}` (the coordinator's transactional ids by
   Kafka's state name: Ongoing, PrepareCommit, CompleteAbort, ...),
   `minibroker_transactions_timed_out_total` (aborted by the coordinator past their timeout).
-- The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
+- The broker: `minibroker_requests_total{api=...}`, `minibroker_requests_by_version_total{api=...,version=...}`, `minibroker_bytes_in_total`,
   `minibroker_bytes_out_total`, `minibroker_connections`, `minibroker_connections_total`,
   `minibroker_connections_closed_for_protocol_errors_total`,
   `minibroker_requests_with_trailing_bytes_total` (bytes after a well-formed body, ignored as Kafka
@@ -171,6 +171,10 @@ def render(broker: Broker) -> str:
     m = broker.metrics
     for api, count in sorted(m.requests.items()):
         out.add("minibroker_requests_total", "counter", "requests handled, by API", {"api": api}, count)
+    for (api, version), count in sorted(m.request_versions.items()):
+        out.add("minibroker_requests_by_version_total", "counter",
+                "requests handled, by API and version (Kafka's RequestsPerSec{request,version})",
+                {"api": api, "version": str(version)}, count)
     states = Counter(txn.state.kafka_name for txn in broker.transactions.txns.values())
     for state, count in sorted(states.items()):
         out.add("minibroker_transactional_ids", "gauge", "transactional ids the coordinator knows, by state",
