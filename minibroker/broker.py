@@ -47,6 +47,7 @@ from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.features import Features
+from minibroker.fetch_sessions import MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS, FetchSessionCache, FetchSessions
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.replica_manager import AppendOutcome, ReplicaManager
 from minibroker.transactions.coordinator import TransactionCoordinator
@@ -279,6 +280,9 @@ class Broker:
                                             group_configs=self.group_configs)
         # Compaction of cleanup.policy=compact topics.
         self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
+        # KIP-227: incremental fetch sessions (Kafka's FetchSessionCache; its 2-minute eviction time).
+        self.fetch_sessions = FetchSessions(FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
+                                                              MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS))
         # The transaction coordinator, opened after the groups (a transaction prepared before a crash
         # commits its pending offsets). Produce asks it whether a transactional batch's partition is
         # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers are written
@@ -320,6 +324,7 @@ class Broker:
             groups=self.groups, group_configs=self.group_configs, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
             faults=self.faults, purgatory=self.fetch_purgatory, metrics=self.metrics,
             storage_errors=self.storage_errors, handlers=load_all(), features=self.features,
+            fetch_sessions=self.fetch_sessions,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------

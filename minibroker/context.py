@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from minibroker.errors import StorageErrorLog
     from minibroker.faults import FaultInjector
     from minibroker.features import Features
+    from minibroker.fetch_sessions import FetchSessions
     from minibroker.group_configs import GroupConfigs
     from minibroker.groups.coordinator import GroupCoordinator
     from minibroker.producers import ProducerIds, ProducerStates
@@ -176,6 +177,7 @@ class BrokerServices:
     storage_errors: StorageErrorLog
     handlers: Mapping[int, Handler]  # this broker's registry (ApiVersions answers from it)
     features: Features  # finalized features (KIP-584): transaction.version
+    fetch_sessions: FetchSessions  # incremental fetch sessions (KIP-227)
 
     @property
     def config(self) -> BrokerConfig:
@@ -318,3 +320,7 @@ class RequestContext:
     @property
     def features(self) -> Features:
         return self.services.features
+
+    @property
+    def fetch_sessions(self) -> FetchSessions:
+        return self.services.fetch_sessions
