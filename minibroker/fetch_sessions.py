@@ -204,6 +204,17 @@ class FetchContext:
     order: list[CachedPartition] = field(default_factory=list)  # incremental: the session's partitions read
     cache: FetchSessionCache | None = None
 
+    def quiet(self, index: int, log: Any) -> bool:
+        """Whether the `index`th partition to read (incremental only) has nothing to answer: read
+        up to its end and its high watermark and log start offset sent already. Reading it would
+        find nothing that must be answered (CachedPartition.must_respond), so it is not read: the
+        broker's work per incremental fetch follows what moved, not the session's size."""
+        if self.session is None:
+            return False
+        cached = self.order[index]
+        end = log.log_end_offset  # the high watermark on one broker
+        return cached.fetch_offset == end == cached.high_watermark and cached.log_start_offset == log.log_start_offset
+
     def finish(self, responses: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]], Callable[[], int] | None]:
         """(the response's session id, its partitions, `on_discard`: what undoes the session's
         bookkeeping when a quota throttle discards the response, answering the session id the

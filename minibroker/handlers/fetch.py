@@ -84,11 +84,15 @@ class _FetchPlan:
             return True
         return False
 
-    def read(self, max_bytes: int) -> list[dict]:
+    def read(self, max_bytes: int, quiet=None) -> list[dict]:
+        """The response's topics. `quiet(index, log)`: a partition with nothing to answer in its
+        fetch session, left out (minibroker.fetch_sessions.FetchContext.quiet)."""
         topics: list[dict] = []
         by_topic: dict = {}
         remaining = max_bytes
-        for name, topic_id, info, part, offset, part_max, log in self.entries:
+        for index, (name, topic_id, info, part, offset, part_max, log) in enumerate(self.entries):
+            if quiet is not None and log is not None and quiet(index, log):
+                continue
             key = (name, topic_id)
             if key not in by_topic:
                 by_topic[key] = {"topic": name, "topic_id": topic_id, "partitions": []}
@@ -184,7 +188,8 @@ async def fetch(ctx: RequestContext, request: Any) -> Reply:
     if max_wait_ms > 0 and min_bytes > 0 and plan.entries:
         op = DelayedFetch(ctx.received_at + max_wait_ms / 1000, plan, min_bytes)
         await ctx.purgatory.wait(op, plan.keys())
-    session_id, responses, on_discard = session.finish(plan.read(max_bytes))
+    session_id, responses, on_discard = session.finish(
+        plan.read(max_bytes, session.quiet if session.session is not None else None))
     if ctx.audit is not None:
         _audit(ctx, ctx.audit, plan, responses)
     body = {"error_code": ErrorCode.none, "session_id": session_id, "responses": responses}

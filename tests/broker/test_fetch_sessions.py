@@ -15,7 +15,7 @@ from tests.support.txn_wire import create
 NOT_FOUND, BAD_EPOCH, TOPIC_ID_ERROR = 70, 71, 106
 
 
-def fetch(c, session_id, epoch, parts, version=12, forget=(), topic_ids=None):
+def fetch(c, session_id, epoch, parts, version=12, forget=(), topic_ids=None, max_wait=0, min_bytes=0):
     """parts: {(topic, partition): fetch offset}; forget: [(topic, partition)]; -> (error, session id,
     {(topic, partition): (high watermark, number of record batches)})."""
     by_topic: dict = {}
@@ -30,7 +30,7 @@ def fetch(c, session_id, epoch, parts, version=12, forget=(), topic_ids=None):
     def topic_field(topic):
         return {"topic_id": topic_ids[topic]} if version >= 13 else {"topic": topic}
 
-    body = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+    body = {"replica_id": -1, "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": 1 << 20, "isolation_level": 0,
             "session_id": session_id, "session_epoch": epoch, "rack_id": "",
             "topics": [{**topic_field(t), "partitions": ps} for t, ps in by_topic.items()],
             "forgotten_topics_data": [{**topic_field(t), "partitions": ps} for t, ps in forgotten.items()]}
@@ -90,6 +90,27 @@ def test_a_session_answers_only_what_changed(broker, unique):
         _, sid, _ = fetch(c, 0, 0, {(topic, 0): 2})
         assert fetch(c, sid, 1, {}, forget=[(topic, 0)]) == (0, 0, {})
         assert broker.broker.fetch_sessions.cache.get(sid) is None
+
+
+def test_an_incremental_fetch_with_nothing_new_long_polls_until_a_record_comes(broker, unique):
+    # Its partitions are not read while nothing moved, but it still waits on all of them.
+    import threading
+
+    topic = unique("fsw")
+    with AdminClient(broker.bootstrap) as c, AdminClient(broker.bootstrap) as producer:
+        create(c, topic, 4)
+        _, sid, _ = fetch(c, 0, 0, {(topic, p): 0 for p in range(4)})
+        # The record is produced after the fetch is sent: had the fetch not waited, it would have
+        # been answered nothing.
+        timer = threading.Timer(0.3, produce, (producer, topic, 3))
+        timer.start()
+        try:
+            result = fetch(c, sid, 1, {}, max_wait=10_000, min_bytes=1)
+        finally:
+            timer.join()
+        assert result == (0, sid, {(topic, 3): (1, True)})
+        # With nothing coming, it is answered nothing once its max_wait is over.
+        assert fetch(c, sid, 2, {(topic, 3): 1}, max_wait=100, min_bytes=1) == (0, sid, {})
 
 
 def test_a_session_with_topic_ids_and_the_version_mismatch(broker, unique):
