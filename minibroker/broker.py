@@ -47,6 +47,7 @@ from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
 from minibroker.features import Features
+from minibroker.telemetry import ClientMetrics
 from minibroker.fetch_sessions import MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS, FetchSessionCache, FetchSessions
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.replica_manager import AppendOutcome, ReplicaManager
@@ -287,6 +288,8 @@ class Broker:
         # commits its pending offsets). Produce asks it whether a transactional batch's partition is
         # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers are written
         # by the replica manager.
+        # Client telemetry (KIP-714): CLIENT_METRICS subscriptions and the metrics clients push.
+        self.client_metrics = ClientMetrics.open(self.data_dir, config["telemetry.max.bytes"])
         # Finalized features (KIP-584): transaction.version, kept in the data dir once UpdateFeatures changed it.
         self.features = Features.open(self.data_dir, config["transaction.version"])
         self.transactions = TransactionCoordinator.open(
@@ -324,7 +327,7 @@ class Broker:
             groups=self.groups, group_configs=self.group_configs, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
             faults=self.faults, purgatory=self.fetch_purgatory, metrics=self.metrics,
             storage_errors=self.storage_errors, handlers=load_all(), features=self.features,
-            fetch_sessions=self.fetch_sessions,
+            fetch_sessions=self.fetch_sessions, client_metrics=self.client_metrics,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------

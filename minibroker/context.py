@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from minibroker.faults import FaultInjector
     from minibroker.features import Features
     from minibroker.fetch_sessions import FetchSessions
+    from minibroker.telemetry import ClientMetrics
     from minibroker.group_configs import GroupConfigs
     from minibroker.groups.coordinator import GroupCoordinator
     from minibroker.producers import ProducerIds, ProducerStates
@@ -132,6 +133,9 @@ class Connection:
     # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
     # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
     held_batches: dict | None = None
+    # What ApiVersions v3+ said of the client (KIP-511): client telemetry's match selectors (KIP-714).
+    software_name: str = ""
+    software_version: str = ""
 
     @property
     def quota_user(self) -> str:
@@ -178,6 +182,7 @@ class BrokerServices:
     handlers: Mapping[int, Handler]  # this broker's registry (ApiVersions answers from it)
     features: Features  # finalized features (KIP-584): transaction.version
     fetch_sessions: FetchSessions  # incremental fetch sessions (KIP-227)
+    client_metrics: ClientMetrics  # client telemetry (KIP-714): subscriptions and pushed metrics
 
     @property
     def config(self) -> BrokerConfig:
@@ -324,3 +329,7 @@ class RequestContext:
     @property
     def fetch_sessions(self) -> FetchSessions:
         return self.services.fetch_sessions
+
+    @property
+    def client_metrics(self) -> ClientMetrics:
+        return self.services.client_metrics

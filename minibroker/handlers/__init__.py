@@ -80,6 +80,8 @@ MODULES = (
     "write_txn_markers",
     "describe_producers",
     "update_features",
+    "get_telemetry_subscriptions",
+    "push_telemetry",
 )
 
 

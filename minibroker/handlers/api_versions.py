@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 @handler(18, 0, 4, client_throttles_from=2, sasl_phase=SaslPhase.HANDSHAKE)
 async def api_versions(ctx: RequestContext, request: Any) -> Reply:
+    if ctx.version >= 3:  # KIP-511: who the client is (client telemetry's match selectors, KIP-714)
+        ctx.connection.software_name = request.client_software_name or ""
+        ctx.connection.software_version = request.client_software_version or ""
     return Reply({
         "error_code": ErrorCode.none,
         "api_keys": api_version_list(ctx.handlers),
