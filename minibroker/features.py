@@ -131,8 +131,9 @@ class Features:
             return ErrorCode.invalid_request, "The request contains multiple updates for the same feature."
         for update in updates:
             reason = self.check(update)
-            if reason is not None:
-                return ErrorCode.invalid_update_version, reason
+            if reason is not None:  # QuorumController.updateFeatures: atomic, the first refusal refuses all
+                return ErrorCode.invalid_update_version, \
+                    f"The update failed for all features since the following feature had an error: {reason}"
         if validate_only or not updates:
             return ErrorCode.none, None
         levels = dict(self.levels)

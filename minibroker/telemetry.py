@@ -132,6 +132,9 @@ class ClientInstance:
     version: int  # the subscriptions' version it was computed at
     last_get_ms: int = 0
     last_push_ms: int = 0
+    # A GetTelemetrySubscriptions answered since the last accepted push (Kafka compares the two
+    # timestamps; a flag does not mistake two requests in the same millisecond for none).
+    got_since_push: bool = False
     last_seen_ms: int = 0
     terminating: bool = False
     last_error: ErrorCode = ErrorCode.none
@@ -248,6 +251,7 @@ class ClientMetrics:
                     "subscription_id": 0, "accepted_compression_types": (), "push_interval": 0,
                     "telemetry_max_bytes": 0, "delta_temporality": False, "requested_metrics": ()}
         instance.last_get_ms = now_ms
+        instance.got_since_push = True
         instance.last_error = ErrorCode.none
         return {
             "error_code": ErrorCode.none,
@@ -294,10 +298,11 @@ class ClientMetrics:
         if instance.terminating:
             return ErrorCode.invalid_request, (f"Client [{who}] sent the previous request with state terminating to "
                                                "TRUE, can not accept any requests after that")
-        accept = instance.last_get_ms > instance.last_push_ms or \
+        accept = instance.got_since_push or \
             now_ms - max(instance.last_get_ms, instance.last_push_ms) >= instance.interval_ms
         if accept:
             instance.last_push_ms = now_ms
+            instance.got_since_push = False
         elif not terminating:
             return ErrorCode.throttling_quota_exceeded, \
                 f"Request from the client [{who}] arrived before the next push interval time"

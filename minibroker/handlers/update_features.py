@@ -7,7 +7,9 @@ upgrade type SAFE_DOWNGRADE or UNSAFE_DOWNGRADE, a level below 1 removes the fea
 request is all or nothing, as Kafka's controller applies it: a refusal (INVALID_UPDATE_VERSION, with
 Kafka's message) is the top-level error and every feature's result is NONE (v0-v1; v2 has no
 per-feature results). validate_only (v1+) checks without changing. The new level is kept in the data
-directory before it is answered; a file-system error is KAFKA_STORAGE_ERROR, nothing changed.
+directory before it is answered; a file-system error is KAFKA_STORAGE_ERROR, nothing changed. Its
+clients never throttle themselves (Kafka's AbstractResponse default): a quota throttle holds the
+response back.
 """
 
 from __future__ import annotations
