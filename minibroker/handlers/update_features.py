@@ -5,8 +5,8 @@ broker is.
 The one feature is `transaction.version` (minibroker.features): levels 0-2; a lower level needs the
 upgrade type SAFE_DOWNGRADE or UNSAFE_DOWNGRADE, a level below 1 removes the feature (level 0). The
 request is all or nothing, as Kafka's controller applies it: a refusal (INVALID_UPDATE_VERSION, with
-Kafka's message) is the top-level error and every feature's result is NONE (v0-v1; v2 has no
-per-feature results). validate_only (v1+) checks without changing. The new level is kept in the data
+Kafka's message) is the top-level error with no per-feature results; else each feature's result is
+NONE (v0-v1; v2 has no per-feature results). validate_only (v1+) checks without changing. The new level is kept in the data
 directory before it is answered; a file-system error is KAFKA_STORAGE_ERROR, nothing changed. Its
 clients never throttle themselves (Kafka's AbstractResponse default): a quota throttle holds the
 response back.
@@ -39,5 +39,8 @@ async def update_features(ctx: RequestContext, request: Any) -> Reply:
     return Reply({
         "error_code": code,
         "error_message": message,
-        "results": [{"feature": u.feature, "error_code": ErrorCode.none, "error_message": None} for u in updates],
+        # Kafka's UpdateFeaturesResponse: no results beside a top-level error; each feature NONE
+        # (with Errors.NONE's message) otherwise.
+        "results": [] if code else [{"feature": u.feature, "error_code": ErrorCode.none, "error_message": "NONE"}
+                                    for u in updates],
     })

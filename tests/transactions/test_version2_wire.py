@@ -56,7 +56,8 @@ def test_api_versions_finalizes_transaction_version_2_and_update_features_change
         # v0's allow_downgrade; level 0 removes the feature from the finalized list.
         r = c.call(57, {"timeout": 5000, "feature_updates": [
             {"feature": "transaction.version", "max_version_level": 0, "allow_downgrade": True}]}, version=0)
-        assert int(r.error_code) == E_NONE and [int(x.error_code) for x in r.results] == [E_NONE]
+        assert int(r.error_code) == E_NONE and [(int(x.error_code), x.error_message) for x in r.results] == [
+            (E_NONE, "NONE")]
         assert features(c)[1] == {}
     # The level is kept in the data directory: it wins over the setting at the next start.
     with start_broker(data, transaction_version="2") as broker, AdminClient(broker.bootstrap) as c:
