@@ -6,7 +6,7 @@ is advertised."""
 
 from __future__ import annotations
 
-from tests.conformance.corpus import create_topic, find_coordinator, init_producer_id, produce
+from tests.conformance.corpus import create_topic, fetch, find_coordinator, init_producer_id, produce
 from tests.conformance.corpus.transactions import end_txn, settle, txn_batch
 from tests.support.batches import make_batch
 from tests.support.conformance import Run, scenario
@@ -20,6 +20,9 @@ def _(run: Run) -> None:
     (another bump), TxnOffsetCommit v5 without AddOffsetsToTxn."""
     topic, txn, group = run.name("t"), run.name("txn"), run.name("g")
     create_topic(run, topic)
+    # Kafka's replica may answer NOT_LEADER_OR_FOLLOWER for a moment after Metadata shows the leader
+    # (a producer retries): wait until a read of the partition is answered.
+    run.wait_until(lambda: fetch(run, topic, record=False).responses[0].partitions[0].error_code == 0)
     find_coordinator(run, txn, 1)
     find_coordinator(run, group)
     init = init_producer_id(run, txn, version=5)
