@@ -46,6 +46,9 @@ from minibroker.log_context import broker_log_context
 from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
 from minibroker.faults import FaultInjector
+from minibroker.features import Features
+from minibroker.telemetry import ClientMetrics
+from minibroker.fetch_sessions import MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS, FetchSessionCache, FetchSessions
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.replica_manager import AppendOutcome, ReplicaManager
 from minibroker.transactions.coordinator import TransactionCoordinator
@@ -278,13 +281,22 @@ class Broker:
                                             group_configs=self.group_configs)
         # Compaction of cleanup.policy=compact topics.
         self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
+        # KIP-227: incremental fetch sessions (Kafka's FetchSessionCache; its 2-minute eviction time).
+        self.fetch_sessions = FetchSessions(FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
+                                                              MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS))
         # The transaction coordinator, opened after the groups (a transaction prepared before a crash
         # commits its pending offsets). Produce asks it whether a transactional batch's partition is
         # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers are written
         # by the replica manager.
+        # Client telemetry (KIP-714): CLIENT_METRICS subscriptions and the metrics clients push.
+        self.client_metrics = ClientMetrics.open(self.data_dir, config["telemetry.max.bytes"])
+        # Finalized features (KIP-584): transaction.version, kept in the data dir once UpdateFeatures changed it.
+        self.features = Features.open(self.data_dir, config["transaction.version"])
         self.transactions = TransactionCoordinator.open(
             config, self.logs, allocate=self.producer_ids.allocate, clock=clock, groups=self.groups,
-            markers=self.replicas.write_markers)
+            markers=self.replicas.write_markers, transaction_version=self.features.transaction_version)
+        self.features.on_change.append(
+            lambda levels: setattr(self.transactions, "transaction_version", self.features.transaction_version))
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.data_dir, clock)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
@@ -314,7 +326,8 @@ class Broker:
             replicas=self.replicas, producer_states=self.producer_states, producer_ids=self.producer_ids,
             groups=self.groups, group_configs=self.group_configs, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
             faults=self.faults, purgatory=self.fetch_purgatory, metrics=self.metrics,
-            storage_errors=self.storage_errors, handlers=load_all(),
+            storage_errors=self.storage_errors, handlers=load_all(), features=self.features,
+            fetch_sessions=self.fetch_sessions, client_metrics=self.client_metrics,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -440,6 +453,7 @@ class Broker:
             self._note_trailing_bytes(conn, handler.name, version, trailing)
         ctx = RequestContext(self.services, conn, header, schema, handler, self.clock.monotonic())
         self.metrics.requests[handler.name] += 1
+        self.metrics.request_versions[handler.name, version] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated:
             mark = self.audit.mark() if self.audit is not None and handler.audited else -1

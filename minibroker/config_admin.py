@@ -16,8 +16,10 @@ combined node are one step here. Per resource, in Kafka's order:
    non-LIST key: INVALID_CONFIG "Can't APPEND to key X because its type is not LIST."), the result
    is validated as a whole (an unknown name or a bad value: INVALID_CONFIG naming the key), and only
    then must the topic exist (UNKNOWN_TOPIC_OR_PARTITION);
-4. other resource types: INVALID_REQUEST (BROKER_LOGGER, GROUP and CLIENT_METRICS configs are not
-   kept here).
+4. CLIENT_METRICS (16): a client telemetry subscription (KIP-714, minibroker.telemetry): `metrics`,
+   `interval.ms`, `match`, checked as Kafka's ClientMetricsConfigs checks them; removing every key
+   removes the subscription;
+5. other resource types: INVALID_REQUEST (BROKER_LOGGER and GROUP configs are not kept here).
 
 A resource's changes apply all or none. validate_only checks everything and changes nothing. Applied
 changes are in force before the response is sent: a topic's new retention, segment size, maximum
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER, GROUP = 2, 4, 32
+TOPIC, BROKER, CLIENT_METRICS, GROUP = 2, 4, 16, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
@@ -186,6 +188,8 @@ def alter_resources(ctx: RequestContext, resources: list[tuple[int, str, list[st
                 _alter_broker(ctx, name, edit, validate_only)
             elif resource_type == GROUP:
                 _alter_group(ctx, name, edit, validate_only)
+            elif resource_type == CLIENT_METRICS:
+                _alter_client_metrics(ctx, name, edit, validate_only)
             else:
                 raise ConfigChangeError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
         except ConfigChangeError as exc:
@@ -239,6 +243,24 @@ def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool
         return
     logs.alter_topic_config(name, overrides)
     log.info("topic %s: configs changed to %s", name, overrides)
+
+
+CLIENT_METRICS_SCHEMA = ConfigSchema(
+    is_list=lambda key: key in ("metrics", "match"),
+    default=lambda key: {"metrics": "", "interval.ms": "300000", "match": ""}.get(key),
+    not_a_list=lambda key, op: f"Can't {OP_NAMES[op]} to key {key} because its type is not LIST.",
+)
+
+
+def _alter_client_metrics(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> None:
+    from minibroker.telemetry import SubscriptionError
+
+    metrics = ctx.client_metrics
+    configs = edit(metrics.configs.get(name, {}), CLIENT_METRICS_SCHEMA)
+    try:
+        metrics.set(name, configs, validate_only)
+    except SubscriptionError as exc:
+        raise ConfigChangeError(exc.error_code, exc.message) from None
 
 
 def _alter_broker(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> None:

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from minibroker.dynamic_config import DynamicBrokerConfigs
     from minibroker.errors import StorageErrorLog
     from minibroker.faults import FaultInjector
+    from minibroker.features import Features
+    from minibroker.fetch_sessions import FetchSessions
+    from minibroker.telemetry import ClientMetrics
     from minibroker.group_configs import GroupConfigs
     from minibroker.groups.coordinator import GroupCoordinator
     from minibroker.producers import ProducerIds, ProducerStates
@@ -130,6 +133,9 @@ class Connection:
     # Producer-id quota: (topic, partition, producer id) -> (epoch, base sequence) of a batch the
     # quota throttled, whose later batches on this connection wait for it (handlers/produce.py).
     held_batches: dict | None = None
+    # What ApiVersions v3+ said of the client (KIP-511): client telemetry's match selectors (KIP-714).
+    software_name: str = ""
+    software_version: str = ""
 
     @property
     def quota_user(self) -> str:
@@ -140,6 +146,8 @@ class Connection:
 @dataclass
 class BrokerMetrics:
     requests: Counter = field(default_factory=Counter)  # by api name
+    # by (api name, version), as Kafka's RequestsPerSec{request,version}: which protocol clients speak
+    request_versions: Counter = field(default_factory=Counter)
     bytes_in: int = 0
     bytes_out: int = 0
     connections: int = 0
@@ -172,6 +180,9 @@ class BrokerServices:
     metrics: BrokerMetrics
     storage_errors: StorageErrorLog
     handlers: Mapping[int, Handler]  # this broker's registry (ApiVersions answers from it)
+    features: Features  # finalized features (KIP-584): transaction.version
+    fetch_sessions: FetchSessions  # incremental fetch sessions (KIP-227)
+    client_metrics: ClientMetrics  # client telemetry (KIP-714): subscriptions and pushed metrics
 
     @property
     def config(self) -> BrokerConfig:
@@ -310,3 +321,15 @@ class RequestContext:
     @property
     def handlers(self) -> Mapping[int, Handler]:
         return self.services.handlers
+
+    @property
+    def features(self) -> Features:
+        return self.services.features
+
+    @property
+    def fetch_sessions(self) -> FetchSessions:
+        return self.services.fetch_sessions
+
+    @property
+    def client_metrics(self) -> ClientMetrics:
+        return self.services.client_metrics

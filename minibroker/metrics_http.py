@@ -32,7 +32,7 @@ Series:
 - Transactions: `minibroker_transactional_ids{state=...}` (the coordinator's transactional ids by
   Kafka's state name: Ongoing, PrepareCommit, CompleteAbort, ...),
   `minibroker_transactions_timed_out_total` (aborted by the coordinator past their timeout).
-- The broker: `minibroker_requests_total{api=...}`, `minibroker_bytes_in_total`,
+- The broker: `minibroker_requests_total{api=...}`, `minibroker_requests_by_version_total{api=...,version=...}`, `minibroker_bytes_in_total`,
   `minibroker_bytes_out_total`, `minibroker_connections`, `minibroker_connections_total`,
   `minibroker_connections_closed_for_protocol_errors_total`,
   `minibroker_requests_with_trailing_bytes_total` (bytes after a well-formed body, ignored as Kafka
@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Iterable
 
@@ -96,6 +97,28 @@ _PID_HELP = {
     "estimated-fpp": "estimated false-positive probability of the user's Bloom layers",
     "memory-bytes": "bytes of the user's Bloom layers",
 }
+
+
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _client_metrics(out: _Families, broker: Broker) -> None:
+    """What clients pushed (KIP-714, minibroker.telemetry): `minibroker_client_<their metric name>`
+    with their client id and instance id as labels (and each point's attributes). Monotonic sums
+    are counters (`_total`); everything else gauges."""
+    instances = broker.client_metrics.instances
+    for instance in sorted(instances.values(), key=lambda i: str(i.instance_id)):
+        base = {"client_id": instance.selectors.get("client_id", ""), "client_instance_id": str(instance.instance_id)}
+        for (name, kind, attributes), value in sorted(instance.values.items()):
+            family = "minibroker_client_" + _NOT_NAME.sub("_", name)
+            if kind == "counter" and not family.endswith("_total"):
+                family += "_total"
+            labels = dict(base)
+            for key, text in attributes:
+                label = _NOT_NAME.sub("_", key)
+                if label not in ("client_id", "client_instance_id") and not label.startswith("__"):
+                    labels[label if not label[:1].isdigit() else "_" + label] = text
+            out.add(family, kind, f"{name}, pushed by the client (KIP-714)", labels, value)
 
 
 def _metric_name(*parts: str) -> str:
@@ -171,6 +194,11 @@ def render(broker: Broker) -> str:
     m = broker.metrics
     for api, count in sorted(m.requests.items()):
         out.add("minibroker_requests_total", "counter", "requests handled, by API", {"api": api}, count)
+    _client_metrics(out, broker)
+    for (api, version), count in sorted(m.request_versions.items()):
+        out.add("minibroker_requests_by_version_total", "counter",
+                "requests handled, by API and version (Kafka's RequestsPerSec{request,version})",
+                {"api": api, "version": str(version)}, count)
     states = Counter(txn.state.kafka_name for txn in broker.transactions.txns.values())
     for state, count in sorted(states.items()):
         out.add("minibroker_transactional_ids", "gauge", "transactional ids the coordinator knows, by state",

@@ -15,8 +15,11 @@ log formatter).
            when not its default: -1, -1, 0, -1)
            null: a tombstone (the transactional id expired)
 
-Kafka writes version 0 until the `transaction.version` feature reaches 2 (KIP-890 part 2), which
-this broker does not advertise: it writes v0 and reads v0 and v1. The partitions are null in the
+Kafka writes version 0 until the `transaction.version` feature reaches 2 (KIP-890 part 2), then
+version 1 (TransactionVersion.transactionLogValueVersion); so does this broker, and it reads both.
+Tags 0-2 carry what transactions version 2 needs across a restart: the producer id before a
+rotation (a client's retry may name it), the producer id a prepared transaction hands over once its
+epoch is exhausted, and the transaction version of the client that last changed the state. The partitions are null in the
 Empty state (Kafka's TransactionLog.valueToBytes); topics and partitions are written sorted (Kafka
 groups them through a hash map, in no order a reader may rely on).
 

@@ -59,9 +59,11 @@ class TransactionStore(CoordinatorLog):
         else:
             self.records[transactional_id] = parse_transaction_value(value)
 
-    def write(self, transactional_id: str, record: TxnRecord, now_ms: int) -> None:
-        """Persist one transition (raises OSError when the log cannot take it: nothing changed)."""
-        self._append([(transaction_key(transactional_id), transaction_value(record))], now_ms)
+    def write(self, transactional_id: str, record: TxnRecord, now_ms: int, value_version: int = 0) -> None:
+        """Persist one transition (raises OSError when the log cannot take it: nothing changed).
+        `value_version`: TransactionLogValue's, 1 once `transaction.version` is 2 (as Kafka's
+        TransactionVersion.transactionLogValueVersion), else 0."""
+        self._append([(transaction_key(transactional_id), transaction_value(record, value_version))], now_ms)
         self.records[transactional_id] = record
 
     def delete(self, transactional_ids: list[str], now_ms: int) -> None:

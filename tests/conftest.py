@@ -98,6 +98,18 @@ def kafkajs():
 
 
 @pytest.fixture(scope="session")
+def streams(tmp_path_factory):
+    """Kafka Streams applications (tests/support/streams_app.py), StreamsApps compiled once per session."""
+    from tests.support.java_client import JavaClientError
+    from tests.support.streams_app import compile_streams_apps
+
+    try:
+        return compile_streams_apps(tmp_path_factory.mktemp("streams-classes"))
+    except JavaClientError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One small local Spark (2 cores, 1 GB) for every pipeline test of the run."""
     from minibroker.pipeline.session import spark_session

@@ -79,6 +79,9 @@ MODULES = (
     "list_transactions",
     "write_txn_markers",
     "describe_producers",
+    "update_features",
+    "get_telemetry_subscriptions",
+    "push_telemetry",
 )
 
 

@@ -3,9 +3,11 @@
 v0-v3 is the client's form: one transaction, an error per partition (the transaction's error for
 all of them; a partition of an unknown topic UNKNOWN_TOPIC_OR_PARTITION and the others
 OPERATION_NOT_ATTEMPTED, nothing added). v4+ is the form brokers send each other (KIP-890 part 1),
-as Kafka serves it: several transactions, each added or, with verify_only, only checked (NONE for a
+as Kafka serves it: several transactions, each added (a partition leader's add for a transactions
+version 2 batch, KIP-890 part 2, recorded as such) or, with verify_only, only checked (NONE for a
 partition in the ongoing transaction, TRANSACTION_ABORTABLE for one not in it: INVALID_TXN_STATE in
-v4, which has no TRANSACTION_ABORTABLE). PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
+v4, which has no TRANSACTION_ABORTABLE). On one broker the leader asks the coordinator in process
+(Produce), so these forms are for tools and tests. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_
         answers = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
                    for tp in partitions}
     else:
-        error = coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        error = coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                           2 if ctx.version >= 4 else 0)
         answers = {tp: error for tp in partitions}
     if ctx.version < 2:
         answers = {tp: ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced else code

@@ -5,6 +5,8 @@ is answered UNSUPPORTED_VERSION with our ranges in v0 form (see Broker._api_vers
 clients that start high (kafka-python v4, librdkafka v3) can retry lower. aiokafka sends v0 only.
 From v3 (flexible), in lean producer-state mode, the response also carries seed 003's duplicate
 window in tagged field 19778 (protocol.extensions; added by Broker._encode, as on InitProducerId).
+From v3 the finalized features (KIP-584) ride in tagged fields too: `transaction.version`
+(minibroker.features), which decides whether Kafka 4 clients use transactions version 2.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ if TYPE_CHECKING:
 
 @handler(18, 0, 4, client_throttles_from=2, sasl_phase=SaslPhase.HANDSHAKE)
 async def api_versions(ctx: RequestContext, request: Any) -> Reply:
+    if ctx.version >= 3:  # KIP-511: who the client is (client telemetry's match selectors, KIP-714)
+        ctx.connection.software_name = request.client_software_name or ""
+        ctx.connection.software_version = request.client_software_version or ""
     return Reply({
         "error_code": ErrorCode.none,
         "api_keys": api_version_list(ctx.handlers),
-        "supported_features": (),
-        "finalized_features_epoch": -1,
-        "finalized_features": (),
+        **ctx.features.api_versions_fields(ctx.version),
         "zk_migration_ready": False,
     })

@@ -1,5 +1,6 @@
-"""DescribeConfigs (key 32), v1-v4: topic (resource type 2), broker (4) and group (32,
-minibroker.group_configs) configs, as Kafka's ConfigHelper answers them.
+"""DescribeConfigs (key 32), v1-v4: topic (resource type 2), broker (4), group (32,
+minibroker.group_configs) and client telemetry subscription (CLIENT_METRICS, 16; KIP-714) configs, as
+Kafka's ConfigHelper answers them.
 
 Every value carries its source and, when asked (include_synonyms), its synonyms in precedence order:
 a topic's own override (DYNAMIC_TOPIC_CONFIG), then its broker key's values from this broker's
@@ -37,7 +38,9 @@ from minibroker.storage.config import (
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
-TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
+SOURCE_CLIENT_METRICS_CONFIG = 9  # Kafka's DescribeConfigsResponse.ConfigSource.CLIENT_METRICS_CONFIG
+CONFIG_TYPE_INT, CONFIG_TYPE_LIST = 3, 7
 CONFIG_TYPE_UNKNOWN = 0
 _INT_BROKER_KEYS = {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours"}
 
@@ -111,6 +114,27 @@ def broker_config_entries(ctx: RequestContext, per_broker: bool, include_synonym
     return entries
 
 
+def client_metrics_entries(ctx: RequestContext, name: str) -> list[dict]:
+    """A client telemetry subscription's three keys (KIP-714): its values, or the defaults (also for
+    a name with no subscription, as Kafka answers it)."""
+    from minibroker.telemetry import DEFAULT_INTERVAL_MS
+
+    configs = ctx.client_metrics.configs.get(name, {})
+    defaults = {"metrics": "", "interval.ms": str(DEFAULT_INTERVAL_MS), "match": ""}
+    types = {"metrics": CONFIG_TYPE_LIST, "interval.ms": CONFIG_TYPE_INT, "match": CONFIG_TYPE_LIST}
+    return [{
+        "name": key,
+        "value": configs.get(key, default),
+        "read_only": False,
+        "is_default": key not in configs,
+        "config_source": SOURCE_CLIENT_METRICS_CONFIG if key in configs else SOURCE_DEFAULT_CONFIG,
+        "is_sensitive": False,
+        "synonyms": (),
+        "config_type": types[key],
+        "documentation": None,
+    } for key, default in defaults.items()]
+
+
 def _broker_resource_error(ctx: RequestContext, name: str) -> str | None:
     if name == "":
         return None
@@ -154,6 +178,8 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
                 result.update(error_code=ErrorCode.invalid_request, error_message="Group name must not be empty.")
             else:
                 result["configs"] = ctx.group_configs.describe(name, include_synonyms)
+        elif resource.resource_type == CLIENT_METRICS:
+            result["configs"] = client_metrics_entries(ctx, name)
         else:
             result.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type: {resource.resource_type}")
         if keys and result["configs"]:

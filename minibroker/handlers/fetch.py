@@ -4,8 +4,9 @@ Behaviour: a fetch that finds fewer than min_bytes waits (up to max_wait_ms) as 
 watched by its topic-partitions; a produce to any of them completes it at once. Partitions are
 filled in request order within max_bytes (and fetch.max.bytes) and each partition's
 partition_max_bytes; the first batch returned is always whole even when larger (KIP-74). An offset
-outside [log start, log end] answers OFFSET_OUT_OF_RANGE for that partition. Fetch sessions
-(KIP-227) are not kept: session_id 0 tells clients to send full fetches, which they all support.
+outside [log start, log end] answers OFFSET_OUT_OF_RANGE for that partition. Incremental fetch
+sessions (KIP-227, v7+) are kept by minibroker.fetch_sessions: a full fetch may open one, an
+incremental fetch reads the session's partitions and is answered only those that changed.
 v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). On one broker every appended record
 is replicated, so the high watermark is the log end. A file-system error reading a partition answers
 KAFKA_STORAGE_ERROR for that partition.
@@ -40,22 +41,20 @@ if TYPE_CHECKING:
 
 
 class _FetchPlan:
-    """The partitions one Fetch asks for, resolved once."""
+    """The partitions one Fetch reads (the request's, or its session's), resolved once."""
 
-    def __init__(self, ctx: RequestContext, request) -> None:
+    def __init__(self, ctx: RequestContext, request, wanted) -> None:
         self.replicas = ctx.replicas
         self.storage_errors = ctx.storage_errors
         self.read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-        self.entries: list[Any] = []  # (topic_key, topic_name or None, partition, offset, max_bytes, log)
-        for topic in request.topics:
-            name = getattr(topic, "topic", None)
-            topic_id = getattr(topic, "topic_id", None)
-            info = ctx.logs.resolve(name, topic_id)
-            for p in topic.partitions:
-                log = ctx.logs.log(info.name, p.partition) if info is not None else None
-                self.entries.append(
-                    (name, topic_id, info, p.partition, p.fetch_offset, p.partition_max_bytes, log)
-                )
+        self.entries: list[Any] = []  # (topic name or None, topic id or None, info, partition, offset, max_bytes, log)
+        resolved: dict = {}
+        for name, topic_id, partition, offset, max_bytes in wanted:
+            info = resolved.get((name, topic_id), False)
+            if info is False:
+                info = resolved[(name, topic_id)] = ctx.logs.resolve(name, topic_id)
+            log = ctx.logs.log(info.name, partition) if info is not None else None
+            self.entries.append((name, topic_id, info, partition, offset, max_bytes, log))
 
     def keys(self):
         return [(info.name, part) for _, _, info, part, _, _, log in self.entries if log is not None]
@@ -85,11 +84,15 @@ class _FetchPlan:
             return True
         return False
 
-    def read(self, max_bytes: int) -> list[dict]:
+    def read(self, max_bytes: int, quiet=None) -> list[dict]:
+        """The response's topics. `quiet(index, log)`: a partition with nothing to answer in its
+        fetch session, left out (minibroker.fetch_sessions.FetchContext.quiet)."""
         topics: list[dict] = []
         by_topic: dict = {}
         remaining = max_bytes
-        for name, topic_id, info, part, offset, part_max, log in self.entries:
+        for index, (name, topic_id, info, part, offset, part_max, log) in enumerate(self.entries):
+            if quiet is not None and log is not None and quiet(index, log):
+                continue
             key = (name, topic_id)
             if key not in by_topic:
                 by_topic[key] = {"topic": name, "topic_id": topic_id, "partitions": []}
@@ -152,8 +155,10 @@ def _partition(index: int, code: int, high_watermark: int = -1, log_start: int =
 
 def empty_response(body: dict[str, Any]) -> dict[str, Any]:
     """A Fetch a client quota throttles is answered with no records (Kafka's KafkaApis): what is not
-    returned does not count against the quota."""
-    return {**body, "error_code": ErrorCode.none, "responses": ()}
+    returned does not count against the quota, nor as sent in the fetch session (`_on_discard`)."""
+    on_discard = body.get("_on_discard")
+    session_id = on_discard() if on_discard is not None else body.get("session_id", 0)
+    return {**body, "error_code": ErrorCode.none, "session_id": session_id, "responses": (), "_on_discard": None}
 
 
 class DelayedFetch(DelayedOperation):
@@ -170,7 +175,11 @@ class DelayedFetch(DelayedOperation):
 
 @handler(1, 4, 18, client_throttles_from=8, byte_rate=ByteRate.FETCH, throttled_body=empty_response, audited=True)
 async def fetch(ctx: RequestContext, request: Any) -> Reply:
-    plan = _FetchPlan(ctx, request)
+    session = ctx.fetch_sessions.new_context(request, ctx.version, ctx.clock.now_ms(),
+                                             privileged=getattr(request, "replica_id", -1) >= 0)
+    if session.error:
+        return Reply({"error_code": session.error, "session_id": 0, "responses": ()})
+    plan = _FetchPlan(ctx, request, session.wanted)
     max_bytes = min(request.max_bytes, ctx.config["fetch.max.bytes"])
     # A consumer_byte_rate quota caps one response at quota * (samples - 1) * window, as in Kafka.
     max_bytes = int(min(max_bytes, ctx.quotas.fetch_max_bytes(ctx.connection.quota_user, ctx.client_id)))
@@ -179,10 +188,14 @@ async def fetch(ctx: RequestContext, request: Any) -> Reply:
     if max_wait_ms > 0 and min_bytes > 0 and plan.entries:
         op = DelayedFetch(ctx.received_at + max_wait_ms / 1000, plan, min_bytes)
         await ctx.purgatory.wait(op, plan.keys())
-    responses = plan.read(max_bytes)
+    session_id, responses, on_discard = session.finish(
+        plan.read(max_bytes, session.quiet if session.session is not None else None))
     if ctx.audit is not None:
         _audit(ctx, ctx.audit, plan, responses)
-    return Reply({"error_code": ErrorCode.none, "session_id": 0, "responses": responses})
+    body = {"error_code": ErrorCode.none, "session_id": session_id, "responses": responses}
+    if on_discard is not None:
+        body["_on_discard"] = on_discard
+    return Reply(body)
 
 
 def _audit(ctx: RequestContext, audit: AuditLog, plan: _FetchPlan, responses: list[dict[str, Any]]) -> None:

@@ -4,9 +4,10 @@
 v0 lists client-metrics subscriptions only. v1 takes resource types, an empty list meaning every
 type Kafka supports there: GROUP (32), CLIENT_METRICS (16), BROKER_LOGGER (8), BROKER (4) and TOPIC
 (2), listed in that order; a type outside those fails the whole request with UNSUPPORTED_VERSION
-and no resources. This broker has no client-metrics subscriptions and no group configs (a group
-is listed here only for configs of its own, which groups cannot have here), so it lists itself as
-a broker and as a broker logger, by node id, and every topic. Its clients never throttle
+and no resources. Client-metrics subscriptions are the client telemetry subscriptions (KIP-714,
+minibroker.telemetry); there are no group configs (a group is listed here only for configs of its
+own, which groups cannot have here); the broker lists itself as a broker and as a broker logger, by
+node id, and every topic. Its clients never throttle
 themselves (Kafka's default): a quota throttle holds the response back.
 """
 
@@ -31,7 +32,9 @@ def _resources(ctx: RequestContext, resource_type: int) -> list[str]:
         return [info.name for info in ctx.logs.topics()]
     if resource_type == GROUP:  # the groups that have configs of their own (minibroker.group_configs)
         return sorted(ctx.group_configs.overrides)
-    return []  # CLIENT_METRICS: no such configs here
+    if resource_type == CLIENT_METRICS:  # client telemetry subscriptions (KIP-714)
+        return ctx.client_metrics.names()
+    return []
 
 
 @handler(74, 0, 1)

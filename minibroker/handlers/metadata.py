@@ -16,6 +16,11 @@ connections in every few topics. Unlike KRaft Kafka, which answers LEADER_NOT_AV
 new topic's leader is elected, a topic created here is answered at once, so producers do not need a
 second round trip.
 
+Metadata v13's top-level error code (KIP-1102) is NONE: Kafka's broker never sets it (a proxy or a
+broker of the future may answer REBOOTSTRAP_REQUIRED, 129, to send clients back to their bootstrap
+servers). An `error` fault rule (minibroker.faults, `Metadata:error:error_code=129`) answers it, so a
+test can see its client rebootstrap; below v13 the rule's code goes to each requested topic.
+
 Only Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, `__share_group_state`)
 are marked is_internal; the audit topic `__minibroker_audit` is an ordinary topic to clients
 (consumable by name or pattern, as any topic), though only the broker may write it.
@@ -71,6 +76,9 @@ def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
 
 @handler(3, 0, 13, client_throttles_from=6)
 async def metadata(ctx: RequestContext, request: Any) -> Reply:
+    injected = ctx.faults.before_request(ctx.handler.api_name, ctx.client_id) if ctx.faults.rules else None
+    if injected is not None:
+        return _injected_error(ctx, request, injected.error_code)
     include_ops = getattr(request, "include_topic_authorized_operations", False)
     allow_create = getattr(request, "allow_auto_topic_creation", True) and ctx.config[
         "auto.create.topics.enable"
@@ -99,6 +107,22 @@ async def metadata(ctx: RequestContext, request: Any) -> Reply:
         if getattr(request, "include_cluster_authorized_operations", False)
         else NO_AUTHORIZED_OPERATIONS,
         "error_code": ErrorCode.none,
+    })
+
+
+def _injected_error(ctx: RequestContext, request: Any, code: int) -> Reply:
+    """An `error` fault rule (minibroker.faults): from v13 the top-level error code (KIP-1102; the
+    client reads nothing else, and REBOOTSTRAP_REQUIRED sends a Kafka 4 client back to its bootstrap
+    servers), before it each requested topic's."""
+    topics = [] if ctx.version >= 13 or request.topics is None else [
+        _error_topic(t.name or "", getattr(t, "topic_id", None), ErrorCode(code)) for t in request.topics]
+    return Reply({
+        "brokers": [] if ctx.version >= 13 else ctx.cluster.brokers(ctx.connection.listener),
+        "cluster_id": ctx.cluster.cluster_id,
+        "controller_id": ctx.cluster.controller_id,
+        "topics": topics,
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "error_code": ErrorCode(code) if ctx.version >= 13 else ErrorCode.none,
     })
 
 

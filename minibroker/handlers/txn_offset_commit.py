@@ -1,11 +1,13 @@
-"""TxnOffsetCommit (key 28), v0-v4: a group's offsets committed inside a producer's transaction
+"""TxnOffsetCommit (key 28), v0-v5: a group's offsets committed inside a producer's transaction
 (KIP-98; v3+ carries the group's generation and member id, KIP-447).
 
 The group's offsets partition must be in the transaction (AddOffsetsToTxn first, KIP-890 part 1:
 INVALID_TXN_STATE, TRANSACTION_ABORTABLE from v4) and the producer's epoch current
 (INVALID_PRODUCER_EPOCH); the group checks the generation and member as for OffsetCommit. The offsets
 are then pending: the COMMIT marker makes them visible, ABORT drops them (minibroker.groups.offsets).
-Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION. v5 (transaction.version 2) is not served.
+Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION. v5 is transactions version 2 (KIP-890
+part 2): the client sends no AddOffsetsToTxn, the group's offsets partition is added to the
+transaction here (as Kafka's ADD_PARTITION for TxnOffsetCommit above v4).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
 
-@handler(28, 0, 4, client_throttles_from=1)
+@handler(28, 0, 5, client_throttles_from=1)
 async def txn_offset_commit(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.logs
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}

@@ -83,6 +83,7 @@ class TransactionCoordinator:
         abort_interval_ms: int = 10_000,
         expiration_interval_ms: int = 3_600_000,
         verification: bool = True,
+        transaction_version: int = 2,
     ) -> None:
         self.store = store
         self.state = TransactionStateMachine(config)
@@ -93,13 +94,18 @@ class TransactionCoordinator:
         self.abort_interval_ms = abort_interval_ms
         self.expiration_interval_ms = expiration_interval_ms
         self.verification = verification  # transaction.partition.verification.enable (KIP-890)
+        # The finalized `transaction.version` feature (minibroker.features): from 2 the state is
+        # written as TransactionLogValue v1. What a request means follows its own version (EndTxn v5,
+        # Produce v12, TxnOffsetCommit v5 are transactions version 2), as in Kafka.
+        self.transaction_version = transaction_version
         self.timed_out_aborts = 0  # for metrics and tests
         for tid, record in store.records.items():
             self.state.load(tid, record)
 
     @classmethod
     def open(cls, config: BrokerConfig, logs: LogManager, *, allocate: Callable[[], int], clock: BrokerClock,
-             groups: GroupCoordinator | None = None, markers: MarkerWriter | None = None) -> TransactionCoordinator:
+             groups: GroupCoordinator | None = None, markers: MarkerWriter | None = None,
+             transaction_version: int = 2) -> TransactionCoordinator:
         store = TransactionStore.open(logs, clock.now_ms())
         coordinator = cls(
             store, allocate=allocate, clock=clock, groups=groups, markers=markers,
@@ -107,6 +113,7 @@ class TransactionCoordinator:
             abort_interval_ms=config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
             expiration_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
             verification=config["transaction.partition.verification.enable"],
+            transaction_version=transaction_version,
         )
         states: dict[str, int] = {}
         for txn in coordinator.state.txns.values():
@@ -123,7 +130,8 @@ class TransactionCoordinator:
     def _write(self, txn: TxnMetadata) -> bool:
         """Persist then apply one transition; False (nothing changed) when the log refused it."""
         try:
-            self.store.write(txn.transactional_id, txn.record(), self.clock.now_ms())
+            self.store.write(txn.transactional_id, txn.record(), self.clock.now_ms(),
+                             1 if self.transaction_version >= 2 else 0)
         except (OSError, ApiError) as exc:  # ApiError: the topic could not be created (stray data)
             log.error("%s: writing the state of transactional id %r failed: %s", TOPIC, txn.transactional_id,
                       storage_error_message(exc) if isinstance(exc, OSError) else exc)
@@ -153,9 +161,9 @@ class TransactionCoordinator:
         return result.error, result.producer_id, result.producer_epoch
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> ErrorCode:
+                       partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> ErrorCode:
         error, transition = self.state.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, self.clock.now_ms())
+            transactional_id, producer_id, producer_epoch, partitions, self.clock.now_ms(), client_transaction_version)
         if transition is not None and not self._write(transition):
             return ErrorCode.not_coordinator
         return error
@@ -170,40 +178,53 @@ class TransactionCoordinator:
 
     def verify_produce(self, transactional_id: str | None, producer_id: int, producer_epoch: int, topic: str,
                        partition: int, version: int) -> ErrorCode:
-        """KIP-890 part 1: a transactional batch is appended only to a partition of the producer's
-        ongoing transaction. The codes as Kafka answers Produce (`version`: the request's): a fenced
-        epoch INVALID_PRODUCER_EPOCH, a partition not in the transaction TRANSACTION_ABORTABLE from v11
-        and INVALID_TXN_STATE before (KAFKA-16314: KafkaApis hands ReplicaManager `genericError` for
-        Produce versions above 10, and AddPartitionsToTxnManager maps TRANSACTION_ABORTABLE back to
-        INVALID_TXN_STATE for older clients), a transaction being ended NOT_ENOUGH_REPLICAS (Kafka's
-        conversion of CONCURRENT_TRANSACTIONS for Produce: a retriable code)."""
-        if not self.verification:
-            return ErrorCode.none
+        """KIP-890: a transactional batch is appended only to a partition of the producer's ongoing
+        transaction. From Produce v12 (transactions version 2, part 2) the partition is added to the
+        transaction here, as Kafka's AddPartitionsToTxnManager does for ADD_PARTITION (a client of
+        version 2 sends no AddPartitionsToTxn); below it is only verified (part 1, when
+        transaction.partition.verification.enable). The codes as Kafka answers Produce (`version`:
+        the request's): a fenced epoch INVALID_PRODUCER_EPOCH, a partition not in the transaction
+        TRANSACTION_ABORTABLE from v11 and INVALID_TXN_STATE before (KAFKA-16314: KafkaApis hands
+        ReplicaManager `genericError` for Produce versions above 10, and AddPartitionsToTxnManager
+        maps TRANSACTION_ABORTABLE back to INVALID_TXN_STATE for older clients), a transaction being
+        ended or a state that could not be written NOT_ENOUGH_REPLICAS (Kafka's conversion of
+        CONCURRENT_TRANSACTIONS and the coordinator errors for Produce: a retriable code)."""
         if not transactional_id:
             return ErrorCode.invalid_txn_state
-        error, by_partition = self.verify(transactional_id, producer_id, producer_epoch, [(topic, partition)])
-        if not error:
-            error = by_partition[(topic, partition)]
+        if version >= 12:
+            error = self.add_partitions(transactional_id, producer_id, producer_epoch, [(topic, partition)], 2)
+        elif not self.verification:
+            return ErrorCode.none
+        else:
+            error, by_partition = self.verify(transactional_id, producer_id, producer_epoch, [(topic, partition)])
+            if not error:
+                error = by_partition[(topic, partition)]
         if error == ErrorCode.producer_fenced:
             return ErrorCode.invalid_producer_epoch
         if error == ErrorCode.transaction_abortable and version < 11:
             return ErrorCode.invalid_txn_state
-        if error == ErrorCode.concurrent_transactions:
+        if error in (ErrorCode.concurrent_transactions, ErrorCode.not_coordinator):
             return ErrorCode.not_enough_replicas
         return error
 
     def verify_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
                        version: int) -> ErrorCode:
-        """KIP-890 part 1 for TxnOffsetCommit: the group's offsets partition must be in the ongoing
-        transaction (AddOffsetsToTxn first). A fenced epoch is INVALID_PRODUCER_EPOCH (TxnOffsetCommit
-        has no PRODUCER_FENCED), a missing AddOffsetsToTxn TRANSACTION_ABORTABLE from v4,
-        INVALID_TXN_STATE before."""
-        if not self.verification:
-            return ErrorCode.none
+        """KIP-890 for TxnOffsetCommit: the group's offsets partition must be in the ongoing
+        transaction. From v5 (transactions version 2) it is added here (the client sends no
+        AddOffsetsToTxn; Kafka's txnOffsetCommitRequestVersionToTransactionSupportedOperation);
+        below it is verified (AddOffsetsToTxn first). A fenced epoch is INVALID_PRODUCER_EPOCH
+        (TxnOffsetCommit has no PRODUCER_FENCED), a missing AddOffsetsToTxn TRANSACTION_ABORTABLE
+        from v4, INVALID_TXN_STATE before; a transaction being ended CONCURRENT_TRANSACTIONS (the
+        client retries it)."""
         partition = offsets_partition(group_id)
-        error, by_partition = self.verify(transactional_id, producer_id, producer_epoch, [partition])
-        if not error:
-            error = by_partition[partition]
+        if version >= 5:
+            error = self.add_partitions(transactional_id, producer_id, producer_epoch, [partition], 2)
+        elif not self.verification:
+            return ErrorCode.none
+        else:
+            error, by_partition = self.verify(transactional_id, producer_id, producer_epoch, [partition])
+            if not error:
+                error = by_partition[partition]
         if error == ErrorCode.producer_fenced:
             return ErrorCode.invalid_producer_epoch
         if error == ErrorCode.transaction_abortable and version < 4:
@@ -211,14 +232,39 @@ class TransactionCoordinator:
         return error
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        """EndTxn v0-v4 (transactions version 0/1)."""
         error, transition = self.state.end_txn(
             transactional_id, producer_id, producer_epoch, commit, self.clock.now_ms())
         if transition is None:
             return error
+        return ErrorCode.none if await self._prepare(transition) else ErrorCode.not_coordinator
+
+    async def end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                         commit: bool) -> tuple[ErrorCode, int, int]:
+        """EndTxn v5 (transactions version 2): (error, the producer id and epoch to go on with; -1,
+        -1 with an error). The end bumps the epoch; see minibroker.transactions.state."""
+        try:
+            result = self.state.end_txn_v2(transactional_id, producer_id, producer_epoch, commit,
+                                           self.clock.now_ms(), self.allocate)
+        except OSError as exc:  # the next block of producer ids could not be recorded
+            log.error("allocating a producer id failed: %s", storage_error_message(exc))
+            return ErrorCode.not_coordinator, -1, -1
+        if result.transition is not None:
+            if not await self._prepare(result.transition):
+                return ErrorCode.not_coordinator, -1, -1
+            if result.transition.next_producer_id >= 0:
+                log.info("transactional id %r: producer id %d reached epoch %d; producer id %d follows it",
+                         transactional_id, result.transition.producer_id, result.transition.producer_epoch,
+                         result.transition.next_producer_id)
+        return result.error, result.producer_id, result.producer_epoch
+
+    async def _prepare(self, transition: TxnMetadata) -> bool:
+        """Write a PrepareCommit/PrepareAbort, then its markers and its completion (False: the
+        Prepare could not be written, nothing changed)."""
         if not self._write(transition):
-            return ErrorCode.not_coordinator
+            return False
         await self._complete(transition)
-        return ErrorCode.none
+        return True
 
     def describe(self, transactional_id: str) -> TxnMetadata | None:
         return self.state.txns.get(transactional_id)

@@ -24,6 +24,19 @@ bumps the epoch; with one (v3+, KIP-360) it must name the current producer id an
 answered again); anything else is PRODUCER_FENCED. An epoch at 32766 or more is exhausted: the next
 InitProducerId hands out a fresh producer id at epoch 0 (KIP-588), remembering the old one as the
 previous producer id, which a retry may still name.
+
+Transactions version 2 (KIP-890 part 2: EndTxn v5, Kafka's endTransaction for a client whose
+`clientTransactionVersion` supports the epoch bump): every end bumps the epoch, and the markers are
+written at the bumped epoch, so a late batch of the ended transaction is fenced by the partition's
+producer state. The answer carries the producer id and epoch the client goes on with. A retry is
+told apart from the next end by its epoch: one below the current epoch (the bump it did not hear of)
+is a retry, answered NONE with the current id and epoch when it asks for what was done (an abort
+after CompleteAbort, a commit after CompleteCommit), INVALID_TXN_STATE otherwise. An abort with
+nothing added (Empty, CompleteCommit, CompleteAbort) still bumps the epoch. At an exhausted epoch
+(32766) the end allocates the producer id that follows (`next_producer_id`, kept in the prepared
+record): the markers go out at 32767 under the old id, and the completed transaction hands over the
+new id at epoch 0, which is what the client is answered; a retry naming the old id at 32766 is
+answered the new one.
 """
 
 from __future__ import annotations
@@ -36,7 +49,7 @@ from typing import Callable, Iterable
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.transaction_records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnRecord, TxnState
 
-__all__ = ["TxnConfig", "TxnMetadata", "TransactionStateMachine", "TopicPartition", "TxnState", "is_epoch_exhausted"]
+__all__ = ["EndResult", "TxnConfig", "TxnMetadata", "TransactionStateMachine", "TopicPartition", "TxnState", "is_epoch_exhausted"]
 
 TopicPartition = tuple[str, int]
 MAX_EPOCH = 32767
@@ -71,20 +84,36 @@ class TxnMetadata:
     last_update_ms: int = -1
     previous_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH  # the epoch before the last bump; memory only
+    # Transactions version 2: the producer id a prepared transaction at an exhausted epoch hands over.
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0  # of the request that made this state (Kafka's TransactionVersion)
 
     def record(self) -> TxnRecord:
         return TxnRecord(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
                          self.partitions, self.last_update_ms, self.start_ms,
-                         previous_producer_id=self.previous_producer_id)
+                         previous_producer_id=self.previous_producer_id, next_producer_id=self.next_producer_id,
+                         client_transaction_version=self.client_transaction_version)
 
     @classmethod
     def from_record(cls, transactional_id: str, record: TxnRecord) -> TxnMetadata:
         return cls(transactional_id, record.producer_id, record.producer_epoch, record.timeout_ms,
                    record.state, record.partitions, record.start_ms, record.last_update_ms,
-                   record.previous_producer_id)
+                   record.previous_producer_id, next_producer_id=record.next_producer_id,
+                   client_transaction_version=record.client_transaction_version)
 
     def but(self, **changes: object) -> TxnMetadata:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class EndResult:
+    """What an EndTxn of transactions version 2 comes to: the error, the Prepare transition to write
+    (None: nothing to write), and the producer id and epoch the response carries."""
+
+    error: ErrorCode
+    transition: TxnMetadata | None = None
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(frozen=True)
@@ -170,11 +199,12 @@ class TransactionStateMachine:
         return InitResult(ErrorCode.none, new.producer_id, new.producer_epoch, new)
 
     def _fence_and_abort(self, txn: TxnMetadata, now_ms: int) -> TxnMetadata:
-        """Kafka's prepareFenceProducerEpoch, then the abort: PrepareAbort at the bumped epoch (kept
-        as it is when exhausted), the previous epoch forgotten (a retry naming it is fenced)."""
-        epoch = txn.producer_epoch if is_epoch_exhausted(txn.producer_epoch) else txn.producer_epoch + 1
+        """Kafka's prepareFenceProducerEpoch, then the abort: PrepareAbort at the epoch bumped once
+        (under either transaction version; 32766 becomes 32767, the epoch kept for fencing, which
+        only a new producer id follows), the previous epoch forgotten (a retry naming it is fenced)."""
+        epoch = txn.producer_epoch if txn.producer_epoch >= MAX_EPOCH else txn.producer_epoch + 1
         return txn.but(producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH,
-                       state=TxnState.PREPARE_ABORT, last_update_ms=now_ms)
+                       state=TxnState.PREPARE_ABORT, last_update_ms=now_ms, next_producer_id=NO_PRODUCER_ID)
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------------
 
@@ -189,9 +219,12 @@ class TransactionStateMachine:
         return ErrorCode.none, txn
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: Iterable[TopicPartition], now_ms: int) -> tuple[ErrorCode, TxnMetadata | None]:
+                       partitions: Iterable[TopicPartition], now_ms: int,
+                       client_transaction_version: int = 0) -> tuple[ErrorCode, TxnMetadata | None]:
         """Kafka's handleAddPartitionsToTransaction: NONE and the Ongoing transition (None when every
-        partition is in the transaction already), or the error for all the partitions."""
+        partition is in the transaction already), or the error for all the partitions.
+        `client_transaction_version`: 2 for the adds of transactions version 2 (a Produce v12+ batch,
+        a TxnOffsetCommit v5, a broker's AddPartitionsToTxn v4+ that is not verify-only)."""
         error, txn = self._check_producer(transactional_id, producer_id, epoch)
         if txn is None:
             return error, None
@@ -208,6 +241,7 @@ class TransactionStateMachine:
             partitions=(frozenset() if starting else txn.partitions) | wanted,
             start_ms=now_ms if starting else txn.start_ms,
             last_update_ms=now_ms,
+            client_transaction_version=client_transaction_version,
         )
 
     def verify(self, transactional_id: str, producer_id: int, epoch: int,
@@ -230,27 +264,98 @@ class TransactionStateMachine:
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
                 now_ms: int) -> tuple[ErrorCode, TxnMetadata | None]:
-        """Kafka's handleEndTransaction from a client: NONE and the PrepareCommit/PrepareAbort
-        transition, or NONE alone for a retry of an end already complete, or the error."""
+        """Kafka's handleEndTransaction from a client of transactions version 0/1 (EndTxn v0-v4):
+        NONE and the PrepareCommit/PrepareAbort transition, or NONE alone for a retry of an end
+        already complete, or the error."""
         error, txn = self._check_producer(transactional_id, producer_id, epoch)
         if txn is None:
             return error, None
         state = txn.state
         if state is TxnState.ONGOING:
             return ErrorCode.none, txn.but(
-                state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, last_update_ms=now_ms)
+                state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, last_update_ms=now_ms,
+                client_transaction_version=0, next_producer_id=NO_PRODUCER_ID)
         if state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
             return ErrorCode.none, None
         if state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
             return ErrorCode.concurrent_transactions, None
         return ErrorCode.invalid_txn_state, None
 
+    def end_txn_v2(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, now_ms: int,
+                   allocate: Callable[[], int]) -> EndResult:
+        """Kafka's endTransaction for transactions version 2 (EndTxn v5; see the module docstring):
+        the error, the PrepareCommit/PrepareAbort to write (None when nothing is), and the producer
+        id and epoch to answer (-1, -1 with an error). `allocate` is called at an exhausted epoch."""
+        if not transactional_id:
+            return EndResult(ErrorCode.invalid_request)
+        txn = self.txns.get(transactional_id)
+        if txn is None:
+            return EndResult(ErrorCode.invalid_producer_id_mapping)
+        state = txn.state
+        # The client retried an end that rotated its producer id (it never heard of the new one).
+        retry_on_overflow = (txn.previous_producer_id == producer_id and epoch == MAX_EPOCH - 1
+                             and txn.producer_epoch == 0)
+        retry_on_bump = txn.producer_epoch == epoch + 1  # it never heard of the bump
+        if state in (TxnState.ONGOING, TxnState.EMPTY):
+            valid_epoch = epoch == txn.producer_epoch
+        elif state in PREPARED:
+            valid_epoch = retry_on_bump
+        else:
+            valid_epoch = retry_on_bump or retry_on_overflow or epoch == txn.producer_epoch
+        is_retry = retry_on_bump or retry_on_overflow
+        if txn.producer_id != producer_id and not retry_on_overflow:
+            return EndResult(ErrorCode.invalid_producer_id_mapping)
+        if not valid_epoch:
+            return EndResult(ErrorCode.producer_fenced)
+        answered_again = EndResult(ErrorCode.none, None, txn.producer_id, txn.producer_epoch)
+        if state is TxnState.ONGOING:
+            return self._prepare_v2(txn, commit, False, now_ms, allocate)
+        if state is TxnState.COMPLETE_COMMIT:
+            if commit:
+                return answered_again if is_retry else EndResult(ErrorCode.invalid_txn_state)
+            return EndResult(ErrorCode.invalid_txn_state) if is_retry else self._prepare_v2(txn, False, True, now_ms, allocate)
+        if state is TxnState.COMPLETE_ABORT:
+            if commit:
+                return EndResult(ErrorCode.invalid_txn_state)
+            return answered_again if is_retry else self._prepare_v2(txn, False, True, now_ms, allocate)
+        if state in PREPARED:
+            same = state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+            return EndResult(ErrorCode.concurrent_transactions if same else ErrorCode.invalid_txn_state)
+        if state is TxnState.EMPTY and not commit:
+            return self._prepare_v2(txn, False, True, now_ms, allocate)
+        return EndResult(ErrorCode.invalid_txn_state)
+
+    @staticmethod
+    def _prepare_v2(txn: TxnMetadata, commit: bool, nothing_added: bool, now_ms: int,
+                    allocate: Callable[[], int]) -> EndResult:
+        """Kafka's prepareAbortOrCommit for transactions version 2: the epoch bumped (never past
+        32767), the epoch before it kept as the last epoch, the next producer id allocated when the
+        epoch is exhausted. An abort with nothing added starts (and ends) now."""
+        next_producer_id = allocate() if is_epoch_exhausted(txn.producer_epoch) else NO_PRODUCER_ID
+        bumped = txn.producer_epoch if txn.producer_epoch >= MAX_EPOCH else txn.producer_epoch + 1
+        prepared = txn.but(
+            state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            producer_epoch=bumped, last_producer_epoch=txn.producer_epoch,
+            start_ms=now_ms if nothing_added else txn.start_ms, last_update_ms=now_ms,
+            next_producer_id=next_producer_id, client_transaction_version=2,
+        )
+        if next_producer_id != NO_PRODUCER_ID:
+            return EndResult(ErrorCode.none, prepared, next_producer_id, 0)
+        return EndResult(ErrorCode.none, prepared, txn.producer_id, bumped)
+
     def complete(self, txn: TxnMetadata, now_ms: int) -> TxnMetadata:
         """The CompleteCommit/CompleteAbort that follows a PrepareCommit/PrepareAbort whose markers
-        are all written (the partitions are cleared, as Kafka's prepareComplete clears them)."""
+        are all written (the partitions are cleared, as Kafka's prepareComplete clears them). A
+        transactions-version-2 end at an exhausted epoch hands over its next producer id at epoch 0
+        here, remembering the old id as the previous one."""
         assert txn.state in PREPARED, txn
-        return txn.but(state=TxnState.COMPLETE_COMMIT if txn.state is TxnState.PREPARE_COMMIT
-                       else TxnState.COMPLETE_ABORT, partitions=frozenset(), last_update_ms=now_ms)
+        completed = txn.but(state=TxnState.COMPLETE_COMMIT if txn.state is TxnState.PREPARE_COMMIT
+                            else TxnState.COMPLETE_ABORT, partitions=frozenset(), last_update_ms=now_ms,
+                            next_producer_id=NO_PRODUCER_ID)
+        if txn.client_transaction_version >= 2 and txn.next_producer_id != NO_PRODUCER_ID:
+            completed = completed.but(producer_id=txn.next_producer_id, producer_epoch=0,
+                                      previous_producer_id=txn.producer_id)
+        return completed
 
     # -- time -------------------------------------------------------------------------------------
 

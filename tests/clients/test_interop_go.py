@@ -154,7 +154,12 @@ def test_franz_go_exactly_once_consume_transform_produce(go_clients, broker, adm
     assert sorted((bytes.fromhex(r["key"]), bytes.fromhex(r["value"])) for r in transformed) == expected
     # The group's offsets were committed in the transactions, to the end of the input.
     assert committed_offsets(admin, group, source, 2) == {0: count // 2, 1: count // 2}
-    assert {"add_offsets_to_txn", "txn_offset_commit", "end_txn"} <= set(log.seen)
+    # On transactions version 2 (the broker finalizes transaction.version 2, KIP-890 part 2)
+    # franz-go sends no AddOffsetsToTxn: TxnOffsetCommit v5 adds the offsets partition, EndTxn v5
+    # bumps the epoch.
+    assert {"txn_offset_commit", "end_txn"} <= set(log.seen) and "add_offsets_to_txn" not in log.seen
+    versions = broker.broker.metrics.request_versions
+    assert versions[("end_txn", 5)] > 0 and versions[("txn_offset_commit", 5)] > 0
 
 
 @pytest.mark.parametrize("client", ["franz", "sarama", "kafkago"])

@@ -168,6 +168,7 @@ public final class MiniClient {
             case "create-topic" -> createTopic(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "");
             case "create-topics-once" -> createTopicsOnce(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
             case "produce" -> produce(a[1], a[2], Integer.parseInt(a[3]), a.length > 4 ? a[4] : "none");
+            case "produce-pushing" -> producePushing(a[1], a[2], a[3], Long.parseLong(a[4]));
             case "consume" -> consume(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]));
             case "produce-payloads" -> producePayloads(a[1], a[2], a[3], Arrays.copyOfRange(a, 4, a.length));
             case "consume-payloads" -> consumePayloads(a[1], a[2], Integer.parseInt(a[3]), a[4],
@@ -713,6 +714,26 @@ public final class MiniClient {
                 OUT.println("{\"type\":\"produced\",\"index\":" + i + ",\"partition\":" + m.partition()
                         + ",\"offset\":" + m.offset() + "}");
             }
+        }
+    }
+
+    /** A producer with `clientId` sending a record every 50 ms for `millis` (client telemetry, KIP-714:
+     *  enable.metrics.push is on by default, so it pushes its metrics while it runs), then closed,
+     *  which sends its terminating push. Prints its client instance id. */
+    static void producePushing(String bootstrap, String topic, String clientId, long millis) throws Exception {
+        Properties p = producerProps(bootstrap, "none", "5");
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, clientId);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            var instance = producer.clientInstanceId(java.time.Duration.ofSeconds(30));
+            OUT.println("{\"type\":\"client-instance\",\"id\":" + str(instance.toString()) + "}");
+            OUT.flush();
+            long end = System.currentTimeMillis() + millis;
+            int i = 0;
+            while (System.currentTimeMillis() < end) {
+                producer.send(new ProducerRecord<>(topic, 0, null, ("k" + i).getBytes(StandardCharsets.UTF_8), value(i++))).get();
+                Thread.sleep(50);
+            }
+            OUT.println("{\"type\":\"sent\",\"count\":" + i + "}");
         }
     }
 

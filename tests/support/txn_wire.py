@@ -29,10 +29,18 @@ def add(c, tid, pid, epoch, topic, partitions, version=3):
             for t in r.results_by_topic_v3_and_below for p in t.results_by_partition}
 
 
-def end(c, tid, pid, epoch, commit, version=None):
+def end(c, tid, pid, epoch, commit, version=4):
+    """EndTxn of transactions version 1 (v4 by default): the error code."""
     r = c.call(26, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit},
                version=version)
     return int(r.error_code)
+
+
+def end_v2(c, tid, pid, epoch, commit, version=5):
+    """EndTxn of transactions version 2 (v5): (error code, producer id, epoch) answered."""
+    r = c.call(26, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit},
+               version=version)
+    return int(r.error_code), r.producer_id, r.producer_epoch
 
 
 def produce(c, tid, topic, partition, pid, epoch, seq, values, version=9):

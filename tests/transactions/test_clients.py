@@ -86,7 +86,17 @@ def keys_of(records):
     return sorted(r[2].decode() for r in records)
 
 
-def test_confluent_and_aiokafka_transactions_with_both_isolation_levels(broker, unique):
+@pytest.mark.parametrize("txn_version", [1, 2])
+def test_confluent_and_aiokafka_transactions_with_both_isolation_levels(start_broker, unique, txn_version):
+    # librdkafka and aiokafka speak transactions version 1 whatever the broker finalizes: a
+    # broker at version 2 serves both protocols.
+    with start_broker(transaction_version=str(txn_version)) as broker:
+        _transactions_with_both_isolation_levels(broker, unique)
+        versions = broker.broker.metrics.request_versions
+    assert max(v for (api, v) in versions if api == "end_txn") <= 4
+
+
+def _transactions_with_both_isolation_levels(broker, unique):
     topic, group = unique("pytxn"), unique("pygroup")
     bs = broker.bootstrap
     Confluent().create_topic(bs, topic, 2)

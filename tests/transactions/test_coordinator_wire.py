@@ -51,16 +51,20 @@ def test_commit_abort_and_read_committed(broker, unique):
 
 
 def test_produce_outside_the_transaction_is_transaction_abortable_from_v11(broker, unique):
-    # KAFKA-16314: Produce v11+ clients know TRANSACTION_ABORTABLE (120), older ones get
-    # INVALID_TXN_STATE (48) for the same refusal; nothing is appended either way.
+    # KAFKA-16314: Produce v11 clients know TRANSACTION_ABORTABLE (120), older ones get
+    # INVALID_TXN_STATE (48) for the same refusal; nothing is appended either way. From v12
+    # (transactions version 2) the same batch adds its partition to the transaction and is appended.
     topic, tid = unique("txa"), unique("tid")
     with AdminClient(broker.bootstrap) as c:
         create(c, topic, 2)
         _, pid, _ = init(c, tid)
         assert add(c, tid, pid, 0, topic, [1]) == {(topic, 1): E_NONE}
-        assert [produce(c, tid, topic, 0, pid, 0, 0, [b"x"], version=v) for v in (3, 9, 10, 11, 12)] == [
-            INVALID_TXN_STATE] * 3 + [120] * 2
+        assert [produce(c, tid, topic, 0, pid, 0, 0, [b"x"], version=v) for v in (3, 9, 10, 11)] == [
+            INVALID_TXN_STATE] * 3 + [120]
         assert fetch(c, topic, 0, 0)[1] == []
+        assert produce(c, tid, topic, 0, pid, 0, 0, [b"x"], version=12) == E_NONE
+        assert broker.broker.transactions.txns[tid].partitions == {(topic, 0), (topic, 1)}
+        assert len(fetch(c, topic, 0, 0)[1]) == 1
         assert produce(c, tid, topic, 1, pid, 0, 0, [b"in"], version=11) == E_NONE
 
 
@@ -163,7 +167,7 @@ def test_find_coordinator_and_api_versions(broker):
         assert int(empty.error_code) == 42  # INVALID_REQUEST
         versions = c.versions  # the client's ApiVersions v0 answer
         assert {key: versions[key] for key in (22, 24, 25, 26, 27, 28, 61, 65, 66)} == {
-            22: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 4), 27: (1, 2), 28: (0, 4), 61: (0, 0),
+            22: (0, 6), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2), 28: (0, 5), 61: (0, 0),
             65: (0, 0), 66: (0, 2)}
 
 

@@ -1,5 +1,8 @@
 """Transactions with the real Java client (kafka-clients 4.4.0's KafkaProducer with a
-transactional.id, KafkaConsumer with isolation.level), the reference implementation of the protocol:
+transactional.id, KafkaConsumer with isolation.level), the reference implementation of the protocol,
+on transactions version 2 (the broker's default `transaction.version`: EndTxn v5, partitions added
+by Produce) and version 1 (AddPartitionsToTxn, EndTxn v4), the requests' versions read from the
+broker's per-version request counts:
 
 - one JVM runs, against one broker: committed and aborted transactions over two partitions; a zombie
   fenced by a second producer with its transactional id (the broker aborts the zombie's open
@@ -37,10 +40,12 @@ def keys(lines, partition=None):
     return sorted(line["key"] for line in of_type(lines, "record") if partition in (None, line["partition"]))
 
 
-def test_commit_abort_zombie_timeout_and_isolation_levels(java, start_broker, unique):
+@pytest.mark.parametrize("txn_version", [1, 2])
+def test_commit_abort_zombie_timeout_and_isolation_levels(java, start_broker, unique, txn_version):
     topic = unique("jtxn")
     a, z, o, t = (unique(name) for name in ("A", "Z", "O", "T"))
-    with start_broker(transaction_abort_timed_out_transaction_cleanup_interval_ms="200") as broker:
+    with start_broker(transaction_abort_timed_out_transaction_cleanup_interval_ms="200",
+                      transaction_version=str(txn_version)) as broker:
         bs = broker.bootstrap
         first = java.run(
             ["create-topic", bs, topic, 2],
@@ -54,6 +59,18 @@ def test_commit_abort_zombie_timeout_and_isolation_levels(java, start_broker, un
         coordinator = broker.broker.transactions
         assert coordinator.txns[o].state.kafka_name == "CompleteAbort"
         assert coordinator.timed_out_aborts == 2  # the open one and the one that outlived its timeout
+        versions = {key: n for key, n in broker.broker.metrics.request_versions.items()
+                    if key[0] in ("end_txn", "add_partitions_to_txn", "produce")}
+    # The client chose its protocol from ApiVersions' finalized transaction.version (KIP-890 part 2).
+    if txn_version == 2:
+        # EndTxn v5 at every end, and no AddPartitionsToTxn: the Produce v12+ batches add their partitions.
+        assert {v for (api, v) in versions if api == "end_txn"} == {5}
+        assert not any(api == "add_partitions_to_txn" for api, _ in versions)
+        assert min(v for (api, v) in versions if api == "produce") >= 12
+    else:
+        assert {v for (api, v) in versions if api == "end_txn"} == {4}
+        assert versions[("add_partitions_to_txn", 3)] > 0
+        assert max(v for (api, v) in versions if api == "produce") <= 11
     events = {(e["event"], e["step"]): e["cause"] for e in of_type(first, "txn")}
     # The zombie's send after it was fenced, and the late send after the timeout abort, fail with
     # INVALID_PRODUCER_EPOCH (Java's InvalidProducerEpochException).
@@ -75,9 +92,14 @@ def test_commit_abort_zombie_timeout_and_isolation_levels(java, start_broker, un
     described = {line["id"]: (line["state"], line["epoch"], line["timeout_ms"], line["partitions"])
                  for line in of_type(uncommitted, "txn-description")}
     # The zombie's id: two producers (epochs 0, 1), the fencing abort bumped it to 1 then the second
-    # InitProducerId to 2; the timed-out ones: the abort's bump.
-    assert described == {a: ("CompleteCommit", 0, 60000, 0), z: ("CompleteCommit", 2, 60000, 0),
-                         o: ("CompleteAbort", 1, 1000, 0), t: ("CompleteAbort", 1, 1500, 0)}
+    # InitProducerId to 2; the timed-out ones: the abort's bump. Under transactions version 2 every
+    # end bumps it once more: A's three transactions, the second producer's commit, T's commit.
+    if txn_version == 2:
+        assert described == {a: ("CompleteCommit", 3, 60000, 0), z: ("CompleteCommit", 3, 60000, 0),
+                             o: ("CompleteAbort", 1, 1000, 0), t: ("CompleteAbort", 2, 1500, 0)}
+    else:
+        assert described == {a: ("CompleteCommit", 0, 60000, 0), z: ("CompleteCommit", 2, 60000, 0),
+                             o: ("CompleteAbort", 1, 1000, 0), t: ("CompleteAbort", 1, 1500, 0)}
 
 
 def last_state(data_dir: Path):

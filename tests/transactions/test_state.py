@@ -143,13 +143,15 @@ def test_exhausted_epoch_rotates_to_a_fresh_producer_id():
     assert fresh.producer_epoch == 0 and fresh.producer_id not in (r.producer_id, rotated.producer_id)
 
 
-def test_fencing_at_an_exhausted_epoch_keeps_it_and_the_retry_rotates():
+def test_fencing_at_an_exhausted_epoch_bumps_it_to_the_last_and_the_retry_rotates():
+    # Kafka's prepareFenceProducerEpoch (shouldUseLastEpochToFenceWhenEpochsAreExhausted): 32766 is
+    # fenced at 32767, the epoch kept for fencing; only a new producer id follows it.
     h = Harness()
     r = h.init()
     h.sm.apply(h.txn().but(producer_epoch=32766))
     h.add(r.producer_id, 32766, [("a", 0)])
     fence = h.init().transition
-    assert fence.producer_epoch == 32766
+    assert fence.producer_epoch == 32767
     h.sm.apply(h.sm.complete(fence, h.now))
     retry = h.init()
     assert retry.producer_id != r.producer_id and retry.producer_epoch == 0
@@ -243,3 +245,109 @@ def test_kip360_bump_of_a_transactional_id_the_coordinator_does_not_know():
     result = h.init(pid=77, epoch=3)
     assert (result.error, result.producer_id, result.producer_epoch) == (E.none, 1000, 0)
     assert h.sm.txns["t"].producer_epoch == 0
+
+
+# -- transactions version 2 (KIP-890 part 2, EndTxn v5) ------------------------------------------
+
+
+def end_v2(h, pid, epoch, commit, tid="t", complete=True):
+    result = h.sm.end_txn_v2(tid, pid, epoch, commit, h.now, lambda: next(h.ids))
+    if result.transition is not None:
+        h.sm.apply(result.transition)
+        if complete:
+            h.sm.apply(h.sm.complete(result.transition, h.now))
+    return result.error, result.producer_id, result.producer_epoch
+
+
+def test_v2_every_end_bumps_the_epoch_and_answers_it():
+    h = Harness()
+    r = h.init()
+    pid = r.producer_id
+    assert h.sm.add_partitions("t", pid, 0, [("a", 0)], h.now, 2)[1].client_transaction_version == 2
+    h.add(pid, 0, [("a", 0)])
+    result = h.sm.end_txn_v2("t", pid, 0, True, h.now, lambda: 0)
+    prepared = result.transition
+    assert (result.error, prepared.state, prepared.producer_epoch, prepared.last_producer_epoch) == (
+        E.none, TxnState.PREPARE_COMMIT, 1, 0)
+    assert (result.producer_id, result.producer_epoch) == (pid, 1)
+    h.sm.apply(prepared)
+    # While prepared: the retry (the old epoch) is CONCURRENT_TRANSACTIONS, the new epoch is fenced.
+    assert end_v2(h, pid, 0, True, complete=False) == (E.concurrent_transactions, -1, -1)
+    assert end_v2(h, pid, 1, True, complete=False) == (E.producer_fenced, -1, -1)
+    h.sm.apply(h.sm.complete(prepared, h.now))
+    assert (h.txn().state, h.txn().producer_epoch) == (TxnState.COMPLETE_COMMIT, 1)
+    # A retry of the commit (epoch 0): NONE with the current id and epoch; an abort retry INVALID_TXN_STATE.
+    assert end_v2(h, pid, 0, True) == (E.none, pid, 1)
+    assert end_v2(h, pid, 0, False) == (E.invalid_txn_state, -1, -1)
+    # A commit at the current epoch with nothing added: INVALID_TXN_STATE; an abort bumps anyway.
+    assert end_v2(h, pid, 1, True) == (E.invalid_txn_state, -1, -1)
+    assert end_v2(h, pid, 1, False) == (E.none, pid, 2)
+    assert (h.txn().state, h.txn().start_ms) == (TxnState.COMPLETE_ABORT, h.now)
+    assert end_v2(h, pid, 1, False) == (E.none, pid, 2)  # its retry
+    assert end_v2(h, pid, 1, True) == (E.invalid_txn_state, -1, -1)
+    # Older epochs are fenced; another producer id is INVALID_PRODUCER_ID_MAPPING.
+    assert end_v2(h, pid, 0, False) == (E.producer_fenced, -1, -1)
+    assert end_v2(h, pid + 1, 2, False) == (E.invalid_producer_id_mapping, -1, -1)
+    assert end_v2(h, pid, 2, False, tid="nobody") == (E.invalid_producer_id_mapping, -1, -1)
+    # The next transaction runs at the answered epoch; an older epoch cannot add to it.
+    assert h.add(pid, 1, [("a", 0)]) == E.producer_fenced
+    assert h.add(pid, 2, [("a", 0)]) == E.none
+    assert end_v2(h, pid, 2, False) == (E.none, pid, 3)
+
+
+def test_v2_empty_state_abort_bumps_and_commit_is_invalid():
+    h = Harness()
+    pid = h.init().producer_id
+    assert end_v2(h, pid, 0, True) == (E.invalid_txn_state, -1, -1)
+    assert end_v2(h, pid, 0, False) == (E.none, pid, 1)
+
+
+def test_v2_an_end_at_an_exhausted_epoch_hands_over_a_new_producer_id():
+    h = Harness()
+    pid = h.init().producer_id
+    h.sm.apply(h.txn().but(producer_epoch=32766))
+    h.add(pid, 32766, [("a", 0)])
+    result = h.sm.end_txn_v2("t", pid, 32766, True, h.now, lambda: next(h.ids))
+    prepared = result.transition
+    # The markers go out under the old id at 32767; the client is answered the new id at epoch 0.
+    assert (prepared.producer_id, prepared.producer_epoch, prepared.next_producer_id) == (pid, 32767, 1001)
+    assert (result.producer_id, result.producer_epoch) == (1001, 0)
+    assert prepared.record().next_producer_id == 1001  # kept in TransactionLogValue v1's tag 1
+    h.sm.apply(prepared)
+    h.sm.apply(h.sm.complete(prepared, h.now))
+    txn = h.txn()
+    assert (txn.producer_id, txn.producer_epoch, txn.previous_producer_id, txn.next_producer_id) == (1001, 0, pid, -1)
+    # A retry naming the old id at 32766 gets the new one; the new id carries on.
+    assert end_v2(h, pid, 32766, True) == (E.none, 1001, 0)
+    assert h.add(1001, 0, [("a", 0)]) == E.none
+    assert end_v2(h, 1001, 0, True) == (E.none, 1001, 1)
+
+
+def test_v2_fencing_by_a_new_producer_and_the_timeout_bump_once():
+    h = Harness()
+    pid = h.init().producer_id
+    h.add(pid, 0, [("a", 0)])
+    fence = h.init()
+    assert fence.error == E.concurrent_transactions and fence.transition.producer_epoch == 1
+    h.sm.apply(h.sm.complete(fence.transition, h.now))
+    # The fenced producer's abort at epoch 0 reads as a retry of the abort done for it (Kafka's
+    # table); its commit is INVALID_TXN_STATE; the new producer gets epoch 2.
+    assert end_v2(h, pid, 0, True) == (E.invalid_txn_state, -1, -1)
+    assert h.init().producer_epoch == 2
+    assert end_v2(h, pid, 0, False) == (E.producer_fenced, -1, -1)
+
+
+def test_v2_states_round_trip_through_the_log_record():
+    from minibroker.storage.transaction_records import parse_transaction_value, transaction_value
+    from minibroker.transactions.state import TxnMetadata
+
+    h = Harness()
+    pid = h.init().producer_id
+    h.sm.apply(h.txn().but(producer_epoch=32766))
+    h.add(pid, 32766, [("a", 0)])
+    prepared = h.sm.end_txn_v2("t", pid, 32766, False, h.now, lambda: 77).transition
+    back = TxnMetadata.from_record("t", parse_transaction_value(transaction_value(prepared.record(), 1)))
+    assert back == prepared.but(last_producer_epoch=-1)  # the last epoch is memory only, as in Kafka
+    # Version 0 has no tagged fields: what it cannot carry is lost, so Kafka writes v1 from TV2.
+    v0 = parse_transaction_value(transaction_value(prepared.record(), 0))
+    assert (v0.next_producer_id, v0.client_transaction_version) == (-1, 0)

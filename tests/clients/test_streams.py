@@ -1,0 +1,129 @@
+"""Kafka Streams 4.4 (Apache Kafka's Java library, tests/java/StreamsApps.java) against minibroker,
+on the classic rebalance protocol, with no standby replicas:
+
+- word count: lines -> words -> a repartition topic -> a counting state store with its changelog
+  topic -> the output; stopped, then restarted on a new, empty state directory (so its store is
+  restored from the changelog, no standby to take over), and it carries on counting where it left;
+- exactly once (processing.guarantee=exactly_once_v2): a per-key count whose every update is
+  emitted, while the broker process is killed -9 and restarted on its address; a read_committed
+  reader then sees each key's updates 1, 2, ..., n exactly once (an at-least-once application would
+  repeat some after the crash).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from minibroker.admin_client import AdminClient
+from tests.support.broker_process import BrokerProcess
+from tests.support.clients import Confluent, Message
+from tests.support.txn_wire import create
+
+pytestmark = pytest.mark.interop
+
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
+
+
+def lines(start: int, count: int) -> list[Message]:
+    """Line i holds WORDS[i % 5] once and WORDS[(i + 1) % 5] twice."""
+    out = []
+    for i in range(start, start + count):
+        text = f"{WORDS[i % 5]} {WORDS[(i + 1) % 5]}, {WORDS[(i + 1) % 5].upper()}!"
+        out.append(Message(i % 2, f"line-{i}".encode(), text.encode(), ()))
+    return out
+
+
+def expected_counts(count: int) -> Counter:
+    counts: Counter = Counter()
+    for i in range(count):
+        counts[WORDS[i % 5]] += 1
+        counts[WORDS[(i + 1) % 5]] += 2
+    return counts
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, want: int, timeout: float = 90, **config):
+    records = Confluent().consume(bootstrap, topic, partitions, want, timeout=timeout, **config)
+    return [(key.decode(), value.decode()) for _, _, key, value, _ in sorted(records, key=lambda r: (r[0], r[1]))]
+
+
+def wait_running(app, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while "RUNNING" not in app.states() and time.monotonic() < deadline:
+        assert app.proc.poll() is None, f"the application exited: {app.lines}"
+        time.sleep(0.1)
+    assert "RUNNING" in app.states(), app.lines
+
+
+def test_word_count_with_a_restart_restoring_its_store_from_the_changelog(streams, broker, unique, tmp_path):
+    source, sink, app_id = unique("wc-in"), unique("wc-out"), unique("wc")
+    bs = broker.bootstrap
+    with AdminClient(bs) as c:
+        create(c, source, 2)
+        create(c, sink, 2)
+    Confluent().produce(bs, source, lines(0, 20))
+    app = streams.start("word-count", bs, app_id, tmp_path / "state-1", source, sink)
+    try:
+        wait_running(app)
+        first = read_all(bs, sink, 2, 60)  # 3 words a line: one update each
+    finally:
+        app.stop()
+    assert app.closed() and len(first) == 60 and not app.errors(), app.lines
+    last = {word: int(count) for word, count in first}
+    assert last == dict(expected_counts(20))
+    # Streams created its internal topics through CreateTopics: the repartition topic and the
+    # store's changelog (compacted).
+    logs = broker.broker.logs
+    repartition, changelog = logs.topic(f"{app_id}-words-repartition"), logs.topic(f"{app_id}-word-counts-changelog")
+    assert repartition is not None and changelog is not None
+    assert "compact" in logs.log(changelog.name, 0).config.cleanup_policy
+    # A restart on an empty state directory: the store comes back from the changelog.
+    Confluent().produce(bs, source, lines(20, 10))
+    app = streams.start("word-count", bs, app_id, tmp_path / "state-2", source, sink)
+    try:
+        wait_running(app)
+        everything = read_all(bs, sink, 2, 90)
+    finally:
+        app.stop()
+    assert app.closed() and len(everything) == 90 and not app.errors(), app.lines
+    final: dict = {}
+    for word, count in everything:
+        final[word] = max(final.get(word, 0), int(count))
+    assert final == dict(expected_counts(30))
+
+
+def test_exactly_once_v2_through_a_broker_kill_9(streams, tmp_path, unique):
+    source, sink, app_id = unique("eos-in"), unique("eos-out"), unique("eos")
+    keys, per_key = 10, 60
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"})
+    bs = broker.start()
+    app = None
+    try:
+        with AdminClient(bs) as c:
+            create(c, source, 2)
+            create(c, sink, 2)
+        records = [Message(k % 2, f"key-{k}".encode(), b"x", ()) for _ in range(per_key) for k in range(keys)]
+        Confluent().produce(bs, source, records[: len(records) // 2])
+        app = streams.start("sum", bs, app_id, tmp_path / "state", source, sink, "exactly_once_v2")
+        wait_running(app)
+        # Kill the broker while the application is in the middle of its input, then bring it back.
+        read_all(bs, sink, 2, len(records) // 4, timeout=60, **{"isolation.level": "read_committed"})
+        broker.kill()
+        broker.restart()
+        Confluent().produce(bs, source, records[len(records) // 2:])
+        out = read_all(bs, sink, 2, len(records), timeout=120, **{"isolation.level": "read_committed"})
+        app.stop()
+        assert app.closed() and not app.errors(), app.lines
+    finally:
+        if app is not None:
+            app.stop()
+        broker.stop()
+    by_key: dict = {}
+    for key, value in out:
+        by_key.setdefault(key, []).append(int(value))
+    # Exactly once: each key's updates are 1..n, none repeated, none missing.
+    assert {key: values for key, values in by_key.items() if values != list(range(1, per_key + 1))} == {}
+    assert len(by_key) == keys
