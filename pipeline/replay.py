@@ -140,9 +140,6 @@ class QuotaSettings:
     def pid_rate_for(self, user: str) -> float | None:
         return dict(self.user_producer_ids_rates).get(user, self.producer_ids_rate)
 
-    def byte_rate_for(self, user: str) -> float | None:
-        return dict(self.user_producer_byte_rates).get(user, self.producer_byte_rate)
-
     def windows(self, recorded: WindowSettings | None = None) -> WindowSettings:
         """The window settings this setting replays with: its own where set, else `recorded`."""
         base = recorded or WindowSettings()

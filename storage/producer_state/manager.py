@@ -234,10 +234,6 @@ class ProducerStateManager(ABC):
         None when none is open."""
         return self._txns.first_unstable_offset
 
-    @property
-    def ongoing_transaction_count(self) -> int:
-        return len(self._txns)
-
     def ongoing_transactions(self) -> list[tuple[int, int]]:
         """(producer id, first offset) of each open transaction, oldest first."""
         return list(self._txns.items())

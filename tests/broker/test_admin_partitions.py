@@ -8,6 +8,7 @@ import pytest
 from minibroker.admin_client import AdminClient
 from tests.support.batches import make_batch
 from tests.support.wire import create_topic_with as create
+from tests.support.wire import produce as wire_produce
 
 
 
@@ -15,10 +16,8 @@ def produce(admin, topic, values, partition=0):
     """One batch per value; returns the base offsets."""
     offsets = []
     for value in values:
-        response = admin.call(0, {"acks": -1, "timeout": 5000, "transactional_id": None, "topic_data": [
-            {"name": topic, "partition_data": [{"index": partition, "records": make_batch([(None, value)])}]}]},
-            version=9)
-        (answer,) = response.responses[0].partition_responses
+        (answer,) = wire_produce(admin, topic, make_batch([(None, value)]), partition=partition).responses[0] \
+            .partition_responses
         assert answer.error_code == 0
         offsets.append(answer.base_offset)
     return offsets

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 import trio
-import trio.testing
 
 import pytest
 
@@ -22,12 +21,11 @@ from minibroker.groups.consumer_group import ConsumerGroup
 from minibroker.server import serve
 from tests.support.broker_shell import TOPIC, decode, idempotent_produce_frame, set_quota
 from tests.support.consumer_group_sim import SimConsumer
+from tests.support.clock import run
 
 HOUR_S = 3600
 
 
-def run(main) -> None:
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def new_broker(tmp_path, clock: BrokerClock | None = None, data: str = "data", **overrides) -> Broker:

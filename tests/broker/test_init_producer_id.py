@@ -3,7 +3,8 @@ re-initialising with the current PID and epoch bumps the epoch (KIP-360), an old
 and the partitions then hold the producer to its new epoch."""
 
 from minibroker.admin_client import AdminClient
-from minibroker.protocol.records import encode_batch
+from tests.support.batches import make_batch
+from tests.support.wire import produced
 
 
 def init(c, pid=-1, epoch=-1, version=None, transactional_id=None):
@@ -13,11 +14,9 @@ def init(c, pid=-1, epoch=-1, version=None, transactional_id=None):
 
 
 def produce(c, topic, pid, epoch, sequence):
-    batch = encode_batch([(b"k", b"v")], 1_700_000_000_000, producer_id=pid, producer_epoch=epoch,
-                         base_sequence=sequence)
-    r = c.call(0, {"transactional_id": None, "acks": -1, "timeout": 5000,
-                   "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}, version=9)
-    return int(r.responses[0].partition_responses[0].error_code)
+    """The error code of one batch of producer `pid` at `epoch` from `sequence`."""
+    batch = make_batch([(b"k", b"v")], producer_id=pid, producer_epoch=epoch, base_sequence=sequence)
+    return int(produced(c, topic, batch).error_code)
 
 
 def test_epoch_bump_fencing_and_the_new_epoch_in_the_partition(broker, unique):

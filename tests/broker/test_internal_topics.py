@@ -10,16 +10,14 @@ from kafka import KafkaConsumer, TopicPartition
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
 from minibroker.protocol.records import encode_batch
+from tests.support.batches import make_batch
+from tests.support.wire import produced
 
 INVALID_TOPIC_EXCEPTION = 17
 
 
 def _produce(c, topic: str, version: int = 9):
-    batch = encode_batch([(b"forged", b"value")], 1_700_000_000_000)
-    response = c.call(0, {"transactional_id": None, "acks": -1, "timeout": 5000,
-                          "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]},
-                      version=version)
-    return response.responses[0].partition_responses[0]
+    return produced(c, topic, make_batch([(b"forged", b"value")]), version=version)
 
 
 @pytest.mark.parametrize("topic", ["__consumer_offsets", "__minibroker_audit"])

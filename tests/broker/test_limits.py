@@ -29,6 +29,7 @@ from tests.support.wire import create_topic, ms
 from tests.support.metrics import scrape
 from tests.support.wire import WireClient, encode_request, schema
 from tests.support.wire import api_versions_ok
+from tests.support.clock import run
 
 MINIBROKER = [sys.executable, "-m", "minibroker.cli"]
 
@@ -256,7 +257,7 @@ def _run_on_mock_clock(tmp_path, overrides, client_side, broker=None):
             await client_side(client, result)
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run(main)
     broker.close()
     return broker, result.get("closed_at")
 
@@ -384,7 +385,7 @@ def test_request_memory_pool_is_non_strict_and_wakes_waiters():
         await unbounded.acquire(1 << 40)
         assert unbounded.used == 0
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run(main)
 
 
 def test_queued_max_request_bytes_holds_back_reading_until_memory_is_released(tmp_path):
@@ -418,7 +419,7 @@ def test_queued_max_request_bytes_holds_back_reading_until_memory_is_released(tm
         assert arrivals["other"] == pytest.approx(3.0)  # it waited for the poller's memory
         assert broker.request_memory.waits == 1 and broker.request_memory.used == 0
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run(main)
     broker.close()
 
 

@@ -14,6 +14,7 @@ from minibroker.protocol.entities import build
 from tests.support.batches import make_batch
 from tests.support.wire import WireClient, schema
 from tests.support.metrics import scrape
+from tests.support.wire import produce
 
 ms = lambda n: datetime.timedelta(milliseconds=n)  # noqa: E731
 
@@ -22,14 +23,6 @@ ms = lambda n: datetime.timedelta(milliseconds=n)  # noqa: E731
 def metered(start_broker):
     with start_broker(sasl_users={"carol": "carol-pw"}, metrics_listen="127.0.0.1:0") as running:
         yield running
-
-
-def produce(client, topic, size):
-    req = schema(0, 9)
-    mod = __import__(req.__module__, fromlist=["x"])
-    data = mod.TopicProduceData(name=topic, partition_data=(
-        mod.PartitionProduceData(index=0, records=make_batch([(None, b"m" * size)])),))
-    return client.request(req(acks=1, timeout=ms(5000), topic_data=(data,), transactional_id=None))
 
 
 def test_a_throttled_client_shows_up_by_user_and_client_id(metered, unique):
@@ -48,7 +41,7 @@ def test_a_throttled_client_shows_up_by_user_and_client_id(metered, unique):
     with WireClient(metered.sasl_bootstrap) as c:  # wire.py's client id is "wire-test"
         c.request(schema(17, 1)(mechanism="PLAIN"))
         assert c.request(schema(36, 2)(auth_bytes=b"\0carol\0carol-pw")).error_code == 0
-        first = produce(c, topic, 20_000)  # 20 kB against 1000 B/s over the padded 10 s: throttled
+        first = produce(c, topic, make_batch([(None, b"m" * 20_000)]), acks=1)  # 20 kB against 1000 B/s over the padded 10 s: throttled
         assert first.throttle_time > datetime.timedelta(0)
         samples = scrape(metered.metrics_url)
     labels = '{user="carol",client_id="wire-test"}'

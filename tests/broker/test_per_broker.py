@@ -17,7 +17,8 @@ from minibroker.config import BrokerConfig
 from minibroker.context import Connection
 from minibroker.log_context import broker_log_context, current_broker
 from minibroker.server import serve
-from tests.support.broker_shell import decode, idempotent_produce_frame, produce_frame, run
+from tests.support.broker_shell import decode, idempotent_produce_frame, produce_frame
+from tests.support.clock import run
 
 TOPIC = "per-broker"
 

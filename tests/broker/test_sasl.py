@@ -26,6 +26,7 @@ from minibroker.sasl import (
 )
 from minibroker.protocol.entities import build
 from tests.support.wire import WireClient, schema
+from tests.support.clock import run
 
 # ---- SCRAM (RFC 5802 / RFC 7677) ----------------------------------------------------------------
 
@@ -348,7 +349,7 @@ def test_a_malformed_scram_message_waits_out_the_failed_authentication_delay(tmp
             assert b"SCRAM-SHA-256" in answer  # the generic failure message
             assert await client.receive_some(1) == b""  # closed
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run(main)
     broker.close()
 
 

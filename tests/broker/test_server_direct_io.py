@@ -4,7 +4,6 @@ checkpoint on every call."""
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import struct
@@ -17,16 +16,11 @@ from minibroker.config import BrokerConfig
 from minibroker.server import DirectSocketIO, serve_connection
 from minibroker.protocol.messages import decode_response
 from tests.support.batches import make_batch
-from tests.support.wire import encode_request, schema
+from tests.support.wire import encode_request, produce_request
 
 
 def _produce_frame(topic: str, correlation_id: int) -> bytes:
-    req = schema(0, 9)
-    mod = __import__(req.__module__, fromlist=["x"])
-    data = mod.TopicProduceData(name=topic, partition_data=(
-        mod.PartitionProduceData(index=0, records=make_batch([(None, b"v")])),))
-    return encode_request(req(acks=1, timeout=datetime.timedelta(seconds=5), topic_data=(data,),
-                              transactional_id=None), correlation_id)
+    return encode_request(produce_request(topic, make_batch([(None, b"v")]), acks=1), correlation_id)
 
 
 async def _read_frame(stream: trio.SocketStream, buffer: bytearray) -> bytes:

@@ -9,28 +9,19 @@ import time
 import uuid
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from minibroker.protocol.entities import build, to_ms
 from tests.support.wire import WireClient, encode_request, schema
-from tests.support.wire import create_topic
+from tests.support.batches import make_batch
+from tests.support.wire import create_topic, produce
 
 ms = lambda n: datetime.timedelta(milliseconds=n)  # noqa: E731
 
 
 def batch(n=3, value=b"v") -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    for i in range(n):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k", value=value, headers=[])
-    return bytes(builder.build())
-
-
-def produce(client, topic, records, version=9, acks=-1, partition=0):
-    req = schema(0, version)
-    mod = __import__(req.__module__, fromlist=["x"])
-    data = mod.TopicProduceData(name=topic, partition_data=(mod.PartitionProduceData(index=partition, records=records),))
-    return client.request(req(acks=acks, timeout=ms(5000), topic_data=(data,), transactional_id=None))
+    """`n` records keyed k, a millisecond apart (leader epoch 0, as kafka-python writes it)."""
+    return make_batch([(b"k", value)] * n, timestamps=[1_700_000_000_000 + i for i in range(n)],
+                      partition_leader_epoch=0)
 
 
 def fetch_request(topic_id, offset, max_wait, version=16, min_bytes=1, partition=0):

@@ -17,18 +17,14 @@ import pytest
 import trio
 
 from minibroker.testing import running_broker, spawn_broker, stop_process
+from tests.support.wire import create_topics
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 KEYS = [b"k0", b"k1", b"k2"]
 COMPACTED = {"cleanup.policy": "compact", "internal.segment.bytes": "8192", "min.cleanable.dirty.ratio": "0.01"}
 
-
-def create_topic(bootstrap: str, topic: str, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={**COMPACTED, **configs})])[topic].result(30)
 
 
 def produce(bootstrap: str, records, producer: Producer | None = None, topic: str = "") -> list[tuple[bytes, bytes | None, int]]:
@@ -94,7 +90,7 @@ def clean_until_done(running) -> int:
 def test_compacted_topic_reads_latest_value_per_key_at_original_offsets_and_tombstone_expires(unique, tmp_path):
     topic = unique("compacted")
     with running_broker(tmp_path / "data", log_cleaner_backoff_ms="3600000") as running:
-        create_topic(running.bootstrap, topic, **{"delete.retention.ms": "1000", "segment.ms": "100"})
+        create_topics(running.bootstrap, [topic], configs={**COMPACTED, "delete.retention.ms": "1000", "segment.ms": "100"})
         updates = [(KEYS[i % 3], b"value-%d" % i) for i in range(3000)]
         acked = produce(running.bootstrap, updates + [(b"k1", None)], topic=topic)
         time.sleep(0.2)  # past segment.ms: the next record rolls a new active segment, so the
@@ -132,7 +128,7 @@ def test_idempotent_producer_continues_after_its_partition_is_cleaned(unique, tm
     data_dir = tmp_path / "data"
     with running_broker(data_dir, log_cleaner_backoff_ms="3600000") as running:
         port = running.port
-        create_topic(running.bootstrap, topic, **{"segment.ms": "100"})
+        create_topics(running.bootstrap, [topic], configs={**COMPACTED, "segment.ms": "100"})
         producer = Producer({"bootstrap.servers": running.bootstrap, "enable.idempotence": True, "linger.ms": 5,
                              "batch.num.messages": 20})  # many batches, so many segments
         first = produce(running.bootstrap, [(KEYS[i % 3], b"a%d" % i) for i in range(600)], producer, topic)
@@ -169,7 +165,7 @@ def test_kill_9_during_cleaning_loses_and_duplicates_nothing(unique, tmp_path):
     proc, fields = spawn_broker(data_dir, overrides={"log_cleaner_enable": "false"})
     try:
         bootstrap = fields["bootstrap.servers"]
-        create_topic(bootstrap, topic)
+        create_topics(bootstrap, [topic], configs=COMPACTED)
         keys = [b"key-%02d" % i for i in range(20)]
         acked = produce(bootstrap, [(keys[i % 20], b"%06d-" % i + b"x" * 200) for i in range(12000)], topic=topic)
     finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from minibroker.protocol.compression import CODEC_NAMES
+from tests.support.wire import create_topics
 
 pytestmark = pytest.mark.interop
 
@@ -57,13 +58,6 @@ def kafka_python_produce(bootstrap, topic, timestamps, codec):
     finally:
         producer.close(10)
 
-
-def create_topics(bootstrap, topics):
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(t, 1) for t in topics]).values():
-        future.result(timeout=30)
 
 
 CONFLUENT_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

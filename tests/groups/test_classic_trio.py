@@ -6,13 +6,13 @@ takes no real time and every deadline is exact.
 from __future__ import annotations
 
 import trio
-import trio.testing
 
 from minibroker.groups.api import GroupConfig, JoinResult, SyncResult
 from minibroker.groups.classic_group import EMPTY, PREPARING_REBALANCE, STABLE
 from minibroker.groups.coordinator import DelayedSync, GroupCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.protocol.errors import ErrorCode
+from tests.support.clock import run
 
 GROUP = "trio-group"
 SESSION_MS, REBALANCE_MS = 6000, 10_000
@@ -44,8 +44,6 @@ async def sync(c: GroupCoordinator, join_result: JoinResult, assignments=None) -
     return await c.wait_for(pending, GROUP, DelayedSync)
 
 
-def run(main) -> None:
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_initial_delay_gathers_members_into_one_generation():

@@ -10,8 +10,7 @@ import threading
 
 import pytest
 
-from minibroker.protocol.entities import build
-from tests.support.wire import WireClient, schema
+from tests.support.wire import WireClient, create_topic, request
 
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH, LIST, DESCRIBE, DELETE = 11, 14, 12, 13, 8, 9, 16, 15, 42
 NONE, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID = 0, 22, 23, 25
@@ -19,20 +18,11 @@ REBALANCE_IN_PROGRESS, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED =
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID = 3, 100
 
 
-def req(api: int, version: int, **fields):
-    return build(schema(api, version), fields)
-
-
-def create_topic(client, name, partitions=1):
-    response = client.request(req(19, 7, timeout=5000, validate_only=False, topics=[{
-        "name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
-        "configs": []}]))
-    return response.topics[0]
 
 
 def join_request(version, group, member_id="", protocol_type="consumer", metadata=b"meta",
                  instance=None):
-    return req(JOIN, version, group_id=group, session_timeout=6000, rebalance_timeout=10_000,
+    return request(JOIN, version, group_id=group, session_timeout=6000, rebalance_timeout=10_000,
                member_id=member_id, group_instance_id=instance, protocol_type=protocol_type,
                protocols=[{"name": "range", "metadata": metadata}], reason=None)
 
@@ -48,7 +38,7 @@ def join(client, version, group, **kwargs):
 
 
 def sync_request(version, group, joined, assignments=()):
-    return req(SYNC, version, group_id=group, generation_id=joined.generation_id,
+    return request(SYNC, version, group_id=group, generation_id=joined.generation_id,
                member_id=joined.member_id, group_instance_id=None, protocol_type="consumer",
                protocol_name="range",
                assignments=[{"member_id": m, "assignment": a} for m, a in assignments])
@@ -70,19 +60,19 @@ def test_join_sync_heartbeat_leave_at_every_version(broker, unique, version):
             assert joined.protocol_type == "consumer"
         synced = client.request(sync_request(sync_v, group, joined, [(joined.member_id, b"mine")]))
         assert (synced.error_code, synced.assignment) == (NONE, b"mine")
-        beat = client.request(req(HEARTBEAT, heartbeat_v, group_id=group, generation_id=joined.generation_id,
+        beat = client.request(request(HEARTBEAT, heartbeat_v, group_id=group, generation_id=joined.generation_id,
                                   member_id=joined.member_id, group_instance_id=None))
         assert beat.error_code == NONE
-        stale = client.request(req(HEARTBEAT, heartbeat_v, group_id=group, generation_id=0,
+        stale = client.request(request(HEARTBEAT, heartbeat_v, group_id=group, generation_id=0,
                                    member_id=joined.member_id, group_instance_id=None))
         assert stale.error_code == ILLEGAL_GENERATION
-        left = client.request(req(LEAVE, leave_v, group_id=group, member_id=joined.member_id,
+        left = client.request(request(LEAVE, leave_v, group_id=group, member_id=joined.member_id,
                                   members=[{"member_id": joined.member_id, "group_instance_id": None,
                                             "reason": "done"}]))
         assert left.error_code == NONE
         if leave_v >= 3:
             assert [(m.member_id, m.error_code) for m in left.members] == [(joined.member_id, NONE)]
-        gone = client.request(req(HEARTBEAT, heartbeat_v, group_id=group, generation_id=joined.generation_id,
+        gone = client.request(request(HEARTBEAT, heartbeat_v, group_id=group, generation_id=joined.generation_id,
                                   member_id=joined.member_id, group_instance_id=None))
         assert gone.error_code == UNKNOWN_MEMBER_ID
 
@@ -131,7 +121,7 @@ def test_follower_sync_is_parked_until_the_leader_assigns(start_broker, unique):
 
 
 def commit_request(version, group, topic, topic_id, partition, offset, generation=-1, member=""):
-    return req(COMMIT, version, group_id=group, generation_id_or_member_epoch=generation, member_id=member,
+    return request(COMMIT, version, group_id=group, generation_id_or_member_epoch=generation, member_id=member,
                group_instance_id=None, retention_time=-1,
                topics=[{"name": topic, "topic_id": topic_id, "partitions": [{
                    "partition_index": partition, "committed_offset": offset, "committed_leader_epoch": 7,
@@ -141,13 +131,13 @@ def commit_request(version, group, topic, topic_id, partition, offset, generatio
 def fetch_committed(client, version, group, topic, topic_id, partitions):
     topics = [{"name": topic, "topic_id": topic_id, "partition_indexes": partitions}]
     if version >= 8:
-        response = client.request(req(FETCH, version, require_stable=False, groups=[{
+        response = client.request(request(FETCH, version, require_stable=False, groups=[{
             "group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}]))
         (answer,) = response.groups
         assert answer.error_code == NONE
         entries = answer.topics
     else:
-        response = client.request(req(FETCH, version, group_id=group, topics=topics, require_stable=False))
+        response = client.request(request(FETCH, version, group_id=group, topics=topics, require_stable=False))
         entries = response.topics
     return {p.partition_index: (p.committed_offset, p.metadata) for t in entries for p in t.partitions}
 
@@ -180,7 +170,7 @@ def test_fetch_all_offsets_of_a_group(broker, unique):
         create_topic(client, topic, partitions=3)
         for p in range(3):
             client.request(commit_request(8, group, topic, None, p, 10 * p))
-        response = client.request(req(FETCH, 8, require_stable=False, groups=[{"group_id": group, "topics": None}]))
+        response = client.request(request(FETCH, 8, require_stable=False, groups=[{"group_id": group, "topics": None}]))
         (answer,) = response.groups
         assert [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
                 for t in answer.topics] == [(topic, [(0, 0), (1, 10), (2, 20)])]
@@ -216,18 +206,18 @@ def test_list_describe_and_delete_groups(start_broker, unique):
         client.request(commit_request(8, simple, topic, None, 0, 99))
 
         for version in range(6):
-            listed = client.request(req(LIST, version, states_filter=[], types_filter=[]))
+            listed = client.request(request(LIST, version, states_filter=[], types_filter=[]))
             assert listed.error_code == NONE
             found = {g.group_id: g for g in listed.groups}
             assert found[active].protocol_type == "consumer" and found[simple].protocol_type == ""
             if version >= 4:
                 assert (found[active].group_state, found[simple].group_state) == ("Stable", "Empty")
-        stable_only = client.request(req(LIST, 4, states_filter=["stable"]))
+        stable_only = client.request(request(LIST, 4, states_filter=["stable"]))
         assert active in {g.group_id for g in stable_only.groups}
         assert simple not in {g.group_id for g in stable_only.groups}
 
         for version in range(7):
-            described = client.request(req(DESCRIBE, version, groups=[active, "wire-unknown"],
+            described = client.request(request(DESCRIBE, version, groups=[active, "wire-unknown"],
                                            include_authorized_operations=True))
             mine, unknown = described.groups
             assert (mine.error_code, mine.group_state, mine.protocol_data) == (NONE, "Stable", "range")
@@ -238,15 +228,15 @@ def test_list_describe_and_delete_groups(start_broker, unique):
             assert unknown.group_state == "Dead"
             assert unknown.error_code == (GROUP_ID_NOT_FOUND if version >= 6 else NONE)
 
-        deleted = client.request(req(DELETE, 2, groups_names=[active, simple, "wire-unknown"]))
+        deleted = client.request(request(DELETE, 2, groups_names=[active, simple, "wire-unknown"]))
         assert [(r.group_id, r.error_code) for r in deleted.results] == [
             (active, NON_EMPTY_GROUP), (simple, NONE), ("wire-unknown", GROUP_ID_NOT_FOUND)]
         for version in (0, 1):
-            again = client.request(req(DELETE, version, groups_names=[simple]))
+            again = client.request(request(DELETE, version, groups_names=[simple]))
             assert again.results[0].error_code == GROUP_ID_NOT_FOUND
 
     with start_broker() as broker, WireClient(broker.bootstrap) as client:
-        listed = {g.group_id for g in client.request(req(LIST, 3)).groups}
+        listed = {g.group_id for g in client.request(request(LIST, 3)).groups}
         assert simple not in listed, "the deletion survives a restart"
         assert fetch_committed(client, 8, simple, topic, None, [0]) == {0: (-1, "")}
 
@@ -294,5 +284,5 @@ def test_offsets_in_the_old_record_layout_are_served_after_an_upgrade(start_brok
 
     with start_broker() as broker, WireClient(broker.bootstrap) as client:
         assert fetch_committed(client, 8, "old-g", "old-t", None, [0]) == {0: (41, "from-before")}
-        listed = {g.group_id: (g.protocol_type, g.group_state) for g in client.request(req(LIST, 4)).groups}
+        listed = {g.group_id: (g.protocol_type, g.group_state) for g in client.request(request(LIST, 4)).groups}
         assert listed["old-g"] == ("consumer", "Empty")

@@ -8,7 +8,6 @@ a 10-second session takes no real time.
 from __future__ import annotations
 
 import trio
-import trio.testing
 
 from minibroker.groups.api import ConsumerGroupHeartbeatRequest, GroupConfig
 from minibroker.groups.consumer_group import ConsumerGroup
@@ -16,6 +15,7 @@ from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.storage.offsets_store import OffsetsStore
 from tests.support.consumer_group_sim import FakeTopics, SimConsumer
+from tests.support.clock import run
 
 GROUP = "trio-cg"
 SESSION_MS = 10_000
@@ -65,7 +65,7 @@ def test_the_timer_task_fences_a_silent_member_at_its_session_end():
             assert a.partitions(c.shard.topics.id("t")) == {0, 1, 2, 3}
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run(main)
 
 
 def test_a_member_that_does_not_revoke_in_time_is_fenced_at_its_rebalance_timeout():
@@ -95,7 +95,7 @@ def test_a_member_that_does_not_revoke_in_time_is_fenced_at_its_rebalance_timeou
             assert b.partitions(t) == {0, 1, 2, 3}
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run(main)
 
 
 def test_members_loaded_from_the_records_get_a_session_when_the_timer_task_starts():
@@ -121,4 +121,4 @@ def test_members_loaded_from_the_records_get_a_session_when_the_timer_task_start
             assert not a.errors, "A went on with its epoch"
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run(main)

@@ -10,28 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from minibroker.protocol.entities import build
-from tests.support.wire import WireClient, schema
+from tests.support.wire import WireClient, create_topic, request
 
 HEARTBEAT, DESCRIBE, COMMIT, FETCH, LIST, CLASSIC_DESCRIBE, API_VERSIONS = 68, 69, 8, 9, 16, 15, 18
 NONE, UNSUPPORTED_VERSION, GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH = 0, 35, 69, 113
 INVALID_REQUEST, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, INVALID_GROUP_ID = 42, 25, 82, 24
 
 
-def req(api: int, version: int, **fields):
-    return build(schema(api, version), fields)
-
-
-def create_topic(client, name, partitions):
-    response = client.request(req(19, 7, timeout=5000, validate_only=False, topics=[{
-        "name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}]))
-    assert response.topics[0].error_code == NONE
-    return response.topics[0].topic_id
 
 
 def heartbeat(client, version, group, member, epoch, topics=None, owned=None, instance=None, assignor=None,
               rebalance_timeout=-1):
-    return client.request(req(
+    return client.request(request(
         HEARTBEAT, version, group_id=group, member_id=member, member_epoch=epoch, instance_id=instance,
         rack_id=None, rebalance_timeout=rebalance_timeout, subscribed_topic_names=topics,
         subscribed_topic_regex=None, server_assignor=assignor,
@@ -70,7 +60,7 @@ class Member:
 
 def test_api_versions_advertises_the_consumer_group_apis(broker):
     with WireClient(broker.bootstrap) as client:
-        response = client.request(req(API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
+        response = client.request(request(API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
     ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert ranges[HEARTBEAT] == (0, 1) and ranges[DESCRIBE] == (0, 1)
 
@@ -79,7 +69,9 @@ def test_api_versions_advertises_the_consumer_group_apis(broker):
 def test_two_members_reconcile_and_describe(broker, unique, version):
     topic, group = unique("cg-wire"), unique("cg-wire")
     with WireClient(broker.bootstrap) as client:
-        topic_id = create_topic(client, topic, 4)
+        created = create_topic(client, topic, 4)
+        assert created.error_code == NONE
+        topic_id = created.topic_id
         a = Member(client, version, group, "" if version == 0 else "member-a", topic)
         first = a.beat()
         assert first.member_epoch == 1 and first.heartbeat_interval.total_seconds() == 1.0
@@ -94,7 +86,7 @@ def test_two_members_reconcile_and_describe(broker, unique, version):
             empty = join(client, 1, group, "", topic)
             assert (empty.error_code, empty.error_message) == (INVALID_REQUEST, "MemberId can't be empty.")
         for describe_version in (0, 1):
-            (described,) = client.request(req(DESCRIBE, describe_version, group_ids=[group],
+            (described,) = client.request(request(DESCRIBE, describe_version, group_ids=[group],
                                               include_authorized_operations=True)).groups
             assert (described.error_code, described.group_state, described.group_epoch,
                     described.assignment_epoch, described.assignor_name) == (NONE, "Stable", 2, 2, "uniform")
@@ -116,43 +108,43 @@ def test_two_members_reconcile_and_describe(broker, unique, version):
 def test_describe_and_list_show_each_group_type_as_kafka_4(broker, unique):
     topic, consumer_group, classic_group = unique("cg-types"), unique("cg-new"), unique("cg-classic")
     with WireClient(broker.bootstrap) as client:
-        create_topic(client, topic, 1)
+        assert create_topic(client, topic, 1).error_code == NONE
         Member(client, 1, consumer_group, "m", topic).beat()
         # A classic (simple) group: offsets only.
-        client.request(req(COMMIT, 8, group_id=classic_group, generation_id_or_member_epoch=-1, member_id="",
+        client.request(request(COMMIT, 8, group_id=classic_group, generation_id_or_member_epoch=-1, member_id="",
                            group_instance_id=None, topics=[{"name": topic, "partitions": [
                                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
                                 "committed_metadata": None}]}]))
-        described = client.request(req(DESCRIBE, 1, group_ids=[classic_group, unique("nope"), ""],
+        described = client.request(request(DESCRIBE, 1, group_ids=[classic_group, unique("nope"), ""],
                                        include_authorized_operations=False)).groups
         assert [(d.error_code, d.error_message) for d in described] == [
             (GROUP_ID_NOT_FOUND, f"Group {classic_group} is not a consumer group."),
             (GROUP_ID_NOT_FOUND, f"Group {described[1].group_id} not found."),
             (INVALID_GROUP_ID, "Group id can't be empty.")]
-        (v5,) = client.request(req(CLASSIC_DESCRIBE, 5, groups=[consumer_group],
+        (v5,) = client.request(request(CLASSIC_DESCRIBE, 5, groups=[consumer_group],
                                    include_authorized_operations=False)).groups
         assert (v5.error_code, v5.group_state, v5.members) == (NONE, "Dead", ())
-        (v6,) = client.request(req(CLASSIC_DESCRIBE, 6, groups=[consumer_group],
+        (v6,) = client.request(request(CLASSIC_DESCRIBE, 6, groups=[consumer_group],
                                    include_authorized_operations=False)).groups
         assert (v6.error_code, v6.error_message, v6.group_state) == (
             GROUP_ID_NOT_FOUND, f"Group {consumer_group} is not a classic group.", "Dead")
-        listed = client.request(req(LIST, 5, states_filter=[], types_filter=[])).groups
+        listed = client.request(request(LIST, 5, states_filter=[], types_filter=[])).groups
         kinds = {g.group_id: (g.group_type, g.protocol_type, g.group_state) for g in listed}
         assert kinds[consumer_group] == ("consumer", "consumer", "Stable")
         assert kinds[classic_group] == ("classic", "", "Empty")
-        only = client.request(req(LIST, 5, states_filter=[], types_filter=["consumer"])).groups
+        only = client.request(request(LIST, 5, states_filter=[], types_filter=["consumer"])).groups
         assert consumer_group in {g.group_id for g in only} and classic_group not in {g.group_id for g in only}
 
 
 def test_offsets_are_committed_and_fetched_by_member_epoch(broker, unique):
     topic, group = unique("cg-offsets"), unique("cg-offsets")
     with WireClient(broker.bootstrap) as client:
-        create_topic(client, topic, 2)
+        assert create_topic(client, topic, 2).error_code == NONE
         m = Member(client, 1, group, "m-1", topic)
         m.beat()
 
         def commit(version, epoch, member="m-1"):
-            response = client.request(req(COMMIT, version, group_id=group, generation_id_or_member_epoch=epoch,
+            response = client.request(request(COMMIT, version, group_id=group, generation_id_or_member_epoch=epoch,
                                           member_id=member, group_instance_id=None, retention_time=-1,
                                           topics=[{"name": topic, "partitions": [
                                               {"partition_index": 0, "committed_offset": 9,
@@ -160,7 +152,7 @@ def test_offsets_are_committed_and_fetched_by_member_epoch(broker, unique):
             return response.topics[0].partitions[0].error_code
 
         def fetch(epoch, member="m-1"):
-            (answer,) = client.request(req(FETCH, 9, require_stable=True, groups=[{
+            (answer,) = client.request(request(FETCH, 9, require_stable=True, groups=[{
                 "group_id": group, "member_id": member, "member_epoch": epoch,
                 "topics": [{"name": topic, "partition_indexes": [0]}]}])).groups
             return answer.error_code, [p.committed_offset for t in answer.topics for p in t.partitions]
@@ -178,17 +170,19 @@ def test_offsets_are_committed_and_fetched_by_member_epoch(broker, unique):
 def test_static_members_and_epochs_survive_a_restart(start_broker, unique, tmp_path):
     topic, group = unique("cg-restart"), unique("cg-restart")
     with start_broker() as broker, WireClient(broker.bootstrap) as client:
-        topic_id = create_topic(client, topic, 4)
+        created = create_topic(client, topic, 4)
+        assert created.error_code == NONE
+        topic_id = created.topic_id
         a = Member(client, 1, group, "a-1", topic, instance="i-a")
         b = Member(client, 1, group, "b-1", topic, instance="i-b")
         for _ in range(4):
             a.beat()
             b.beat()
-        before = client.request(req(DESCRIBE, 1, group_ids=[group], include_authorized_operations=False)).groups[0]
+        before = client.request(request(DESCRIBE, 1, group_ids=[group], include_authorized_operations=False)).groups[0]
         # B goes away for a while, as a static member does on close.
         assert heartbeat(client, 1, group, "b-1", -2, instance="i-b").member_epoch == -2
     with start_broker() as broker, WireClient(broker.bootstrap) as client:
-        after = client.request(req(DESCRIBE, 1, group_ids=[group], include_authorized_operations=False)).groups[0]
+        after = client.request(request(DESCRIBE, 1, group_ids=[group], include_authorized_operations=False)).groups[0]
         assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
         epochs = {m.member_id: m.member_epoch for m in after.members}
         assert epochs == {"a-1": a.epoch, "b-1": -2}
@@ -199,7 +193,7 @@ def test_static_members_and_epochs_survive_a_restart(start_broker, unique, tmp_p
         b2 = Member(client, 1, group, "b-2", topic, instance="i-b")
         b2.beat()
         assert b2.owned == {topic_id: b_partitions}
-        final = client.request(req(DESCRIBE, 1, group_ids=[group], include_authorized_operations=False)).groups[0]
+        final = client.request(request(DESCRIBE, 1, group_ids=[group], include_authorized_operations=False)).groups[0]
         assert final.group_epoch == before.group_epoch
         assert {m.member_id for m in final.members} == {"a-1", "b-2"}
         # The old incarnation is fenced by the new one.
@@ -213,5 +207,5 @@ def test_the_consumer_protocol_can_be_switched_off(start_broker, unique):
             WireClient(broker.bootstrap) as client:
         response = join(client, 1, unique("off"), "m", "t")
         assert response.error_code == UNSUPPORTED_VERSION
-        (described,) = client.request(req(DESCRIBE, 0, group_ids=["g"], include_authorized_operations=False)).groups
+        (described,) = client.request(request(DESCRIBE, 0, group_ids=["g"], include_authorized_operations=False)).groups
         assert described.error_code == UNSUPPORTED_VERSION

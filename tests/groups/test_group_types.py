@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 import trio
-import trio.testing
 from kio.index import load_request_schema
 
 from minibroker.broker import Broker
@@ -30,10 +29,9 @@ from minibroker.storage.offsets_store import TOPIC, OffsetsStore
 from tests.support.broker_shell import decode
 from tests.support.lease_groups import LEASE, LEASE_GROUP_TYPE, LEASE_RECORD, LEASE_S, WITH_LEASE_GROUPS
 from tests.support.wire import encode_request
+from tests.support.clock import run
 
 
-def run(main) -> None:
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def open_coordinator(logs: LogManager, clock: BrokerClock, types: GroupTypes = WITH_LEASE_GROUPS) -> GroupCoordinator:

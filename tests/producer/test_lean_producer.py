@@ -28,19 +28,11 @@ from minibroker.faults import FaultRule
 from minibroker.producer import IdempotentProducer
 from minibroker.producer.core import KAFKA_MAX_IN_FLIGHT, ProducerCore
 from minibroker.protocol.records import decode_records, iter_headers
+from tests.support.wire import create_topics
 
 PARTITIONS = 3
 COUNT = 6000
 
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
 
 
 def log_data(running, topic: str, partition: int) -> bytes:
@@ -98,7 +90,7 @@ def test_lean_mode_many_batches_in_flight_through_faults(start_broker, unique):
     and were resent after it."""
     topic = unique("lean")
     with start_broker() as running:
-        create_topic(running.bootstrap, topic, PARTITIONS)
+        create_topics(running.bootstrap, [topic], PARTITIONS)
         add_faults(running, CLOSE, NOT_LEADER)
         producer, deliveries = produce_all(running.bootstrap, topic, batch_records=20)
         assert_exactly_once_in_order(running, topic, deliveries)
@@ -126,7 +118,7 @@ def test_lost_responses_and_the_window(start_broker, unique, mode, in_flight, ex
     epoch and write them again: duplicates."""
     topic = unique(f"lose-{mode}-{in_flight}")
     with start_broker(producer_state_mode=mode) as running:
-        create_topic(running.bootstrap, topic, PARTITIONS)
+        create_topics(running.bootstrap, [topic], PARTITIONS)
         add_faults(running, LOSE)
         producer, deliveries = produce_all(running.bootstrap, topic, batch_records=20,
                                            max_in_flight_batches=in_flight, request_timeout_s=1.0)
@@ -149,7 +141,7 @@ def test_an_unexplained_gap_bumps_the_epoch_and_loses_nothing(start_broker, uniq
     the injected answer always falls on the oldest unresolved batch; both faults fire.)"""
     topic = unique("gap")
     with start_broker() as running:
-        create_topic(running.bootstrap, topic, PARTITIONS)
+        create_topics(running.bootstrap, [topic], PARTITIONS)
         add_faults(running, GAP)
         producer, deliveries = produce_all(running.bootstrap, topic, count=2400, batch_records=20,
                                            max_in_flight_batches=1)
@@ -165,7 +157,7 @@ def test_kafka_mode_keeps_to_five_batches_and_exactly_once(start_broker, unique)
     their original offsets: exactly once, in order."""
     topic = unique("kafka")
     with start_broker(producer_state_mode="kafka") as running:
-        create_topic(running.bootstrap, topic, PARTITIONS)
+        create_topics(running.bootstrap, [topic], PARTITIONS)
         add_faults(running, CLOSE, NOT_LEADER)
         producer, deliveries = produce_all(running.bootstrap, topic, batch_records=20)
         assert_exactly_once_in_order(running, topic, deliveries)
@@ -182,7 +174,7 @@ def test_the_producer_waits_for_the_sequence_window(start_broker, unique):
     the producer waited for the window instead."""
     topic = unique("window")
     with start_broker(max_in_flight_sequence_number_per_connection=300) as running:
-        create_topic(running.bootstrap, topic, PARTITIONS)
+        create_topics(running.bootstrap, [topic], PARTITIONS)
         running.broker.faults.add(FaultRule("Produce", "close", every=7, limit=4))
         producer, deliveries = produce_all(running.bootstrap, topic, count=3000, batch_records=20,
                                            max_in_flight_batches=100)
@@ -221,7 +213,7 @@ def test_the_producer_waits_out_a_quota_throttle(start_broker, unique):
 
     topic, client_id = unique("throttled"), unique("ref-throttled")
     with start_broker(quota_window_num=2) as running:
-        create_topic(running.bootstrap, topic, PARTITIONS)
+        create_topics(running.bootstrap, [topic], PARTITIONS)
         alter_quota(running.bootstrap, [("client-id", client_id)], "producer_byte_rate", 20_000)
         producer = IdempotentProducer(running.bootstrap, client_id=client_id, batch_records=10)
         deliveries = [producer.send(topic, 0, b"t" * 1000) for _ in range(30)]

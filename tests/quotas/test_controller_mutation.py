@@ -17,7 +17,8 @@ import pytest
 
 from minibroker.quotas.callback import DEFAULT, ClientQuotaEntity
 from minibroker.quotas.client_quota import ControllerMutationQuotaManager
-from tests.support.broker_shell import decode, new_broker, run, set_quota, simple_frame
+from tests.support.broker_shell import decode, new_broker, set_quota, simple_frame
+from tests.support.clock import run
 
 ANY = ClientQuotaEntity.of(user=DEFAULT, client_id=DEFAULT)
 THROTTLED = 89

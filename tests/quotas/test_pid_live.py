@@ -23,6 +23,7 @@ from minibroker.admin_client import AdminClient
 from minibroker.protocol.entities import to_ms
 from minibroker.protocol.records import encode_batch
 from tests.support.clients import ALL, KafkaPython, Message
+from tests.support.wire import create_topics
 
 pytestmark = pytest.mark.interop
 
@@ -43,13 +44,6 @@ def set_rate(bootstrap, user, rate):
                                    "validate_only": False})
         assert response.entries[0].error_code == 0, response.entries[0].error_message
 
-
-def create_topic(bootstrap, topic, partitions=1):
-    with AdminClient(bootstrap) as admin:
-        response = admin.call(19, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
-                                               "assignments": (), "configs": ()}],
-                                   "timeout": 5000, "validate_only": False})
-        assert response.topics[0].error_code == 0
 
 
 def init_pid(c):
@@ -97,7 +91,7 @@ def test_the_seeds_example_the_101st_new_producer_waits_for_a_slot(client, uniqu
 
     topic = unique("kip936")
     with running_broker(tmp_path / "data", **KIP_WINDOW) as broker:
-        create_topic(broker.bootstrap, topic)
+        create_topics(broker.bootstrap, [topic])
         set_rate(broker.bootstrap, "ANONYMOUS", 100)  # PLAINTEXT clients are User:ANONYMOUS
         quota = broker.broker.pid_quota
         with AdminClient(broker.bootstrap) as c:
@@ -125,7 +119,7 @@ def test_new_pids_beyond_the_rate_are_rejected_known_ones_and_other_users_are_no
 
     topic = unique("pidq")
     with running_broker(tmp_path / "data", sasl_users=USERS, producer_id_quota_window_size_seconds="60") as broker:
-        create_topic(broker.bootstrap, topic)
+        create_topics(broker.bootstrap, [topic])
         set_rate(broker.bootstrap, "alice", 20)  # 20 new producer ids per minute
         outcomes = [fresh_producer_sends(broker.sasl_bootstrap, topic, "alice") for _ in range(30)]
         accepted = [pid for code, _, pid in outcomes if code == 0]
@@ -152,7 +146,7 @@ def test_a_fractional_rate_is_accepted_described_and_enforced(unique, tmp_path):
 
     topic = unique("pidq-frac")
     with running_broker(tmp_path / "data", producer_id_quota_window_size_seconds="60") as broker:
-        create_topic(broker.bootstrap, topic)
+        create_topics(broker.bootstrap, [topic])
         parser = argparse.ArgumentParser()
         add_arguments(parser)
         out, err = io.StringIO(), io.StringIO()
@@ -177,7 +171,7 @@ def test_a_throttled_batch_holds_back_the_later_batches_of_its_producer(unique, 
     topic = unique("pidq-order")
     with running_broker(tmp_path / "data", producer_id_quota_window_size_seconds="2",
                         producer_id_quota_cache_layer_count="2") as broker:
-        create_topic(broker.bootstrap, topic, partitions=2)
+        create_topics(broker.bootstrap, [topic], 2)
         set_rate(broker.bootstrap, "ANONYMOUS", 1)
         assert fresh_producer_sends(broker.bootstrap, topic)[0] == 0  # the window is full
         quota = broker.broker.pid_quota
@@ -206,7 +200,7 @@ def test_throttled_clients_that_go_away_are_not_kept_for_their_throttle(unique, 
 
     topic = unique("pidq-gone")
     with running_broker(tmp_path / "data", producer_id_quota_window_size_seconds="600") as broker:
-        create_topic(broker.bootstrap, topic)
+        create_topics(broker.bootstrap, [topic])
         set_rate(broker.bootstrap, "ANONYMOUS", 1)
         assert fresh_producer_sends(broker.bootstrap, topic)[0] == 0
         outcomes = [fresh_producer_sends(broker.bootstrap, topic) for _ in range(20)]
@@ -242,8 +236,8 @@ def test_a_long_lived_producer_is_never_throttled_across_restarts(tmp_path, uniq
     proc, bootstrap = _spawn(data_dir, window)
     procs = [proc]
     try:
-        create_topic(bootstrap, topic, partitions=3)
-        create_topic(bootstrap, filler)
+        create_topics(bootstrap, [topic], 3)
+        create_topics(bootstrap, [filler])
         set_rate(bootstrap, "ANONYMOUS", 1)  # kept in client-quotas.json across restarts
         with AdminClient(bootstrap) as c:
             pid = init_pid(c)

@@ -26,7 +26,8 @@ from minibroker.server import serve_connection
 from minibroker.protocol.framing import FrameDecoder
 from minibroker.protocol.records import iter_headers
 from tests.support.batches import make_batch
-from tests.support.broker_shell import TOPIC, decode, fetch_frame, new_broker, produce_frame, run, set_quota
+from tests.support.broker_shell import TOPIC, decode, fetch_frame, new_broker, produce_frame, set_quota
+from tests.support.clock import run
 
 QUOTA = 100_000  # bytes per second
 RUN_S = 10.0

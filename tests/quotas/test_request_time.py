@@ -21,7 +21,8 @@ import trio.testing
 
 from minibroker.broker import Connection
 from minibroker.server import serve_connection
-from tests.support.broker_shell import new_broker, run, set_quota, simple_frame
+from tests.support.broker_shell import new_broker, set_quota, simple_frame
+from tests.support.clock import run
 
 READ_COST_NS = 10_000_000
 SEND_COST_NS = 20_000_000

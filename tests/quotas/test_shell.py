@@ -24,7 +24,8 @@ from minibroker.handlers import Reply, load_all
 from minibroker.server import serve_connection
 from minibroker.quotas.callback import ClientQuotaCallback, QuotaType
 from tests.support.batches import make_batch
-from tests.support.broker_shell import TOPIC, decode, fetch_frame, new_broker, produce_frame, run, set_quota, simple_frame, throttle_of
+from tests.support.broker_shell import TOPIC, decode, fetch_frame, new_broker, produce_frame, set_quota, simple_frame, throttle_of
+from tests.support.clock import run
 
 
 # ---- the KIP-219 table ------------------------------------------------------------------------

@@ -120,7 +120,8 @@ def test_the_broker_enforces_produce_with_the_bucket(tmp_path):
     import trio
 
     from minibroker.broker import Connection
-    from tests.support.broker_shell import decode, new_broker, produce_frame, run, set_quota, throttle_of
+    from tests.support.broker_shell import decode, new_broker, produce_frame, set_quota, throttle_of
+    from tests.support.clock import run
 
     broker = new_broker(tmp_path, quota_algorithm="token_bucket")
     set_quota(broker, [("client-id", "tb")], "producer_byte_rate", 1000)

@@ -17,25 +17,17 @@ import pytest
 
 from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
-from minibroker.protocol.records import encode_batch
 from minibroker.storage.config import LogConfig
 from minibroker.storage.log import PartitionLog
 from tests.support.batches import make_batch
 from tests.support.faultyfs import install, is_index_fd
+from tests.support.wire import produced
 
 KAFKA_STORAGE_ERROR, NOT_COORDINATOR = 56, 16
 
 
 def batch(i: int, n: int = 3) -> bytes:
     return make_batch([(b"k", b"value-%d-%d" % (i, j)) for j in range(n)])
-
-
-def append_until_failure(log, fake, start: int):
-    """Append batch `start` (fine), then batches while failing; return the offsets acknowledged."""
-    acknowledged = [log.append(batch(start), 0).base_offset]
-    with pytest.raises(OSError):
-        log.append(batch(start + 1), 0)
-    return acknowledged
 
 
 def contents(log) -> bytes:
@@ -164,9 +156,7 @@ def test_index_files_that_cannot_be_written_are_rewritten_from_memory(tmp_path, 
 
 
 def _produce(c, topic: str, value: bytes):
-    response = c.call(0, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": 0, "records": encode_batch([(None, value)], 0)}]}]}, version=9)
-    return response.responses[0].partition_responses[0]
+    return produced(c, topic, make_batch([(None, value)], timestamp_ms=0))
 
 
 def _fetch_values(c, topic: str) -> list[bytes]:

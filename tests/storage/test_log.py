@@ -20,7 +20,7 @@ from minibroker.protocol.records import check_batch, iter_headers, set_base_offs
 from minibroker.storage.config import LogConfig
 from minibroker.storage.log import OffsetOutOfRangeError, PartitionLog
 from minibroker.storage.log_dir import CLEAN_SHUTDOWN_FILE
-from tests.support.batches import make_batch
+from tests.support.batches import make_batch, make_value_batch as batch
 
 T0 = 1_700_000_000_000
 
@@ -29,10 +29,6 @@ def small_config(**changes) -> LogConfig:
     base = dict(segment_bytes=400, index_interval_bytes=64)
     base.update(changes)
     return LogConfig(**base)
-
-
-def batch(count: int = 1, size: int = 10, ts: int = T0, **kwargs) -> bytes:
-    return make_batch([(None, bytes([65 + i % 26]) * size) for i in range(count)], timestamp_ms=ts, **kwargs)
 
 
 def stored(raw: bytes, base_offset: int) -> bytes:

@@ -140,10 +140,10 @@ def compress(name: str, data: bytes) -> tuple[int, bytes]:
     raise ValueError(name)
 
 
-def make_value_batch(count: int, *, size: int = 10, tag: bytes = b"v", **kwargs) -> bytes:
-    """A batch of `count` records whose values are `size` bytes, distinct per record."""
-    records = [(None, (tag + b"%d-" % i).ljust(size, b"x")[:max(size, 1)]) for i in range(count)]
-    return make_batch(records, **kwargs)
+def make_value_batch(count: int = 1, size: int = 10, ts: int = DEFAULT_TIMESTAMP_MS, **kwargs) -> bytes:
+    """A batch of `count` keyless records of `size` bytes each ("AAA...", "BBB...", ...), all at
+    `ts`; `kwargs` as make_batch's."""
+    return make_batch([(None, bytes([65 + i % 26]) * size) for i in range(count)], timestamp_ms=ts, **kwargs)
 
 
 def rebatch(template: bytes, body: bytes, *, count: int | None = None, codec: int | None = None) -> bytes:

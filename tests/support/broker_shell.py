@@ -4,15 +4,13 @@ path and the clock are driven through Broker.handle_frame without sockets."""
 from __future__ import annotations
 
 import datetime
-import trio
-import trio.testing
 from kio.index import load_response_schema
 from minibroker.broker import Broker
 from minibroker.config import BrokerConfig
 from minibroker.protocol.entities import build
 from minibroker.protocol.messages import read_entity
 from tests.support.batches import make_batch
-from tests.support.wire import encode_request, schema
+from tests.support.wire import encode_request, produce_request, schema
 
 
 ms = lambda n: datetime.timedelta(milliseconds=n)  # noqa: E731
@@ -21,8 +19,6 @@ ms = lambda n: datetime.timedelta(milliseconds=n)  # noqa: E731
 TOPIC = "quota-topic"
 
 
-def run(main) -> None:
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def new_broker(tmp_path, **overrides) -> Broker:
@@ -39,23 +35,16 @@ def set_quota(broker: Broker, entity: list[tuple[str, str | None]], key: str, va
 
 
 def produce_frame(client_id: str, value_size: int, acks: int = -1, version: int = 9, count: int = 1) -> bytes:
-    req = schema(0, version)
-    mod = __import__(req.__module__, fromlist=["x"])
+    """A Produce frame (without its size) of `count` records of `value_size` bytes to TOPIC."""
     records = make_batch([(None, b"v" * value_size)] * count)
-    data = mod.TopicProduceData(name=TOPIC, partition_data=(mod.PartitionProduceData(index=0, records=records),))
-    return encode_request(req(acks=acks, timeout=ms(5000), topic_data=(data,), transactional_id=None),
-                          client_id=client_id)[4:]
+    return encode_request(produce_request(TOPIC, records, version, acks), client_id=client_id)[4:]
 
 
 def idempotent_produce_frame(producer_id: int, sequence: int = 0, topic: str = TOPIC, client_id: str = "clock-test",
                              version: int = 9) -> bytes:
     """A Produce of one batch of producer id `producer_id` (epoch 0) from `sequence`, to partition 0."""
-    req = schema(0, version)
-    mod = __import__(req.__module__, fromlist=["x"])
     records = make_batch([(None, b"v")], producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
-    data = mod.TopicProduceData(name=topic, partition_data=(mod.PartitionProduceData(index=0, records=records),))
-    request = req(acks=-1, timeout=ms(5000), topic_data=(data,), transactional_id=None)
-    return encode_request(request, client_id=client_id)[4:]
+    return encode_request(produce_request(topic, records, version), client_id=client_id)[4:]
 
 
 def fetch_frame(client_id: str, offset: int, version: int = 12, max_wait: int = 0, min_bytes: int = 1) -> bytes:

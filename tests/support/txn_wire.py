@@ -3,8 +3,9 @@ connections), for the tests that drive transactions by hand."""
 
 from __future__ import annotations
 
-from minibroker.protocol.records import encode_batch, iter_headers
-from minibroker.protocol.records.batch import ATTR_TRANSACTIONAL
+from minibroker.protocol.records import iter_headers
+from tests.support.batches import make_batch
+from tests.support.wire import produced
 
 
 E_NONE, INVALID_TXN_STATE, FENCED, INVALID_EPOCH = 0, 48, 90, 47
@@ -44,12 +45,9 @@ def end_v2(c, tid, pid, epoch, commit, version=5):
 
 
 def produce(c, tid, topic, partition, pid, epoch, seq, values, version=9):
-    batch = encode_batch([(v, v) for v in values], 1_700_000_000_000, producer_id=pid, producer_epoch=epoch,
-                         base_sequence=seq, attributes=ATTR_TRANSACTIONAL)
-    r = c.call(0, {"transactional_id": tid, "acks": -1, "timeout": 5000,
-                   "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]},
-               version=version)
-    return int(r.responses[0].partition_responses[0].error_code)
+    batch = make_batch([(v, v) for v in values], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                       transactional=True)
+    return int(produced(c, topic, batch, partition=partition, version=version, transactional_id=tid).error_code)
 
 
 def fetch(c, topic, partition, isolation):

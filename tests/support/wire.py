@@ -1,7 +1,10 @@
-"""A minimal blocking Kafka wire client for tests: kio schemas over a plain socket.
+"""A minimal blocking Kafka wire client for tests: kio schemas over a plain socket; and the requests
+tests send most, one helper each: `request` (a kio request from fields), `create_topic` /
+`create_topics`, `produce`.
 
 Used where a test must control the exact bytes (bad input, exact versions, long polls) rather than
-go through a client library.
+go through a client library. The helpers take a `WireClient` or a minibroker.admin_client.AdminClient
+(both have `call(api_key, body, version)`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import struct
 
 from kio.index import load_request_schema
 
+from minibroker.admin_client import AdminClient
+from minibroker.protocol.entities import build
 from minibroker.protocol.messages import decode_response
 from minibroker.protocol.messages import encode_request as protocol_encode_request
 import datetime
@@ -70,9 +75,59 @@ class WireClient:
         assert correlation_id == self.correlation_id
         return response
 
+    def call(self, api_key: int, body: dict, version: int):
+        """A request given as fields (minibroker.protocol.entities.build), as AdminClient.call."""
+        return self.request(build(schema(api_key, version), body))
+
 
 def schema(api_key: int, version: int):
     return load_request_schema(api_key, version)
+
+
+def request(api_key: int, version: int, **fields):
+    """A kio request of `api_key` at `version` from its fields."""
+    return build(schema(api_key, version), fields)
+
+
+def _produce_fields(topic: str, records: bytes, acks: int, partition: int, transactional_id: str | None) -> dict:
+    return {"transactional_id": transactional_id, "acks": acks, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
+
+
+def produce_request(topic: str, records: bytes, version: int = 9, acks: int = -1, partition: int = 0,
+                    transactional_id: str | None = None):
+    """A kio ProduceRequest of `records` (a batch) to one partition of `topic` (frames: encode_request)."""
+    return request(0, version, **_produce_fields(topic, records, acks, partition, transactional_id))
+
+
+def produce(client, topic: str, records: bytes, version: int = 9, acks: int = -1, partition: int = 0,
+            transactional_id: str | None = None):
+    """One Produce of `records` (a batch) to one partition of `topic`; the response (acks=0 gets none:
+    not for this helper)."""
+    return client.call(0, _produce_fields(topic, records, acks, partition, transactional_id), version=version)
+
+
+def produced(client, topic: str, records: bytes, **kwargs):
+    """`produce`'s answer for its one partition (error_code, base_offset, ...)."""
+    return produce(client, topic, records, **kwargs).responses[0].partition_responses[0]
+
+
+def create_topics(target, names, partitions: int = 1, configs: dict[str, str] | None = None,
+                  per_request: int = 50) -> None:
+    """Create topics (replication factor 1, `configs` on each) through minibroker's AdminClient,
+    `target` being one or a bootstrap address; each must be answered NONE."""
+    if isinstance(target, str):
+        with AdminClient(target) as admin:
+            create_topics(admin, names, partitions, configs, per_request)
+        return
+    names = list(names)
+    for start in range(0, len(names), per_request):
+        response = target.call(19, {"topics": [
+            {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
+             "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}
+            for name in names[start:start + per_request]], "timeout": 60000, "validate_only": False}, version=7)
+        for topic in response.topics:
+            assert topic.error_code == 0, (topic.name, topic.error_code, topic.error_message)
 
 
 def create_topic_with(admin, name: str, partitions: int = 1, configs=()) -> None:

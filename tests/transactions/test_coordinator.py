@@ -23,6 +23,7 @@ from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import LogConfig
 from minibroker.storage.manager import LogManager
 from minibroker.storage.transaction_store import TransactionStore
+from tests.support.clock import run
 
 E = ErrorCode
 
@@ -45,8 +46,6 @@ def coordinator(data_dir, markers, ids=None, config=None, **kw):
                                         config=config or TxnConfig(), abort_interval_ms=100, **kw)
 
 
-def run(main):
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_timer_aborts_a_timed_out_transaction_with_an_epoch_bump(tmp_path):

@@ -24,9 +24,11 @@ from minibroker.admin_client import AdminClient
 from minibroker.testing import running_broker
 from minibroker.txn_markers import TxnMarker
 from minibroker.protocol.errors import ErrorCode
-from minibroker.protocol.records import ATTR_TRANSACTIONAL, decode_records, encode_batch, iter_headers
+from minibroker.protocol.records import decode_records, iter_headers
 from tests.support.broker_process import BrokerProcess
 from tests.support.wire import create_topic_with
+from tests.support.batches import make_batch
+from tests.support.wire import produced
 
 A, B, C = 9001, 9002, 9003
 # These tests drive the data side alone, with made-up producer ids and markers written by hand: the
@@ -45,12 +47,9 @@ COMMITTED_AFTER = [b"p1", b"b0", b"p2", b"c0", b"p3"]
 
 
 def produce(client, topic, value, pid=-1, seq=-1, txn_id=None, epoch=0):
-    attributes = ATTR_TRANSACTIONAL if txn_id is not None else 0
-    batch = encode_batch([(b"k", value)], int(time.time() * 1000), producer_id=pid, producer_epoch=epoch if pid >= 0 else -1,
-                         base_sequence=seq, attributes=attributes)
-    response = client.call(0, version=9, body={"transactional_id": txn_id, "acks": -1, "timeout": 5000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
-    p = response.responses[0].partition_responses[0]
+    batch = make_batch([(b"k", value)], timestamp_ms=int(time.time() * 1000), producer_id=pid,
+                       producer_epoch=epoch if pid >= 0 else -1, base_sequence=seq, transactional=txn_id is not None)
+    p = produced(client, topic, batch, transactional_id=txn_id)
     return p.error_code, p.base_offset
 
 
