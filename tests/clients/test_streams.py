@@ -133,11 +133,19 @@ def test_exactly_once_v2_through_a_broker_kill_9(streams, tmp_path, unique):
         for protocol in PROTOCOLS:
             read_all(bs, f"{sink}-{protocol}", 2, len(records) // 4, timeout=60, **committed)
         broker.kill()
+        logged_before_restart = len(broker.log())
         broker.restart()
         Confluent().produce(bs, source, records[len(records) // 2:])
         out = {p: read_all(bs, f"{sink}-{p}", 2, len(records), timeout=120, **committed) for p in PROTOCOLS}
         app.stop()
         assert app.closed() and not app.errors(), app.lines
+        # The streams group came back from its records: its member went on at its epoch, it never
+        # had to join again (a lost group answers GROUP_ID_NOT_FOUND and the member rejoins).
+        joins = f"group {app_id}-streams: member "
+        log = broker.log()
+        assert joins in log[:logged_before_restart] and "joins the streams group" in log[:logged_before_restart]
+        assert not [line for line in log[logged_before_restart:].splitlines()
+                    if joins in line and "joins the streams group" in line]
     finally:
         if app is not None:
             app.stop()
