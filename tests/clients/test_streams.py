@@ -63,7 +63,7 @@ def wait_running(app, timeout: float = 60) -> None:
     assert all("RUNNING" in app.states(p) for p in PROTOCOLS), app.lines
 
 
-def test_word_count_with_a_restart_restoring_its_store_from_the_changelog(streams, broker, unique, tmp_path):
+def test_word_count_with_a_restart_restoring_its_store_from_the_changelog(streams, java, broker, unique, tmp_path):
     source, sink, app_id = unique("wc-in"), unique("wc-out"), unique("wc")
     bs = broker.bootstrap
     with AdminClient(bs) as c:
@@ -75,8 +75,18 @@ def test_word_count_with_a_restart_restoring_its_store_from_the_changelog(stream
     try:
         wait_running(app)
         first = {p: read_all(bs, f"{sink}-{p}", 2, 60) for p in PROTOCOLS}  # 3 words a line: one update each
+        # Java's Admin describes the running streams group as kafka-streams-groups.sh does.
+        described = next(line for line in java.run(["streams-group", bs, f"{app_id}-streams"])
+                         if line["type"] == "streams-group")
     finally:
         app.stop()
+    assert (described["state"], described["topology_epoch"]) == ("Stable", 0), described
+    assert described["subtopologies"] == {
+        "0": {"sources": [source], "changelogs": [], "repartition_sources": []},
+        "1": {"sources": [], "changelogs": [f"{app_id}-streams-word-counts-changelog"],
+              "repartition_sources": [f"{app_id}-streams-words-repartition"]}}, described
+    (member,) = described["members"]
+    assert member["active"] == {"0": [0, 1], "1": [0, 1]} and member["epoch"] == described["assignment_epoch"]
     assert app.closed() and not app.errors(), app.lines
     for protocol in PROTOCOLS:
         assert len(first[protocol]) == 60, protocol
@@ -108,6 +118,14 @@ def test_word_count_with_a_restart_restoring_its_store_from_the_changelog(stream
         for word, count in everything[protocol]:
             final[word] = max(final.get(word, 0), int(count))
         assert final == dict(expected_counts(30)), protocol
+    # The stopped application's group: its committed offsets (the source's and the repartition
+    # topic's partitions, read to their ends), then deleted with Admin.deleteStreamsGroups.
+    out = java.run(["streams-group", bs, f"{app_id}-streams", "delete"])
+    empty, offsets, deleted, gone = [line for line in out if line["type"].startswith("streams-group")]
+    assert (empty["state"], empty["members"]) == ("Empty", []), empty
+    assert sum(v for k, v in offsets["offsets"].items() if k.startswith(source)) == 30, offsets
+    assert {k.rsplit("-", 1)[0] for k in offsets["offsets"]} == {source, f"{app_id}-streams-words-repartition"}
+    assert deleted["error"] == "" and gone["error"] == "GroupIdNotFoundException", (deleted, gone)
 
 
 def test_exactly_once_v2_through_a_broker_kill_9(streams, tmp_path, unique):
