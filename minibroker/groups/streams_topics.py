@@ -94,6 +94,25 @@ class ConfiguredTopology:
         return self.error is None
 
 
+def java_hash_order(names: Iterable[str]) -> list[str]:
+    """`names` in the order a java.util.HashMap filled with them in this order iterates them (its
+    bucket order: String.hashCode spread and masked by the table size, doubling from 16 past a load
+    of 0.75), which is the order Kafka's messages list a HashMap's keys in."""
+    unique = list(dict.fromkeys(names))
+    capacity = 16
+    while len(unique) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(name: str) -> int:
+        h = 0
+        data = name.encode("utf-16-be")
+        for i in range(0, len(data), 2):
+            h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+        h ^= h >> 16
+        return h & (capacity - 1)
+    return sorted(unique, key=lambda n: (bucket(n), unique.index(n)))
+
+
 def summarize(topics: Iterable[str]) -> str:
     """Kafka's summarizeTopics: up to three names, then how many more."""
     names = list(topics)
@@ -164,8 +183,9 @@ def configure_topics(topology: StoredTopology, topics: TopicsImage, hash_value: 
                     f"found {info.num_partitions}")
         error = None
         if to_create:
+            # Kafka's topicsToCreate is a HashMap: its keys come in that map's order.
             error = TopicConfigurationError(MISSING_INTERNAL_TOPICS,
-                                            f"Internal topics are missing: {summarize(sorted(to_create))}")
+                                            f"Internal topics are missing: {summarize(java_hash_order(to_create))}")
         return ConfiguredTopology(topology.epoch, hash_value, configured, to_create, error)
     except TopicConfigurationError as exc:
         log.info("topology epoch %d not ready: %s", topology.epoch, exc)

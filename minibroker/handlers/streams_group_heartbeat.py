@@ -121,7 +121,7 @@ async def streams_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     if not streams_enabled(ctx):
         return Reply({"error_code": ErrorCode.unsupported_version, "member_id": "", "member_epoch": 0,
                       "heartbeat_interval": 0, "acceptable_recovery_lag": 0, "task_offset_interval": 0,
-                      "endpoint_information_epoch": 0, "status": None, "active_tasks": None, "standby_tasks": None,
+                      "endpoint_information_epoch": 0, "status": [], "active_tasks": None, "standby_tasks": None,
                       "warmup_tasks": None, "partitions_by_user_endpoint": None})
     topology = topology_of(request.topology)
     problem = _topology_error(topology) if topology is not None else None
@@ -160,9 +160,11 @@ async def streams_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
         "member_id": result.member_id,
         "member_epoch": result.member_epoch,
         "heartbeat_interval": result.heartbeat_interval_ms,
-        "acceptable_recovery_lag": min(result.acceptable_recovery_lag, 2**31 - 1),
+        # v0's AcceptableRecoveryLagLegacy: Kafka 4.4 sets only v1's AcceptableRecoveryLag, so v0 says 0.
+        "acceptable_recovery_lag": 0,
         "task_offset_interval": result.task_offset_interval_ms,
-        "status": None if result.status is None else [{"status_code": c, "status_detail": d} for c, d in result.status],
+        # Not nullable in Kafka's answers: an error carries an empty list.
+        "status": [{"status_code": c, "status_detail": d} for c, d in result.status or ()],
         "active_tasks": _task_ids(result.active),
         "standby_tasks": _task_ids(result.standby),
         "warmup_tasks": _task_ids(result.warmup),
