@@ -120,11 +120,14 @@ def test_word_count_with_a_restart_restoring_its_store_from_the_changelog(stream
         assert final == dict(expected_counts(30)), protocol
     # The stopped application's group: its committed offsets (the source's and the repartition
     # topic's partitions, read to their ends), then deleted with Admin.deleteStreamsGroups.
+    # alterStreamsGroupOffsets and deleteStreamsGroupOffsets (on the Empty group) before that.
     out = java.run(["streams-group", bs, f"{app_id}-streams", "delete"])
-    empty, offsets, deleted, gone = [line for line in out if line["type"].startswith("streams-group")]
+    empty, offsets, changed, deleted, gone = [line for line in out if line["type"].startswith("streams-group")]
     assert (empty["state"], empty["members"]) == ("Empty", []), empty
     assert sum(v for k, v in offsets["offsets"].items() if k.startswith(source)) == 30, offsets
     assert {k.rsplit("-", 1)[0] for k in offsets["offsets"]} == {source, f"{app_id}-streams-words-repartition"}
+    expected = {k: v for k, v in offsets["offsets"].items() if k != changed["last"]}
+    assert changed["offsets"] == {**expected, changed["first"]: 0}, changed
     assert deleted["error"] == "" and gone["error"] == "GroupIdNotFoundException", (deleted, gone)
 
 

@@ -278,3 +278,23 @@ def test_the_streams_protocol_can_be_switched_off(start_broker, unique):
                                  rebalance_timeout=1000)
             assert response.error_code == UNSUPPORTED_VERSION
             assert describe(client, "g").error_code == UNSUPPORTED_VERSION
+
+
+def test_update_features_turns_streams_groups_off_and_on(broker, unique):
+    from minibroker.admin_client import AdminClient
+
+    def update(c, level, upgrade_type):
+        r = c.call(57, {"timeout": 5000, "validate_only": False, "feature_updates": [
+            {"feature": "streams.version", "max_version_level": level, "upgrade_type": upgrade_type}]}, version=1)
+        return int(r.error_code)
+
+    with AdminClient(broker.bootstrap) as c, WireClient(broker.bootstrap) as client:
+        assert update(c, 2, 1) != NONE  # a level this broker does not support (Kafka's: 0-1)
+        assert update(c, 0, 2) == NONE  # a safe downgrade: streams groups are no longer served
+        response = heartbeat(client, unique("off"), "m", 0, topo=topology("x", "t"), tasks=({}, {}, {}),
+                             rebalance_timeout=1000)
+        assert response.error_code == UNSUPPORTED_VERSION
+        assert update(c, 1, 1) == NONE
+        response = heartbeat(client, unique("on"), "m", 0, topo=topology("x", unique("t")), tasks=({}, {}, {}),
+                             rebalance_timeout=1000)
+        assert response.error_code == NONE

@@ -95,6 +95,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -1290,6 +1291,23 @@ public final class MiniClient {
             }
             OUT.println("{\"type\":\"streams-group-offsets\",\"group\":" + str(group) + ",\"offsets\":" + out.append('}') + "}");
             if (then.equals("delete")) {
+                // alterStreamsGroupOffsets and deleteStreamsGroupOffsets on the Empty group first: the
+                // lowest partition's offset set to 0, the highest one's deleted.
+                List<TopicPartition> partitions = new ArrayList<>(offsets.keySet());
+                partitions.sort(Comparator.comparing(TopicPartition::toString));
+                admin.alterStreamsGroupOffsets(group, Map.of(partitions.get(0), new OffsetAndMetadata(0))).all().get();
+                admin.deleteStreamsGroupOffsets(group, Set.of(partitions.get(partitions.size() - 1))).all().get();
+                Map<TopicPartition, OffsetAndMetadata> changed = admin.listStreamsGroupOffsets(
+                        Map.of(group, new org.apache.kafka.clients.admin.ListStreamsGroupOffsetsSpec()))
+                        .partitionsToOffsetAndMetadata(group).get();
+                StringBuilder after = new StringBuilder("{");
+                for (Map.Entry<String, Long> e : offsetsByName(changed).entrySet()) {
+                    if (after.length() > 1) after.append(',');
+                    after.append(str(e.getKey())).append(':').append(e.getValue());
+                }
+                OUT.println("{\"type\":\"streams-group-offsets-changed\",\"group\":" + str(group) + ",\"first\":"
+                        + str(partitions.get(0).toString()) + ",\"last\":" + str(partitions.get(partitions.size() - 1).toString())
+                        + ",\"offsets\":" + after.append('}') + "}");
                 try {
                     admin.deleteStreamsGroups(List.of(group)).all().get();
                     OUT.println("{\"type\":\"streams-group-deleted\",\"group\":" + str(group) + ",\"error\":\"\"}");
