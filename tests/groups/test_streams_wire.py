@@ -227,6 +227,12 @@ def test_epochs_fence_stale_and_unknown_members(broker, unique):
                                                                          "committed_leader_epoch": -1,
                                                                          "committed_metadata": ""}]}]))
         assert commit.topics[0].partitions[0].error_code == NONE
+        # OffsetFetch naming the member checks its epoch too.
+        for epoch, expected in ((a.epoch, NONE), (a.epoch + 1, STALE_MEMBER_EPOCH)):
+            (answer,) = client.request(req(FETCH, 9, require_stable=True, groups=[{
+                "group_id": group, "member_id": "a", "member_epoch": epoch,
+                "topics": [{"name": source, "partition_indexes": [0]}]}])).groups
+            assert answer.error_code == expected
         # A group with members is not deleted.
         (result,) = client.request(req(DELETE, 2, groups_names=[group])).results
         assert result.error_code == NON_EMPTY_GROUP
@@ -298,3 +304,21 @@ def test_update_features_turns_streams_groups_off_and_on(broker, unique):
         response = heartbeat(client, unique("on"), "m", 0, topo=topology("x", unique("t")), tasks=({}, {}, {}),
                              rebalance_timeout=1000)
         assert response.error_code == NONE
+
+
+def test_standby_tasks_go_to_another_process(start_broker, unique):
+    source, group = unique("sg-in"), unique("sg-app")
+    with start_broker(group_streams_num_standby_replicas="1") as broker, WireClient(broker.bootstrap) as client:
+        create_topic(client, source, 2)
+        a = Member(client, group, "a", topology(group, source), "p1")
+        b = Member(client, group, "b", topology(group, source), "p2")
+        for _ in range(4):
+            a.beat()
+            b.beat()
+        # Subtopology 1 has a store: each of its tasks has a standby, on the process not running it.
+        for member, other in ((a, b), (b, a)):
+            assert member.standby.get("1", ()) == other.active.get("1", ()), (a.active, a.standby, b.active, b.standby)
+        assert "0" not in a.standby and "0" not in b.standby  # stateless: no standby
+        (d,) = client.request(req(DESCRIBE, 0, group_ids=[group], include_authorized_operations=False)).groups
+        assert {m.member_id: tasks_of(m.assignment.standby_tasks) for m in d.members} == {
+            "a": a.standby, "b": b.standby}
