@@ -290,8 +290,9 @@ class Broker:
         # by the replica manager.
         # Client telemetry (KIP-714): CLIENT_METRICS subscriptions and the metrics clients push.
         self.client_metrics = ClientMetrics.open(self.data_dir, config["telemetry.max.bytes"])
-        # Finalized features (KIP-584): transaction.version, kept in the data dir once UpdateFeatures changed it.
-        self.features = Features.open(self.data_dir, config["transaction.version"])
+        # Finalized features (KIP-584): transaction.version and streams.version, kept in the data dir once
+        # UpdateFeatures changed them.
+        self.features = Features.open(self.data_dir, config["transaction.version"], config["streams.version"])
         self.transactions = TransactionCoordinator.open(
             config, self.logs, allocate=self.producer_ids.allocate, clock=clock, groups=self.groups,
             markers=self.replicas.write_markers, transaction_version=self.features.transaction_version)

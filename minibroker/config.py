@@ -101,9 +101,9 @@ def _listeners(value: str) -> tuple[Listener, ...]:
 
 def _group_protocols(value: str) -> tuple[str, ...]:
     names = tuple(p.strip().lower() for p in value.split(",") if p.strip())
-    unknown = [p for p in names if p not in ("classic", "consumer")]
+    unknown = [p for p in names if p not in ("classic", "consumer", "streams")]
     if unknown:
-        raise ValueError(f"unsupported group protocol(s) {', '.join(unknown)}; supported: classic, consumer")
+        raise ValueError(f"unsupported group protocol(s) {', '.join(unknown)}; supported: classic, consumer, streams")
     if "classic" not in names:
         raise ValueError("must include classic")
     return names
@@ -121,6 +121,16 @@ def _assignors(value: str) -> tuple[str, ...]:
         raise ValueError("must name at least one assignor")
     if len(set(names)) != len(names):
         raise ValueError("names an assignor twice")
+    return names
+
+
+def _streams_assignors(value: str) -> tuple[str, ...]:
+    """`sticky`, the one built-in task assignor of streams groups (Kafka's class name is accepted too)."""
+    names = tuple("sticky" if a.strip() == "org.apache.kafka.coordinator.group.streams.assignor.StickyTaskAssignor"
+                  else a.strip() for a in value.split(",") if a.strip())
+    unknown = [a for a in names if a != "sticky"]
+    if unknown or not names:
+        raise ValueError(f"unknown streams group assignor(s) {', '.join(unknown) or '(none)'}; available: sticky")
     return names
 
 
@@ -240,11 +250,26 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("group.initial.rebalance.delay.ms", _int, "0", "Wait for more members before a new group's first rebalance. Kafka's default is 3000; 0 (what Kafka's own config/server.properties sets for development) lets a lone test consumer join at once.", _at_least(0)),
         Key("group.min.session.timeout.ms", _int, "1000", "Shortest session timeout a member may ask for. Kafka's is 6000; 1000 lets tests use short sessions to see members expire quickly.", _at_least(0)),
         Key("group.max.session.timeout.ms", _int, "1800000", "Longest session timeout a member may ask for (Kafka's default).", _at_least(0)),
-        Key("group.coordinator.rebalance.protocols", _group_protocols, "classic,consumer", "The group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848's ConsumerGroupHeartbeat); without consumer, ConsumerGroupHeartbeat and ConsumerGroupDescribe answer UNSUPPORTED_VERSION (Kafka 4's default; share and streams groups are not served here)."),
+        Key("group.coordinator.rebalance.protocols", _group_protocols, "classic,consumer,streams", "The group protocols served: classic (JoinGroup/SyncGroup), consumer (KIP-848's ConsumerGroupHeartbeat) and streams (KIP-1071's StreamsGroupHeartbeat, also gated by the streams.version feature); a protocol left out answers its heartbeat and describe UNSUPPORTED_VERSION (Kafka 4.4's default)."),
         Key("group.consumer.session.timeout.ms", _int, "10000", "A KIP-848 consumer group member that sends no heartbeat for this long is fenced and its partitions go to the others. Kafka's default is 45000; 10000 makes a test's crashed consumer fail over quickly.", _at_least(1)),
         Key("group.consumer.heartbeat.interval.ms", _int, "1000", "How often KIP-848 consumers heartbeat (the coordinator tells them); a member learns of a new assignment at its next heartbeat. Kafka's default is 5000; 1000 lets a test's group rebalance in about a second.", _at_least(1)),
         Key("group.consumer.max.size", _int, "2147483647", "Most members of one KIP-848 consumer group; one more gets GROUP_MAX_SIZE_REACHED (Kafka's default).", _at_least(1)),
         Key("group.consumer.assignors", _assignors, "uniform,range", "The server-side assignors KIP-848 members may choose (group.remote.assignor); the first is the default (Kafka's default; its class names are accepted too)."),
+        Key("group.streams.session.timeout.ms", _int, "10000", "A streams group member (Kafka Streams with group.protocol=streams, KIP-1071) that sends no heartbeat for this long is fenced and its tasks go to the others. Kafka's default is 45000; 10000 makes a test's crashed Streams instance fail over quickly.", _at_least(1)),
+        Key("group.streams.min.session.timeout.ms", _int, "1000", "The smallest group.streams.session.timeout.ms allowed. Kafka's default is 45000; 1000 lets tests use short sessions.", _at_least(1)),
+        Key("group.streams.max.session.timeout.ms", _int, "60000", "The largest group.streams.session.timeout.ms allowed (Kafka's default).", _at_least(1)),
+        Key("group.streams.heartbeat.interval.ms", _int, "1000", "How often streams group members heartbeat (the coordinator tells them); a member learns of new tasks at its next heartbeat. Kafka's default is 5000; 1000 lets a test's Streams application rebalance in about a second.", _at_least(1)),
+        Key("group.streams.min.heartbeat.interval.ms", _int, "100", "The smallest group.streams.heartbeat.interval.ms allowed. Kafka's default is 5000.", _at_least(1)),
+        Key("group.streams.max.heartbeat.interval.ms", _int, "15000", "The largest group.streams.heartbeat.interval.ms allowed (Kafka's default).", _at_least(1)),
+        Key("group.streams.max.size", _int, "2147483647", "Most members (stream threads) of one streams group; one more gets GROUP_MAX_SIZE_REACHED (Kafka's default).", _at_least(1)),
+        Key("group.streams.num.standby.replicas", _int, "0", "Standby tasks per stateful task that the coordinator assigns in streams groups (the application's num.standby.replicas does not apply under group.protocol=streams; Kafka's default).", _at_least(0)),
+        Key("group.streams.max.standby.replicas", _int, "2", "The largest group.streams.num.standby.replicas allowed (Kafka's default).", _at_least(0)),
+        Key("group.streams.initial.rebalance.delay.ms", _int, "0", "How long a new streams group waits for more members before its first task assignment (the heartbeat says ASSIGNMENT_DELAYED meanwhile). Kafka's default is 3000; 0 lets a test's application start at once.", _at_least(0)),
+        Key("group.streams.assignment.interval.ms", _int, "0", "The least time between two task assignments of one streams group; a heartbeat that would assign sooner says ASSIGNMENT_DELAYED and a later one assigns. Kafka's default is 1000; 0 assigns at once.", _at_least(0)),
+        Key("group.streams.task.offset.interval.ms", _int, "60000", "How often streams group members report their tasks' changelog offsets (the coordinator tells them; Kafka's default).", _at_least(1)),
+        Key("group.streams.acceptable.recovery.lag", _int, "10000", "The lag (offsets) under which a Streams instance counts as caught up on a task, told to members (Kafka's default).", _at_least(0)),
+        Key("group.streams.assignors", _streams_assignors, "sticky", "The server-side task assignors of streams groups: sticky, Kafka's only built-in one (its class name is accepted too)."),
+        Key("streams.version", _int, "1", "The streams.version feature (KIP-1071) a new data directory is finalized at, as `kafka-storage format --feature` sets it: 1 serves streams groups (Kafka 4.4's default on a new cluster), 0 answers StreamsGroupHeartbeat and StreamsGroupDescribe UNSUPPORTED_VERSION. UpdateFeatures changes it later, kept in the data directory.", _one_of(0, 1)),
         Key("offsets.retention.minutes", _int, "10080", "Committed offsets of a group Empty this long (or of a simple group, this long after the commit) expire (KIP-211).", _at_least(1)),
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
         Key("transaction.max.timeout.ms", _int, "900000", "Longest transaction.timeout.ms a transactional producer may ask for; InitProducerId with a longer one is answered INVALID_TRANSACTION_TIMEOUT.", _at_least(1)),
@@ -345,6 +370,20 @@ class BrokerConfig:
         if interval >= session:
             raise ConfigError("group.consumer.heartbeat.interval.ms",
                               f"{interval} must be less than group.consumer.session.timeout.ms ({session})")
+        interval, session = self["group.streams.heartbeat.interval.ms"], self["group.streams.session.timeout.ms"]
+        if interval >= session:
+            raise ConfigError("group.streams.heartbeat.interval.ms",
+                              f"{interval} must be less than group.streams.session.timeout.ms ({session})")
+        # Kafka's GroupCoordinatorConfig: each streams default within its own bounds.
+        for name, low, high in (("session.timeout.ms", "min.session.timeout.ms", "max.session.timeout.ms"),
+                                ("heartbeat.interval.ms", "min.heartbeat.interval.ms", "max.heartbeat.interval.ms"),
+                                ("num.standby.replicas", None, "max.standby.replicas")):
+            value, high_value = self[f"group.streams.{name}"], self[f"group.streams.{high}"]
+            low_value = self[f"group.streams.{low}"] if low is not None else 0
+            if not low_value <= value <= high_value:
+                bound = f"group.streams.{low} ({low_value}) and " if low is not None else "0 and "
+                raise ConfigError(f"group.streams.{name}", f"{value} must be between {bound}group.streams.{high} "
+                                                           f"({high_value})")
         idle, delay = self["connections.max.idle.ms"], self["connection.failed.authentication.delay.ms"]
         if idle >= 0 and delay >= idle:
             raise ConfigError("connection.failed.authentication.delay.ms",

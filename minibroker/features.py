@@ -1,18 +1,22 @@
 """Finalized features (KIP-584): what ApiVersions advertises beside the API ranges, and UpdateFeatures.
 
-One feature is served: `transaction.version` (KIP-890 part 2), levels 0-2, finalized at 2 as Kafka 4
-finalizes it on a new cluster. Kafka 4 clients choose their protocol from it: at 2 the Java producer
+Two features are served: `transaction.version` (KIP-890 part 2), levels 0-2, finalized at 2 as
+Kafka 4 finalizes it on a new cluster, and `streams.version` (KIP-1071), levels 0-1, finalized at 1
+as Kafka 4.4 does: at 1 streams groups are served (StreamsGroupHeartbeat, StreamsGroupDescribe), at 0
+they answer UNSUPPORTED_VERSION, which is how Kafka Streams with group.protocol=streams learns the
+broker does not serve them. Kafka 4 clients choose their protocol from it: at 2 the Java producer
 sends EndTxn v5 (an epoch bump at every end), Produce v12+ without AddPartitionsToTxn and
 TxnOffsetCommit v5 without AddOffsetsToTxn; below 2 they keep transactions version 1 (EndTxn v4,
 Produce v11 at most for a transactional producer). The broker serves both at any level: what a
 request means follows its own version, as in Kafka. The level decides what clients are told, and
 from 2 the transaction coordinator writes TransactionLogValue v1.
 
-Where the level comes from: the broker setting `transaction.version` (default 2) is the level a data
-directory starts at, as `kafka-storage format --feature transaction.version=N` sets it on a Kafka
+Where the level comes from: the broker settings `transaction.version` (default 2) and
+`streams.version` (default 1) are the levels a data directory starts at, as `kafka-storage format --feature transaction.version=N` sets it on a Kafka
 node; UpdateFeatures (Kafka's `kafka-features upgrade|downgrade`, Admin.updateFeatures) changes it at
 runtime, and that change is kept in `features.json` in the data directory, which wins over the
-setting at the next start (Kafka keeps it in its metadata log), with a log line saying so.
+setting at the next start (Kafka keeps it in its metadata log), with a log line saying so; a
+feature the file does not name (one added after it was written) starts at its setting.
 
 ApiVersions carries the supported range (omitted in v0-v3 for a feature whose minimum is 0, as
 Kafka omits it: KAFKA-17011), the finalized levels (a feature at level 0 is not finalized: left
@@ -37,7 +41,8 @@ log = logging.getLogger(__name__)
 
 FEATURES_FILE = "features.json"
 TRANSACTION_VERSION = "transaction.version"
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}  # name -> (min, max) level
+STREAMS_VERSION = "streams.version"
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), STREAMS_VERSION: (0, 1)}  # name -> (min, max)
 
 # UpdateFeatures' upgrade types (Kafka's FeatureUpdate.UpgradeType).
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -60,11 +65,12 @@ class Features:
         self.on_change: list = []  # callables(levels) run after a change is applied
 
     @classmethod
-    def open(cls, data_dir: Path, transaction_version: int) -> Features:
+    def open(cls, data_dir: Path, transaction_version: int, streams_version: int = 1) -> Features:
         """The levels kept in `data_dir` by an earlier UpdateFeatures, else the configured ones."""
         path = data_dir / FEATURES_FILE
+        configured = {TRANSACTION_VERSION: transaction_version, STREAMS_VERSION: streams_version}
         if not path.exists():
-            return cls({TRANSACTION_VERSION: transaction_version}, 1, path)
+            return cls(configured, 1, path)
         try:
             stored = json.loads(path.read_bytes().decode("utf-8"))
             levels = {str(name): int(level) for name, level in stored["levels"].items()}
@@ -81,6 +87,8 @@ class Features:
         if kept != transaction_version:
             log.info("%s=%d as UpdateFeatures left it (%s), not the configured %d", TRANSACTION_VERSION, kept, path,
                      transaction_version)
+        for name, level in configured.items():
+            levels.setdefault(name, level)
         return cls(levels, epoch, path)
 
     def level(self, name: str) -> int:
@@ -89,6 +97,10 @@ class Features:
     @property
     def transaction_version(self) -> int:
         return self.level(TRANSACTION_VERSION)
+
+    @property
+    def streams_version(self) -> int:
+        return self.level(STREAMS_VERSION)
 
     def api_versions_fields(self, version: int) -> dict:
         """ApiVersions' supported_features, finalized_features_epoch and finalized_features."""

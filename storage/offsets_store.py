@@ -105,8 +105,11 @@ class GroupRecords(Protocol):
 
 
 def default_group_records() -> list[GroupRecords]:
-    """The records of the group types every broker has: classic and KIP-848 consumer groups."""
-    return [ClassicGroupRecords(), ConsumerGroupRecords()]
+    """The records of the group types every broker has: classic, KIP-848 consumer and KIP-1071
+    streams groups (storage/streams_group_records.py)."""
+    from minibroker.storage.streams_group_records import StreamsGroupRecords
+
+    return [ClassicGroupRecords(), ConsumerGroupRecords(), StreamsGroupRecords()]
 
 
 # --- the store ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 CLASSIC = "classic"  # ListGroups v5 group types
 CONSUMER = "consumer"
+STREAMS = "streams"  # KIP-1071 streams groups (groups/streams_manager.py)
 CONSUMER_PROTOCOL_TYPE = "consumer"  # the Java consumer's (and every client's) protocol type
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000  # Kafka's classicGroupNewMemberJoinTimeoutMs
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
@@ -41,11 +42,20 @@ class GroupConfig:
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
     offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES
     # KIP-848 consumer groups (group.consumer.*), and which group protocols are served.
-    rebalance_protocols: tuple[str, ...] = (CLASSIC, CONSUMER)
+    rebalance_protocols: tuple[str, ...] = (CLASSIC, CONSUMER, STREAMS)
     consumer_session_timeout_ms: int = 10_000
     consumer_heartbeat_interval_ms: int = 1000
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    # KIP-1071 streams groups (group.streams.*).
+    streams_session_timeout_ms: int = 10_000
+    streams_heartbeat_interval_ms: int = 1000
+    streams_max_size: int = 2**31 - 1
+    streams_num_standby_replicas: int = 0
+    streams_initial_rebalance_delay_ms: int = 0
+    streams_assignment_interval_ms: int = 0
+    streams_task_offset_interval_ms: int = 60_000
+    streams_acceptable_recovery_lag: int = 10_000
 
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> GroupConfig:
@@ -60,11 +70,23 @@ class GroupConfig:
             consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
             consumer_max_size=config["group.consumer.max.size"],
             consumer_assignors=config["group.consumer.assignors"],
+            streams_session_timeout_ms=config["group.streams.session.timeout.ms"],
+            streams_heartbeat_interval_ms=config["group.streams.heartbeat.interval.ms"],
+            streams_max_size=config["group.streams.max.size"],
+            streams_num_standby_replicas=config["group.streams.num.standby.replicas"],
+            streams_initial_rebalance_delay_ms=config["group.streams.initial.rebalance.delay.ms"],
+            streams_assignment_interval_ms=config["group.streams.assignment.interval.ms"],
+            streams_task_offset_interval_ms=config["group.streams.task.offset.interval.ms"],
+            streams_acceptable_recovery_lag=config["group.streams.acceptable.recovery.lag"],
         )
 
     @property
     def consumer_protocol_enabled(self) -> bool:
         return CONSUMER in self.rebalance_protocols
+
+    @property
+    def streams_protocol_enabled(self) -> bool:
+        return STREAMS in self.rebalance_protocols
 
 
 class TopicInfo(Protocol):

@@ -1,5 +1,5 @@
-"""The group types a broker's coordinator knows by default (groups/types.py): classic groups and
-KIP-848 consumer groups, classic being the type of simple groups (an OffsetCommit's without a group).
+"""The group types a broker's coordinator knows by default (groups/types.py): classic groups,
+KIP-848 consumer groups and KIP-1071 streams groups, classic being the type of simple groups (an OffsetCommit's without a group).
 A coordinator may be given other types (`GroupCoordinator.open(..., types=DEFAULT_GROUP_TYPES.with_type(...))`);
 a type the broker serves to every client joins the tuple here.
 """
@@ -9,8 +9,9 @@ from __future__ import annotations
 from minibroker.groups.api import CLASSIC
 from minibroker.groups.classic_manager import CLASSIC_GROUP_TYPE
 from minibroker.groups.consumer_manager import CONSUMER_GROUP_TYPE
+from minibroker.groups.streams_manager import STREAMS_GROUP_TYPE
 from minibroker.groups.types import GroupTypes
 
 __all__ = ["DEFAULT_GROUP_TYPES"]
 
-DEFAULT_GROUP_TYPES = GroupTypes((CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE), simple=CLASSIC)
+DEFAULT_GROUP_TYPES = GroupTypes((CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE, STREAMS_GROUP_TYPE), simple=CLASSIC)

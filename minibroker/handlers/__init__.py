@@ -56,6 +56,8 @@ MODULES = (
     "delete_groups",
     "consumer_group_heartbeat",
     "consumer_group_describe",
+    "streams_group_heartbeat",
+    "streams_group_describe",
     "describe_log_dirs",
     "alter_replica_log_dirs",
     "elect_leaders",

@@ -95,14 +95,17 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -205,6 +208,7 @@ public final class MiniClient {
                     Integer.parseInt(a[6]), a.length > 7 ? Integer.parseInt(a[7]) : 0);
             case "describe-consumer-group" -> describeConsumerGroup(a[1], a[2]);
             case "list-groups" -> listGroups(a[1]);
+            case "streams-group" -> streamsGroup(a[1], a[2], a.length > 3 ? a[3] : "");
             case "txn-produce" -> txnProduce(a[1], a[2], Integer.parseInt(a[3]), a[4], a[5],
                     a.length > 6 ? Integer.parseInt(a[6]) : 60000);
             case "txn-zombie" -> txnZombie(a[1], a[2], a[3]);
@@ -1270,6 +1274,100 @@ public final class MiniClient {
                     + d.targetAssignmentEpoch().orElse(-99) + ",\"assignor\":" + str(d.partitionAssignor())
                     + ",\"members\":" + members.append(']') + "}");
         }
+    }
+
+    /** A KIP-1071 streams group through Admin, as kafka-streams-groups.sh sees it: describeStreamsGroups,
+     *  listStreamsGroupOffsets, and with "delete" deleteStreamsGroups (then describe again). */
+    static void streamsGroup(String bootstrap, String group, String then) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            describeStreamsGroup(admin, group);
+            Map<TopicPartition, OffsetAndMetadata> offsets = admin.listStreamsGroupOffsets(
+                    Map.of(group, new org.apache.kafka.clients.admin.ListStreamsGroupOffsetsSpec()))
+                    .partitionsToOffsetAndMetadata(group).get();
+            StringBuilder out = new StringBuilder("{");
+            for (Map.Entry<String, Long> e : offsetsByName(offsets).entrySet()) {
+                if (out.length() > 1) out.append(',');
+                out.append(str(e.getKey())).append(':').append(e.getValue());
+            }
+            OUT.println("{\"type\":\"streams-group-offsets\",\"group\":" + str(group) + ",\"offsets\":" + out.append('}') + "}");
+            if (then.equals("delete")) {
+                // alterStreamsGroupOffsets and deleteStreamsGroupOffsets on the Empty group first: the
+                // lowest partition's offset set to 0, the highest one's deleted.
+                List<TopicPartition> partitions = new ArrayList<>(offsets.keySet());
+                partitions.sort(Comparator.comparing(TopicPartition::toString));
+                admin.alterStreamsGroupOffsets(group, Map.of(partitions.get(0), new OffsetAndMetadata(0))).all().get();
+                admin.deleteStreamsGroupOffsets(group, Set.of(partitions.get(partitions.size() - 1))).all().get();
+                Map<TopicPartition, OffsetAndMetadata> changed = admin.listStreamsGroupOffsets(
+                        Map.of(group, new org.apache.kafka.clients.admin.ListStreamsGroupOffsetsSpec()))
+                        .partitionsToOffsetAndMetadata(group).get();
+                StringBuilder after = new StringBuilder("{");
+                for (Map.Entry<String, Long> e : offsetsByName(changed).entrySet()) {
+                    if (after.length() > 1) after.append(',');
+                    after.append(str(e.getKey())).append(':').append(e.getValue());
+                }
+                OUT.println("{\"type\":\"streams-group-offsets-changed\",\"group\":" + str(group) + ",\"first\":"
+                        + str(partitions.get(0).toString()) + ",\"last\":" + str(partitions.get(partitions.size() - 1).toString())
+                        + ",\"offsets\":" + after.append('}') + "}");
+                try {
+                    admin.deleteStreamsGroups(List.of(group)).all().get();
+                    OUT.println("{\"type\":\"streams-group-deleted\",\"group\":" + str(group) + ",\"error\":\"\"}");
+                } catch (ExecutionException e) {
+                    OUT.println("{\"type\":\"streams-group-deleted\",\"group\":" + str(group) + ",\"error\":"
+                            + str(e.getCause().getClass().getSimpleName()) + "}");
+                }
+                describeStreamsGroup(admin, group);
+            }
+        }
+    }
+
+    static Map<String, Long> offsetsByName(Map<TopicPartition, OffsetAndMetadata> offsets) {
+        Map<String, Long> out = new TreeMap<>();
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+            if (e.getValue() != null) out.put(e.getKey().topic() + "-" + e.getKey().partition(), e.getValue().offset());
+        }
+        return out;
+    }
+
+    static void describeStreamsGroup(Admin admin, String group) throws Exception {
+        try {
+            org.apache.kafka.clients.admin.StreamsGroupDescription d =
+                    admin.describeStreamsGroups(List.of(group)).all().get().get(group);
+            StringBuilder members = new StringBuilder("[");
+            for (org.apache.kafka.clients.admin.StreamsGroupMemberDescription m : d.members()) {
+                if (members.length() > 1) members.append(',');
+                StringBuilder active = new StringBuilder("{");
+                for (org.apache.kafka.clients.admin.StreamsGroupMemberAssignment.TaskIds t : m.assignment().activeTasks()) {
+                    if (active.length() > 1) active.append(',');
+                    active.append(str(t.subtopologyId())).append(':').append(new TreeSet<>(t.partitions()));
+                }
+                members.append("{\"member_id\":").append(str(m.memberId())).append(",\"epoch\":").append(m.memberEpoch())
+                        .append(",\"process_id\":").append(str(m.processId())).append(",\"client_id\":")
+                        .append(str(m.clientId())).append(",\"active\":").append(active.append('}')).append('}');
+            }
+            StringBuilder subtopologies = new StringBuilder("{");
+            for (org.apache.kafka.clients.admin.StreamsGroupSubtopologyDescription s : d.subtopologies()) {
+                if (subtopologies.length() > 1) subtopologies.append(',');
+                subtopologies.append(str(s.subtopologyId())).append(":{\"sources\":").append(strs(s.sourceTopics()))
+                        .append(",\"changelogs\":").append(strs(s.stateChangelogTopics().keySet()))
+                        .append(",\"repartition_sources\":").append(strs(s.repartitionSourceTopics().keySet())).append('}');
+            }
+            OUT.println("{\"type\":\"streams-group\",\"group\":" + str(d.groupId()) + ",\"state\":"
+                    + str(d.groupState().toString()) + ",\"group_epoch\":" + d.groupEpoch() + ",\"assignment_epoch\":"
+                    + d.targetAssignmentEpoch() + ",\"topology_epoch\":" + d.topologyEpoch() + ",\"subtopologies\":"
+                    + subtopologies.append('}') + ",\"members\":" + members.append(']') + "}");
+        } catch (ExecutionException e) {
+            OUT.println("{\"type\":\"streams-group\",\"group\":" + str(group) + ",\"error\":"
+                    + str(e.getCause().getClass().getSimpleName()) + "}");
+        }
+    }
+
+    static String strs(Collection<String> values) {
+        StringBuilder out = new StringBuilder("[");
+        for (String v : new TreeSet<>(values)) {
+            if (out.length() > 1) out.append(',');
+            out.append(str(v));
+        }
+        return out.append(']').toString();
     }
 
     static void listGroups(String bootstrap) throws Exception {

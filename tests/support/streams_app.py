@@ -3,7 +3,9 @@
 The jars are Kafka's Java clients and Streams library at the version tests/java/pom.xml names, with
 their runtime dependencies, which scripts/fetch_java_clients puts in the Java clients' cache
 (tests/support/java_client.py's LIBS). StreamsApps is compiled once per test session (the `streams`
-fixture); each application runs in a JVM of its own, until stopped.
+fixture); each start runs a JVM until stopped, with one KafkaStreams per rebalance protocol asked for
+(classic, streams: group.protocol): application `<app_id>-<protocol>` writing `<sink>-<protocol>`,
+so one JVM shows both protocols.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ class StreamsApp:
             if raw.startswith("{"):
                 self.lines.append(json.loads(raw))
 
-    def states(self) -> list[str]:
-        return [line["state"] for line in self.lines if line["type"] == "state"]
+    def states(self, protocol: str | None = None) -> list[str]:
+        """The state changes of the application on `protocol` (every one's when None)."""
+        return [line["state"] for line in self.lines
+                if line["type"] == "state" and protocol in (None, line.get("app"))]
 
     def closed(self) -> bool:
         """Whether the application closed cleanly (its shutdown hook ran KafkaStreams.close)."""
@@ -68,10 +72,11 @@ class StreamsApps:
         self.classpath = f"{classes}{os.pathsep}{libs}{os.sep}*"
 
     def start(self, app: str, bootstrap: str, app_id: str, state_dir: Path, source: str, sink: str,
-              guarantee: str = "at_least_once") -> StreamsApp:
+              guarantee: str = "at_least_once", protocols: tuple[str, ...] = ("classic",)) -> StreamsApp:
+        """The application on each of `protocols`: as `<app_id>-<protocol>`, writing `<sink>-<protocol>`."""
         proc = subprocess.Popen(
             ["java", *JVM_OPTS, "-cp", self.classpath,
-             "StreamsApps", app, bootstrap, app_id, str(state_dir), source, sink, guarantee],
+             "StreamsApps", app, bootstrap, app_id, str(state_dir), source, sink, guarantee, ",".join(protocols)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         return StreamsApp(proc)
 

@@ -20,10 +20,11 @@ from tests.support.txn_wire import E_NONE, INVALID_EPOCH, add, create, end, end_
 TRANSACTION_ABORTABLE, INVALID_UPDATE_VERSION = 120, 95
 
 
-def features(c, version=4):
+def features(c, version=4, name="transaction.version"):
+    """ApiVersions' supported and finalized levels of the feature `name` (the others aside), and the epoch."""
     r = c.call(18, {"client_software_name": "t", "client_software_version": "1"}, version=version)
-    return ({f.name: (f.min_version, f.max_version) for f in r.supported_features},
-            {f.name: (f.min_version_level, f.max_version_level) for f in r.finalized_features},
+    return ({f.name: (f.min_version, f.max_version) for f in r.supported_features if f.name == name},
+            {f.name: (f.min_version_level, f.max_version_level) for f in r.finalized_features if f.name == name},
             r.finalized_features_epoch)
 
 
