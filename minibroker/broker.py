@@ -82,6 +82,9 @@ from minibroker.storage.files import write_atomically
 from minibroker.storage.log import PartitionLog
 from minibroker.storage.manager import LogManager
 from minibroker.storage.producer_ids import ProducerIdAllocator
+from minibroker.storage.controller import Controller
+from minibroker.metadata import BrokerMetadata
+from minibroker.metadata_migration import legacy_importer
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +151,20 @@ def _random_cluster_id() -> str:
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None,
-                 group_types: GroupTypes = DEFAULT_GROUP_TYPES, authorizer: Authorizer | None = None) -> None:
+                 group_types: GroupTypes = DEFAULT_GROUP_TYPES, authorizer: Authorizer | None = None,
+                 controller: Controller | None = None, peers: dict[int, BrokerEndpoints] | None = None) -> None:
         """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default, so that
         several brokers in one process each keep their own time. `group_types`: the group types its
         coordinator knows (minibroker.groups.types; classic and consumer groups by default).
-        `authorizer`: what decides each request's operations (minibroker.auth); None allows all."""
+        `authorizer`: what decides each request's operations (minibroker.auth); None allows all.
+        `controller`: the cluster's controller (minibroker.storage.controller), when the broker is
+        one of several; by default the broker is a cluster of one, whose controller keeps its
+        metadata log in the broker's data directory. `peers`: where every broker of the cluster is
+        reached, by node id (shared by the brokers of a cluster; this broker adds its own)."""
         self.clock = clock if clock is not None else BrokerClock()
+        self.controller = controller
+        self._owns_controller = controller is None
+        self.peers: dict[int, BrokerEndpoints] = peers if peers is not None else {}
         self.group_types = group_types
         self.authorizer = authorizer
         self.node_id: int = config["node.id"]
@@ -175,6 +186,10 @@ class Broker:
         except BaseException:
             if hasattr(self, "logs"):  # the logs were opened, something after them failed
                 self.logs.close(clean=False)
+            if hasattr(self, "metadata"):
+                self.metadata.close()
+            if self._owns_controller and self.controller is not None:
+                self.controller.close(clean=False)
             self._release_descriptors()
             raise
 
@@ -234,8 +249,17 @@ class Broker:
     def _open(self, config: BrokerConfig) -> None:
         clock = self.clock
         self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
-        # Settings changed at runtime (KIP-226), kept in the data dir, over the properties.
-        self.dynamic_configs = DynamicBrokerConfigs.load(self.data_dir, config)
+        # The cluster's metadata (topics, assignments, configs, quotas, SCRAM, producer ids): a cluster
+        # of one keeps its metadata log here, importing the files of an earlier version once.
+        if self.controller is None:
+            self.controller = Controller.open(
+                self.data_dir, self.node_id, clock.now_ms(), files=self.files,
+                legacy=legacy_importer(self.data_dir, self.node_id, config.log_config))
+        self.controller.default_replication_factor = config["default.replication.factor"]
+        self.controller.register_broker(self.node_id, config["broker.rack"], clock.now_ms())
+        self.metadata = BrokerMetadata(self.controller, clock, self.node_id)
+        # Settings changed at runtime (KIP-226), kept in the metadata log, over the properties.
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.metadata, config)
         config = self.dynamic_configs.config
         for key in config.unknown_keys():
             log.warning("config %s was supplied but isn't a known config", key)
@@ -244,6 +268,7 @@ class Broker:
         self.logs = LogManager.open(
             self.data_dir, config.log_config, clock.now_ms(),
             files=self.files, threads=config["num.recovery.threads.per.data.dir"],
+            controller=self.controller, node_id=self.node_id,
         )
         recovery = self.logs.recovery
         log.info("registered %d partition(s) in %.0f ms; %d not closed cleanly were recovered%s",
@@ -252,7 +277,8 @@ class Broker:
         # Where clients reach this broker, per listener (filled in as the listeners are bound), and
         # the cluster as it sees it: partition leaders, replicas, coordinators, the quorum.
         self.endpoints = BrokerEndpoints(config["advertised.listeners"])
-        self.cluster = ClusterView(self.node_id, self.cluster_id, self.logs, self.endpoints)
+        self.peers[self.node_id] = self.endpoints
+        self.cluster = ClusterView(self.node_id, self.cluster_id, self.controller, self.logs, self.peers)
         self.connection_quotas = ConnectionQuotas(
             config["max.connections"], config["max.connections.per.ip"], config["max.connections.per.ip.overrides"],
             share=self.connection_share,
@@ -263,7 +289,8 @@ class Broker:
         # first produce while every connection waits.
         self.producer_states.rebuild_recovered(recovery.recovered_partitions, clock.now_ms(),
                                                config["num.recovery.threads.per.data.dir"])
-        self.producer_ids = ProducerIds(ProducerIdAllocator(self.data_dir), self.producer_states)
+        # Blocks of producer ids from the controller, each in the metadata log before it is used.
+        self.producer_ids = ProducerIds(ProducerIdAllocator(self._reserve_producer_ids), self.producer_states)
         # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
         # versions) in a tagged field, in lean mode only (minibroker.protocol.extensions).
         self.response_tags: dict[int, dict[int, bytes]] = {}
@@ -275,7 +302,7 @@ class Broker:
         self.replicas = ReplicaManager(self.logs, self.producer_states, self.fetch_purgatory, clock,
                                        self.storage_errors)
         # Kafka 4's GROUP config resource (minibroker.group_configs); the consumer groups read it.
-        self.group_configs = GroupConfigs(config, self.data_dir / "group-configs.json")
+        self.group_configs = GroupConfigs(config, self.metadata)
         self.groups = GroupCoordinator.open(config, self.logs, clock, types=self.group_types,
                                             append_transactional=self.replicas.append_transactional_offsets,
                                             group_configs=self.group_configs)
@@ -299,7 +326,7 @@ class Broker:
         self.features.on_change.append(
             lambda levels: setattr(self.transactions, "transaction_version", self.features.transaction_version))
         self.metrics = BrokerMetrics()
-        self.quotas = BrokerQuotas(config, self.data_dir, clock)
+        self.quotas = BrokerQuotas(config, self.metadata, clock)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
         # Topics created, grown or deleted: the quota callback learns the new cluster (KIP-257).
         self.logs.subscribe(lambda _topic: self.publish_cluster_metadata())
@@ -316,8 +343,8 @@ class Broker:
             # The quotas the recorded decisions are made under (the pipeline replays them).
             self.audit.record_quota_config(clock.now_ms(), self.quotas.store.entities(), quota_settings(config))
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
-        # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the data dir.
-        self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.data_dir)
+        # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the metadata log.
+        self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.metadata)
         self.auth = AuthHelper(self.sasl_users, self.scram_credentials, self.authorizer)
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self._next_connection_id = 0
@@ -330,6 +357,10 @@ class Broker:
             storage_errors=self.storage_errors, handlers=load_all(), features=self.features,
             fetch_sessions=self.fetch_sessions, client_metrics=self.client_metrics,
         )
+
+    def _reserve_producer_ids(self, block_size: int) -> int:
+        assert self.controller is not None
+        return self.controller.allocate_producer_ids(self.node_id, self.clock.now_ms(), block_size)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -379,7 +410,10 @@ class Broker:
             self.producer_states.snapshot_all()
             self.groups.close()
             self.quotas.close()
+            self.metadata.close()
             self.logs.close(clean=True)
+            if self._owns_controller and self.controller is not None:
+                self.controller.close(clean=True, now_ms=self.clock.now_ms())
         finally:
             self._release_descriptors()
 

@@ -2,9 +2,10 @@
 
 The quota arithmetic is in `quotas/` (pure, `now_ms` as an argument); this module gives it a home in
 the broker: the Produce, Fetch and Request managers sharing one callback (Kafka's default, or
-`client.quota.callback.class`), the producer-id quota (KIP-936), and the QuotaConfigStore persisted as
-`client-quotas.json` in the data dir, replayed into the managers at start and on every
-AlterClientQuotas. `Broker.handle_frame` asks it for throttle times; the connection loop in
+`client.quota.callback.class`), the producer-id quota (KIP-936), and the QuotaConfigStore, which
+follows the client quotas of the cluster's metadata log (ClientQuotaRecords): read into the managers
+at start and on every change published, whichever broker took the AlterClientQuotas. The limits
+are enforced by each broker on its own traffic, as Kafka's are. `Broker.handle_frame` asks it for throttle times; the connection loop in
 `server.py` mutes the connection (or, for old clients, delays the response) for them.
 
 Kafka facts followed (core/.../server/KafkaApis.scala, RequestHandlerHelper.scala,
@@ -63,16 +64,31 @@ from minibroker.quotas.connection_quota import ConnectionRateQuotas
 from minibroker.quotas.producer_id_quota import ProducerIdQuotaManager
 from minibroker.quotas.rate import MetricConfig
 from minibroker.storage.errors import storage_error_message
-from minibroker.storage.files import write_atomically
+from minibroker.storage.metadata_image import ClientQuotaRecord, MetadataRecord
 
 if TYPE_CHECKING:
+    from minibroker.metadata import BrokerMetadata
     from minibroker.clock import BrokerClock
     from minibroker.config import BrokerConfig
     from minibroker.quotas.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
-QUOTA_STORE_FILE = "client-quotas.json"
+QUOTA_STORE_FILE = "client-quotas.json"  # where an earlier version kept them (read_legacy_file)
+
+
+def read_legacy_file(data_dir: Path) -> list[MetadataRecord] | None:
+    """The records of an earlier version's `client-quotas.json` (None: no file); ValueError naming
+    the file when it cannot be read."""
+    path = Path(data_dir) / QUOTA_STORE_FILE
+    if not path.exists():
+        return None
+    try:
+        store = QuotaConfigStore.from_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return [ClientQuotaRecord(entity.entries, key, value) for entity, quotas in store.entities()
+            for key, value in sorted(quotas.items())]
 
 class TaskClock(trio.abc.Instrument):
     """The thread CPU time each watched task has cost, scheduler overhead included.
@@ -136,7 +152,7 @@ def _producer_id_quota(config: BrokerConfig) -> ProducerIdQuotaManager:
 class BrokerQuotas:
     """Quota managers, their callback and configuration store, for one broker."""
 
-    def __init__(self, config: BrokerConfig, data_dir: Path, clock: BrokerClock) -> None:
+    def __init__(self, config: BrokerConfig, metadata: BrokerMetadata | None, clock: BrokerClock) -> None:
         """`clock`: the broker's; the byte-rate and request managers run on its monotonic reading,
         the producer-id quota on its wall-clock reading (like the audit stream that replays it)."""
         self.clock = clock
@@ -175,18 +191,25 @@ class BrokerQuotas:
         self.pid_cleanup_interval_s = config["producer.id.quota.cache.cleanup.scheduler.interval.ms"] / 1000
         self.task_clock = TaskClock()
         self._clock_installed = False
-        self.path = data_dir / QUOTA_STORE_FILE
-        if self.path.exists():
-            try:
-                self.store = QuotaConfigStore.from_json(self.path.read_bytes())
-            except ValueError as exc:
-                raise ValueError(f"{self.path}: {exc}") from None
+        self.metadata = metadata
+        self.store = QuotaConfigStore()
+        if metadata is not None:
+            for pairs, quotas in metadata.image.client_quotas.entities.items():
+                entity = ClientQuotaEntity.from_pairs(pairs)
+                for key, value in quotas.items():
+                    self.store.set(entity, key, value)
             self.store.replay(self._apply)
-            log.info("loaded %d client quota entit%s from %s", len(self.store),
-                     "y" if len(self.store) == 1 else "ies", self.path)
-        else:
-            self.store = QuotaConfigStore()
+            if len(self.store):
+                log.info("%d client quota entit%s from the metadata log", len(self.store),
+                         "y" if len(self.store) == 1 else "ies")
+            metadata.subscribe(self._on_metadata)
         self.store.on_change = self._apply
+
+    def _on_metadata(self, records) -> None:
+        for record in records:
+            if isinstance(record, ClientQuotaRecord):
+                self.store.set(ClientQuotaEntity.from_pairs(record.entity), record.key,
+                               None if record.remove else record.value)
 
     # ---- configuration ---------------------------------------------------------------------------
 
@@ -206,25 +229,27 @@ class BrokerQuotas:
                 return
 
     def alter(self, entries, validate_only: bool) -> list:
-        """AlterClientQuotas: validate and apply through the store, persisting first if anything
-        changes. The change is worked out on a copy and written before it is applied, so a file that
-        cannot be written (disk full, read-only) changes nothing: every entry is answered
-        KAFKA_STORAGE_ERROR and the client may retry."""
-        if validate_only:
-            return self.store.alter(entries, True)
-        before = self.store.to_json()
-        trial = QuotaConfigStore.from_json(before)
-        planned = trial.alter(entries, False)
-        after = trial.to_json()
-        if after != before:
-            try:
-                self._persist(after)
-            except OSError as exc:
-                message = storage_error_message(exc)
-                log.error("AlterClientQuotas: %s", message)
-                return [(entity, ErrorCode.kafka_storage_error, message) if code == ErrorCode.none
-                        else (entity, code, error) for entity, code, error in planned]
-        return self.store.alter(entries, False)
+        """AlterClientQuotas: validate, then commit the changes to the metadata log (on every broker
+        they are applied as published). A metadata log that cannot be written (disk full,
+        read-only) changes nothing: every valid entry is answered KAFKA_STORAGE_ERROR and the
+        client may retry."""
+        planned, changes = self.store.plan(entries)
+        if validate_only or not changes:
+            return planned
+        if self.metadata is None:
+            for entity, key, value in changes:
+                self.store.set(entity, key, value)
+            return planned
+        records = [ClientQuotaRecord(entity.entries, key, 0.0 if value is None else value, value is None)
+                   for entity, key, value in changes]
+        try:
+            self.metadata.commit(records)
+        except OSError as exc:
+            message = storage_error_message(exc)
+            log.error("AlterClientQuotas: %s", message)
+            return [(entity, ErrorCode.kafka_storage_error, message) if code == ErrorCode.none
+                    else (entity, code, error) for entity, code, error in planned]
+        return planned
 
     def reconfigure_window(self, window_num: int, window_size_seconds: int) -> None:
         """quota.window.num / quota.window.size.seconds changed at runtime (a dynamic broker config):
@@ -233,9 +258,6 @@ class BrokerQuotas:
         for manager in self.managers:
             manager.reconfigure(metric_config)
         self.connection_rates.reconfigure(metric_config)
-
-    def _persist(self, text: str) -> None:
-        write_atomically(self.path, text.encode())
 
     # ---- the request path --------------------------------------------------------------------------
 

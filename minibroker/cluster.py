@@ -1,62 +1,38 @@
-"""The cluster as this broker sees it: its brokers, who leads and replicates each partition, the
-reassignments in progress, and the KRaft quorum.
+"""The cluster as a broker sees it: a view of the controller's metadata image
+(minibroker.storage.metadata_image, Kafka's MetadataImage), and of where each broker is reached.
 
-minibroker is one combined KRaft node (broker and controller in one process): every partition has
-this broker as its only replica, its leader and its preferred leader, in leader epoch 0; no
-reassignment is ever in progress; the quorum is one voter, this node, which leads it. Handlers of
-the admin APIs that move leaders and replicas (ElectLeaders, Alter/ListPartitionReassignments,
-DescribeQuorum), and Metadata, DescribeCluster and FindCoordinator, ask here rather than assuming
-this node, so that replication across several brokers changes these answers in one place.
+Every question a handler asks about the cluster is answered here, from the image: its brokers (the
+registered, unfenced ones, each with its rack and the addresses of its listeners), who leads and
+replicates each partition and in which leader epoch, the reassignments in progress, the controller
+and the KRaft quorum, the coordinators. Metadata, DescribeCluster, FindCoordinator, CreateTopics
+(through the controller), DescribeQuorum, ElectLeaders and the partition reassignment APIs read it.
 
-A view is built from what it reads: the node id, the cluster id, the topics (the broker's
-LogManager) and the addresses clients reach this broker at (`BrokerEndpoints`, filled in once the
-listeners are bound).
-
-The metadata log (`__cluster_metadata`) is not kept on disk; its offsets are modelled: the log
-holds one record per topic, per partition and per topic config override of the state at start,
-plus one per change since (a topic created, deleted, or its configs or partition count changed),
-which is how a KRaft controller's log grows with the same changes. So the quorum's high watermark
-moves when and only when the metadata does (Kafka's also moves with its periodic no-op records).
+The quorum is the controller's: one voter (the controller's node) leading the metadata log in the
+epoch the log's `quorum-state` holds, its log end offset the log's, which is also the high
+watermark (every record is committed when it is written); the other brokers are observers, caught
+up (they read the same image). The addresses of the brokers are not metadata: they are set as each
+broker binds its listeners (port 0 picks a port), in `BrokerEndpoints` kept per node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from minibroker.quotas.cluster import Cluster, Node, PartitionInfo
+from minibroker.storage.metadata_image import PartitionRegistration
+from minibroker.storage.metadata_log import METADATA_PARTITION, METADATA_TOPIC
 
 if TYPE_CHECKING:
     from minibroker.config import Listener
+    from minibroker.storage.controller import Controller
     from minibroker.storage.manager import LogManager
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_PARTITION = 0
-QUORUM_LEADER_EPOCH = 1  # a freshly formatted KRaft node elects itself leader in epoch 1
+__all__ = ["BrokerEndpoints", "ClusterView", "METADATA_PARTITION", "METADATA_TOPIC", "PartitionAssignment",
+           "QuorumReplica", "QuorumState"]
 
-
-@dataclass(frozen=True, slots=True)
-class PartitionAssignment:
-    """One partition's replicas and leadership, as the controller records them."""
-
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    adding_replicas: tuple[int, ...] = ()
-    removing_replicas: tuple[int, ...] = ()
-
-    @property
-    def preferred_leader(self) -> int:
-        return self.replicas[0]
-
-    @property
-    def has_preferred_leader(self) -> bool:
-        return self.leader == self.preferred_leader
-
-    @property
-    def reassignment_in_progress(self) -> bool:
-        return bool(self.adding_replicas or self.removing_replicas)
+# One partition's replicas and leadership, as the controller records them.
+PartitionAssignment = PartitionRegistration
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,94 +79,141 @@ class BrokerEndpoints:
 
 
 class ClusterView:
-    def __init__(self, node_id: int, cluster_id: str, topics: LogManager, endpoints: BrokerEndpoints) -> None:
+    """One broker's view of the cluster (module docstring). `endpoints`: every broker's addresses by
+    node id (this broker's among them)."""
+
+    def __init__(self, node_id: int, cluster_id: str, controller: Controller, topics: LogManager,
+                 endpoints: Mapping[int, BrokerEndpoints]) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
+        self.controller = controller
         self._topics = topics
-        self.endpoints = endpoints
-        self._image = self._metadata_image()
-        # The state at start, as a snapshot of the metadata log would hold it.
-        self._metadata_end_offset = sum(1 + n + len(o) for _, n, o in self._image.values())
+        self._endpoints = endpoints
+
+    @property
+    def endpoints(self) -> BrokerEndpoints:
+        """This broker's addresses."""
+        return self._endpoints[self.node_id]
+
+    @property
+    def image(self):
+        return self.controller.image
 
     @property
     def controller_id(self) -> int:
-        return self.node_id  # a combined node is its own (active) controller
+        """The controller as Metadata and DescribeCluster name it: the controller's node while it
+        is a broker that is up, else (its broker stopped) the first broker that is up; a KRaft
+        broker forwards what it is sent there, so any broker up answers."""
+        brokers = self.broker_ids()
+        controller = self.controller.node_id
+        return controller if controller in brokers or not brokers else brokers[0]
 
     def broker_ids(self) -> tuple[int, ...]:
-        return (self.node_id,)
+        """The brokers that are up: registered, not fenced (this one always: it is answering)."""
+        alive = set(self.image.cluster.unfenced())
+        alive.add(self.node_id)
+        return tuple(sorted(alive))
 
     def is_registered(self, node_id: int) -> bool:
-        return node_id in self.broker_ids()
+        return node_id in self.image.cluster.brokers or node_id == self.node_id
 
-    def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
-        """This broker as clients of `listener` must reach it (the first listener by default)."""
-        host, port = self.endpoints.get(listener)
-        return {"node_id": self.node_id, "broker_id": self.node_id, "host": host, "port": port, "rack": None}
+    def rack(self, node_id: int) -> str | None:
+        registration = self.image.cluster.brokers.get(node_id)
+        return registration.rack if registration is not None else None
+
+    def broker_endpoint(self, listener: str | None = None, node_id: int | None = None) -> dict[str, Any]:
+        """A broker (this one by default) as clients of `listener` must reach it."""
+        node = self.node_id if node_id is None else node_id
+        endpoints = self._endpoints.get(node)
+        host, port = endpoints.get(listener) if endpoints is not None else ("", -1)
+        return {"node_id": node, "broker_id": node, "host": host, "port": port, "rack": self.rack(node)}
 
     def brokers(self, listener: str | None = None) -> list[dict[str, Any]]:
-        """Every registered broker as clients of `listener` reach it (Metadata's and
-        DescribeCluster's list): this one."""
-        return [self.broker_endpoint(listener)]
+        """Every broker that is up, as clients of `listener` reach it (Metadata's and
+        DescribeCluster's list)."""
+        return [self.broker_endpoint(listener, node) for node in self.broker_ids()]
 
-    def coordinator(self, listener: str | None = None) -> dict[str, Any]:
-        """The broker that coordinates a group or a transactional id (FindCoordinator): this one,
-        which holds the one partition of `__consumer_offsets` and of `__transaction_state`."""
-        return self.broker_endpoint(listener)
+    def coordinator_partition(self, topic: str, key: str) -> tuple[int, int]:
+        """The partition of the coordinators' topic (`__consumer_offsets` for a group,
+        `__transaction_state` for a transactional id) that holds `key`, as Kafka picks it
+        (GroupCoordinatorService.partitionFor, TransactionStateManager.partitionFor): the absolute
+        value of the key's Java hashCode modulo the topic's partition count; (partition, count), the
+        count 0 while the topic does not exist yet."""
+        image = self.image.topic(topic)
+        count = image.num_partitions if image is not None else 0
+        return (java_abs(java_string_hash(key)) % count if count else 0), count
+
+    def coordinator(self, listener: str | None = None, topic: str | None = None, key: str = "") -> dict[str, Any]:
+        """The broker that coordinates a group or a transactional id (FindCoordinator): the leader
+        of the key's partition of `topic`; this broker while the topic does not exist yet (it is
+        created by the first coordinator that needs it). node_id -1 when the partition has no
+        leader up (COORDINATOR_NOT_AVAILABLE)."""
+        if topic is None:
+            return self.broker_endpoint(listener)
+        partition, count = self.coordinator_partition(topic, key)
+        if not count:
+            return self.broker_endpoint(listener)
+        registration = self.image.partition(topic, partition)
+        leader = registration.leader if registration is not None else -1
+        if leader < 0 or leader not in self.broker_ids():
+            return {"node_id": -1, "broker_id": -1, "host": "", "port": -1, "rack": None}
+        return self.broker_endpoint(listener, leader)
 
     def listeners(self, node_id: int) -> dict[str, tuple[str, int]]:
         """A broker's advertised address per listener name (DescribeQuorum's nodes)."""
-        return dict(self.endpoints.listeners) if node_id == self.node_id else {}
+        endpoints = self._endpoints.get(node_id)
+        return dict(endpoints.listeners) if endpoints is not None else {}
 
     def has_topic(self, topic: str) -> bool:
-        return self._topics.topic(topic) is not None
+        return self.image.topic(topic) is not None
 
     def partition(self, topic: str, partition: int) -> PartitionAssignment | None:
         """The partition's assignment, or None when the topic or partition does not exist."""
-        info = self._topics.topic(topic)
-        if info is None or not 0 <= partition < info.num_partitions:
-            return None
-        node = self.node_id
-        return PartitionAssignment(leader=node, leader_epoch=0, replicas=(node,), isr=(node,))
+        return self.image.partition(topic, partition)
 
     def reassigning_partitions(self) -> dict[tuple[str, int], PartitionAssignment]:
-        """The partitions with a reassignment in progress: none on one broker."""
-        return {}
+        """The partitions with a reassignment in progress."""
+        found = {}
+        for name, topic in self.image.topics.by_name.items():
+            for index, registration in topic.partitions.items():
+                if registration.reassignment_in_progress:
+                    found[(name, index)] = registration
+        return found
 
     def quorum(self) -> QuorumState:
-        """The metadata quorum: one voter, this node, leading; no observers (a combined node's
-        broker is the voter itself)."""
-        end = self._observe_metadata()
-        me = QuorumReplica(self.node_id, end)
-        return QuorumState(self.node_id, QUORUM_LEADER_EPOCH, end, (me,), ())
-
-    def _observe_metadata(self) -> int:
-        """Advance the modelled metadata log by the changes since the last look (module docstring)."""
-        image = self._metadata_image()
-        for topic_id, (_, partitions, overrides) in image.items():
-            if topic_id not in self._image:
-                self._metadata_end_offset += 1 + partitions + len(overrides)
-            elif self._image[topic_id] != image[topic_id]:
-                self._metadata_end_offset += 1
-        self._metadata_end_offset += sum(1 for topic_id in self._image if topic_id not in image)
-        self._image = image
-        return self._metadata_end_offset
+        """The metadata quorum: one voter, the controller, leading; the other brokers that are up
+        observe it, caught up (module docstring)."""
+        metadata = self.controller.metadata
+        end = metadata.end_offset
+        leader = self.controller.node_id
+        observers = tuple(QuorumReplica(node, end) for node in self.broker_ids() if node != leader)
+        return QuorumState(leader, metadata.leader_epoch, end, (QuorumReplica(leader, end),), observers)
 
     def snapshot(self) -> Cluster:
         """The cluster as an immutable value, as the quota callback receives it (KIP-257): the
         brokers with the addresses clients reach them at, and every partition's leader and replicas."""
-        endpoint = self.broker_endpoint()
-        nodes = [Node(node_id, endpoint["host"], endpoint["port"], endpoint["rack"])
-                 for node_id in self.broker_ids() if node_id == endpoint["node_id"]]
+        nodes = []
+        for node_id in self.broker_ids():
+            endpoint = self.broker_endpoint(None, node_id)
+            nodes.append(Node(node_id, endpoint["host"], endpoint["port"], endpoint["rack"]))
         partitions = []
-        for info in self._topics.topics():
-            for index in range(info.num_partitions):
-                assignment = self.partition(info.name, index)
-                if assignment is not None:
-                    partitions.append(PartitionInfo(info.name, index, assignment.leader, assignment.replicas))
+        for name in sorted(self.image.topics.by_name):
+            topic = self.image.topics.by_name[name]
+            for index in sorted(topic.partitions):
+                registration = topic.partitions[index]
+                partitions.append(PartitionInfo(name, index, registration.leader, registration.replicas))
         return Cluster.of(self.cluster_id, nodes, partitions, controller=self.controller_id)
 
-    def _metadata_image(self) -> dict:
-        return {
-            info.topic_id: (info.name, info.num_partitions, tuple(sorted(info.overrides.items())))
-            for info in self._topics.topics()
-        }
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: 31 * h + each UTF-16 code unit, as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_abs(n: int) -> int:
+    """Kafka's Utils.abs: the absolute value, 0 for Integer.MIN_VALUE."""
+    return 0 if n == -(1 << 31) else abs(n)

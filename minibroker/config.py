@@ -159,6 +159,10 @@ def _users(value: str) -> dict[str, str]:
     return users
 
 
+def _optional_str(value: str) -> str | None:
+    return value.strip() or None
+
+
 def _optional_host_port(value: str) -> tuple[str, int] | None:
     return _host_port(value) if value.strip() else None
 
@@ -210,12 +214,13 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("listeners", _listeners, "127.0.0.1:9092", "Where the broker listens: NAME://HOST:PORT,... with NAME PLAINTEXT or SASL_PLAINTEXT (a bare HOST:PORT is PLAINTEXT; port 0 picks one).", _non_empty),
         Key("advertised.listeners", _listeners, "", "NAME://HOST:PORT,... given to clients in Metadata, per listener (a bare HOST:PORT is PLAINTEXT); defaults to the bound addresses."),
         Key("log.dirs", _str, "./data", "The data directory: partition logs, producer ids, metadata."),
-        Key("node.id", _int, "1", "This broker's id, also reported as the controller.", _at_least(0)),
+        Key("node.id", _int, "1", "This broker's id (with several brokers, the first one's; the others count up from it). A broker alone is also the controller.", _at_least(0)),
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
         Key("num.partitions", _int, "1", "Partitions of an auto-created topic.", _at_least(1)),
         Key("auto.create.topics.enable", _bool, "true", "Create unknown topics named in Metadata requests."),
         Key("max.broker.partitions", _int, "50000", "Most partitions the broker holds (KIP-578's name; Kafka has no such limit). Beyond it CreateTopics answers POLICY_VIOLATION and Metadata auto-creation UNKNOWN_TOPIC_OR_PARTITION. An idle partition holds no file descriptor but costs about 3 KB of memory and a directory.", _at_least(1)),
-        Key("default.replication.factor", _int, "1", "Only 1 is possible with one broker.", _one_of(1)),
+        Key("default.replication.factor", _int, "1", "Replicas of an auto-created topic, and of CreateTopics' topics that ask for -1.", _at_least(1)),
+        Key("broker.rack", _optional_str, "", "This broker's rack: new partitions' replicas are spread over racks first (Kafka's striped placement); none when empty."),
         Key("socket.request.max.bytes", _int, "104857600", "Largest request frame accepted.", _at_least(1)),
         Key("max.connections", _int, "2147483647", "Most client connections open at once, all listeners together; at the limit the broker accepts no more until one closes (they wait in the listen backlog).", _at_least(0)),
         Key("max.connections.per.ip", _int, "2147483647", "Most connections from one address; one more is closed as soon as it is accepted.", _at_least(0)),

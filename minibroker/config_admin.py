@@ -241,7 +241,7 @@ def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool
         raise ConfigChangeError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
     if validate_only or overrides == current:
         return
-    logs.alter_topic_config(name, overrides)
+    logs.alter_topic_config(name, overrides, ctx.clock.now_ms())
     log.info("topic %s: configs changed to %s", name, overrides)
 
 

@@ -1,6 +1,6 @@
 """Dynamic broker configs (Kafka's KIP-226 `DynamicBrokerConfig`): broker settings changed while the
-broker runs, through AlterConfigs / IncrementalAlterConfigs on the BROKER resource, and kept across
-restarts in `broker-configs.json` in the data dir.
+broker runs, through AlterConfigs / IncrementalAlterConfigs on the BROKER resource, and kept in the
+cluster's metadata log (ConfigRecords of the BROKER resource, as KRaft keeps them).
 
 Two levels, as in Kafka: the resource named by this broker's id holds per-broker values
 (DYNAMIC_BROKER_CONFIG) and the resource named "" cluster-wide defaults
@@ -22,10 +22,15 @@ Any other known key is refused as Kafka refuses it: INVALID_REQUEST "Cannot upda
 dynamically: Set(...)". A value the broker's own parser rejects is INVALID_REQUEST too (Kafka wraps
 the ConfigException of its dynamic validation that way, KAFKA-13609).
 
-File layout (JSON, written atomically): {"version": 1, "cluster_default": {key: value},
-"broker": {key: value}}. A file that cannot be read stops the broker with a message naming it; a
-stored value that is no longer valid (the properties changed under it) is logged and ignored, as
-Kafka's `removeInvalidConfigs` does.
+A change is committed to the metadata log first, and put in force as it is published: a
+cluster-default change on one broker reaches every broker of the cluster, a per-broker one its
+broker. A stored value that is no longer valid (the properties changed under it) is logged and
+ignored, as Kafka's `removeInvalidConfigs` does.
+
+Data directories written before the metadata log kept both levels in `broker-configs.json`
+({"version": 1, "cluster_default": {key: value}, "broker": {key: value}}); `read_legacy_file` reads
+it once, into the metadata log (minibroker.metadata_migration); a file that cannot be read stops the
+broker with a message naming it.
 """
 
 from __future__ import annotations
@@ -48,10 +53,11 @@ from minibroker.storage.config import (
     TOPIC_CONFIGS,
     BrokerLevels,
 )
-from minibroker.storage.files import write_atomically
+from minibroker.storage.metadata_image import BROKER_RESOURCE, ConfigRecord, MetadataRecord
 
 if TYPE_CHECKING:
     from minibroker.client_quotas import BrokerQuotas
+    from minibroker.metadata import BrokerMetadata
     from minibroker.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -92,11 +98,11 @@ ConfigListener = Callable[[BrokerConfig, BrokerConfig], None]
 
 @dataclass
 class DynamicBrokerConfigs:
-    """The static properties, the two dynamic levels, the file that keeps the dynamic ones, and the
-    config in force (`config`), which `replace` renews and announces to the subscribers."""
+    """The static properties, the two dynamic levels (from the metadata, `metadata`), and the config
+    in force (`config`), which a change published renews and announces to the subscribers."""
 
     static: BrokerConfig
-    path: Path
+    metadata: BrokerMetadata | None
     cluster_default: dict[str, str]
     per_broker: dict[str, str]
     config: BrokerConfig = field(init=False)
@@ -110,39 +116,47 @@ class DynamicBrokerConfigs:
         self._listeners.append(listener)
 
     @classmethod
-    def load(cls, data_dir: Path, static: BrokerConfig) -> DynamicBrokerConfigs:
-        path = Path(data_dir) / BROKER_CONFIGS_FILE
-        levels: dict[str, dict[str, str]] = {"cluster_default": {}, "broker": {}}
-        if path.exists():
-            try:
-                state = json.loads(path.read_bytes())
-                if not isinstance(state, dict) or state.get("version") != 1:
-                    raise ValueError("not a version 1 broker-configs file")
-                for level in levels:
-                    stored = state.get(level, {})
-                    if not isinstance(stored, dict) or not all(
-                            isinstance(k, str) and isinstance(v, str) for k, v in stored.items()):
-                        raise ValueError(f"{level!r} is not an object of strings")
-                    levels[level] = dict(stored)
-            except (OSError, ValueError) as exc:
-                raise ValueError(
-                    f"{path}: unreadable dynamic broker configs ({exc}); restore the file or remove it "
-                    "to start with the broker's properties only") from None
-        configs = cls(static, path, {}, {})
-        for level, stored in levels.items():
-            for key, value in stored.items():
-                candidate = {key: value}
-                try:
-                    configs._check_values(per_broker=level == "broker", level=candidate)
-                except BrokerConfigChangeError as exc:
-                    log.error("%s: ignoring %s config %s=%r: %s", path, level, key, value, exc.message)
-                    continue
-                configs._level(level == "broker")[key] = value
+    def load(cls, metadata: BrokerMetadata | None, static: BrokerConfig) -> DynamicBrokerConfigs:
+        """The dynamic configs the metadata holds for this broker (`metadata.node_id`) and the
+        cluster, over `static`; None: no dynamic configs (tools, tests)."""
+        configs = cls(static, metadata, {}, {})
+        if metadata is not None:
+            configs._read_levels()
+            if configs.cluster_default or configs.per_broker:
+                log.info("%d dynamic broker config(s) from the metadata log",
+                         len(configs.cluster_default) + len(configs.per_broker))
+            metadata.subscribe(configs._on_metadata)
         configs.config = configs.current()
-        if configs.cluster_default or configs.per_broker:
-            log.info("loaded %d dynamic broker config(s) from %s",
-                     len(configs.cluster_default) + len(configs.per_broker), path)
         return configs
+
+    def _resource(self, per_broker: bool) -> str:
+        assert self.metadata is not None
+        return str(self.metadata.node_id) if per_broker else ""
+
+    def _read_levels(self) -> None:
+        """Both levels from the image, a value no longer valid logged and left out."""
+        assert self.metadata is not None
+        image = self.metadata.image
+        self.cluster_default, self.per_broker = {}, {}
+        for per_broker in (False, True):
+            for key, value in sorted(image.configs.get(BROKER_RESOURCE, self._resource(per_broker)).items()):
+                try:
+                    self._check_values(per_broker=per_broker, level={**self._level(per_broker), key: value})
+                except BrokerConfigChangeError as exc:
+                    log.error("ignoring the %s config %s=%r: %s", "broker" if per_broker else "cluster_default",
+                              key, value, exc.message)
+                    continue
+                self._level(per_broker)[key] = value
+
+    def _on_metadata(self, records) -> None:
+        assert self.metadata is not None
+        mine = ("", self._resource(True))
+        if any(isinstance(r, ConfigRecord) and r.resource_type == BROKER_RESOURCE and r.resource_name in mine
+               for r in records):
+            self._read_levels()
+            old, self.config = self.config, self.current()
+            for listener in self._listeners:
+                listener(old, self.config)
 
     def _level(self, per_broker: bool) -> dict[str, str]:
         return self.per_broker if per_broker else self.cluster_default
@@ -194,16 +208,18 @@ class DynamicBrokerConfigs:
             raise BrokerConfigChangeError(ErrorCode.invalid_request, str(exc)) from None
 
     def replace(self, per_broker: bool, level: Mapping[str, str]) -> None:
-        """Make `level` (already checked) the level's values, persist both levels, and put the
-        result in force (the subscribers are told)."""
-        target = self._level(per_broker)
-        target.clear()
-        target.update(level)
-        state = {"version": 1, "cluster_default": self.cluster_default, "broker": self.per_broker}
-        write_atomically(self.path, json.dumps(state, indent=1, sort_keys=True).encode() + b"\n")
-        old, self.config = self.config, self.current()
-        for listener in self._listeners:
-            listener(old, self.config)
+        """Make `level` (already checked) the level's values: committed to the metadata log, then
+        put in force as published (the subscribers are told)."""
+        if self.metadata is None:
+            target = self._level(per_broker)
+            target.clear()
+            target.update(level)
+            old, self.config = self.config, self.current()
+            for listener in self._listeners:
+                listener(old, self.config)
+            return
+        self.metadata.controller.replace_configs(BROKER_RESOURCE, self._resource(per_broker), dict(level),
+                                                 self.metadata.clock.now_ms())
 
 
 def apply(old: BrokerConfig, new: BrokerConfig, *, logs: LogManager, quotas: BrokerQuotas) -> None:
@@ -223,3 +239,28 @@ def check_against_topics(logs: LogManager, new: BrokerConfig) -> None:
         logs.check_broker_config(new.log_config)
     except ConfigError as exc:
         raise BrokerConfigChangeError(ErrorCode.invalid_request, str(exc)) from None
+
+
+def read_legacy_file(data_dir: Path, node_id: int) -> list[MetadataRecord] | None:
+    """The records of an earlier version's `broker-configs.json` (None: no file); ValueError naming
+    the file when it cannot be read."""
+    path = Path(data_dir) / BROKER_CONFIGS_FILE
+    if not path.exists():
+        return None
+    levels: dict[str, dict[str, str]] = {"cluster_default": {}, "broker": {}}
+    try:
+        state = json.loads(path.read_bytes())
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise ValueError("not a version 1 broker-configs file")
+        for level in levels:
+            stored = state.get(level, {})
+            if not isinstance(stored, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in stored.items()):
+                raise ValueError(f"{level!r} is not an object of strings")
+            levels[level] = dict(stored)
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"{path}: unreadable dynamic broker configs ({exc}); restore the file or remove it "
+            "to start with the broker's properties only") from None
+    return [ConfigRecord(BROKER_RESOURCE, "" if level == "cluster_default" else str(node_id), key, value)
+            for level, values in levels.items() for key, value in sorted(values.items())]

@@ -6,19 +6,30 @@ One table, GROUP_CONFIGS, names each group config with its type, the broker sett
 default (and its synonym in DescribeConfigs), and the bounds a value must keep (from the broker's
 settings, as Kafka's GroupConfig.validate takes them from the GroupCoordinatorConfig); adding a group
 config (the share.* ones of KIP-932, say) is one row. A group's overrides are kept per group id
-(`GroupConfigs`), whether or not the group exists, as Kafka keeps them in its metadata; the group
-coordinator reads a consumer group's session timeout and heartbeat interval through `value`.
+(`GroupConfigs`), whether or not the group exists, in the cluster's metadata log (ConfigRecords of
+the GROUP resource, as Kafka keeps them); the group coordinator reads a consumer group's session
+timeout and heartbeat interval through `value`. A change is committed first and applied as it is
+published, on every broker of the cluster.
+
+Data directories written before the metadata log kept the overrides in `group-configs.json`
+({group id: {name: value}}); `read_legacy_file` reads it once, into the metadata log
+(minibroker.metadata_migration).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.metadata_image import GROUP_RESOURCE, ConfigRecord, MetadataRecord
+
+if TYPE_CHECKING:
+    from minibroker.metadata import BrokerMetadata
+
+GROUP_CONFIGS_FILE = "group-configs.json"
 
 GROUP = 32
 SOURCE_GROUP_CONFIG = 8  # DescribeConfigs' ConfigSource.GROUP_CONFIG
@@ -62,14 +73,24 @@ class GroupConfigError(Exception):
 
 
 class GroupConfigs:
-    """Each group id's overrides, kept in `path` (a JSON file in the data directory) when given."""
+    """Each group id's overrides, kept in the metadata (`metadata`) when given, else in memory."""
 
-    def __init__(self, broker_config: Settings, path: Path | None = None) -> None:
+    def __init__(self, broker_config: Settings, metadata: BrokerMetadata | None = None) -> None:
         self.broker_config = broker_config
-        self.path = path
+        self.metadata = metadata
         self.overrides: dict[str, dict[str, str]] = {}
-        if path is not None and path.is_file():
-            self.overrides = {g: dict(v) for g, v in json.loads(path.read_text()).items()}
+        if metadata is not None:
+            self._read()
+            metadata.subscribe(self._on_metadata)
+
+    def _read(self) -> None:
+        assert self.metadata is not None
+        configs = self.metadata.image.configs
+        self.overrides = {name: configs.get(GROUP_RESOURCE, name) for name in configs.names(GROUP_RESOURCE)}
+
+    def _on_metadata(self, records) -> None:
+        if any(isinstance(r, ConfigRecord) and r.resource_type == GROUP_RESOURCE for r in records):
+            self._read()
 
     def value(self, group_id: str, name: str) -> int:
         """The effective value of a group config for a group: its override, else the broker's."""
@@ -93,18 +114,14 @@ class GroupConfigs:
                                        f"Invalid value {raw} for configuration {name}: must be between {low} and {high}")
 
     def replace(self, group_id: str, values: Mapping[str, str]) -> None:
-        if values:
+        """Make `values` the group's overrides (committed to the metadata log first)."""
+        if self.metadata is not None:
+            self.metadata.controller.replace_configs(GROUP_RESOURCE, group_id, dict(values),
+                                                     self.metadata.clock.now_ms())
+        elif values:
             self.overrides[group_id] = dict(values)
         else:
             self.overrides.pop(group_id, None)
-        self._save()
-
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.overrides, sort_keys=True))
-        os.replace(tmp, self.path)
 
     def describe(self, group_id: str, include_synonyms: bool) -> list[dict[str, Any]]:
         """DescribeConfigs entries of a group: every group config, its override or the broker's value."""
@@ -122,3 +139,17 @@ class GroupConfigs:
                 "documentation": None,
             })
         return entries
+
+
+def read_legacy_file(data_dir: Path) -> list[MetadataRecord] | None:
+    """The records of an earlier version's `group-configs.json` (None: no file); ValueError naming
+    the file when it cannot be read."""
+    path = Path(data_dir) / GROUP_CONFIGS_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text())
+        return [ConfigRecord(GROUP_RESOURCE, str(group), str(name), str(value))
+                for group, values in sorted(state.items()) for name, value in sorted(values.items())]
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: unreadable group configs ({exc}); restore the file or remove it") from None

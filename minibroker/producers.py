@@ -199,10 +199,10 @@ class ProducerStates:
 
     def last_stable_offset(self, topic: str, partition: int, plog: PartitionLog, now_ms: int) -> int:
         """The partition's last stable offset (Kafka's UnifiedLog.lastStableOffset): the first offset
-        of its oldest open transaction (never below the log start), else the high watermark, which
-        on one broker is the log end. Loads the partition's producer state if it was not."""
+        of its oldest open transaction (never below the log start), else the high watermark. Loads
+        the partition's producer state if it was not."""
         first = self.manager(topic, partition, plog, now_ms).first_unstable_offset
-        end = plog.log_end_offset
+        end = plog.high_watermark
         if first is None:
             return end
         return min(max(first, plog.log_start_offset), end)

@@ -1,5 +1,6 @@
 """SASL/SCRAM users created and removed while the broker runs (KIP-554: DescribeUserScramCredentials
-and AlterUserScramCredentials), kept across restarts in `scram-credentials.json` in the data dir.
+and AlterUserScramCredentials), kept in the cluster's metadata log (UserScramCredentialRecord and
+RemoveUserScramCredentialRecord, minibroker.storage.metadata_image).
 
 As Kafka's ScramControlManager and ScramImage, for the broker's `UserStore`:
 
@@ -15,12 +16,16 @@ As Kafka's ScramControlManager and ScramImage, for the broker's `UserStore`:
 
 Users from `sasl.users` start with SCRAM credentials derived from their passwords (and keep PLAIN,
 which these APIs do not touch); a credential set here replaces theirs for that mechanism, and one
-deleted here stays deleted after a restart.
+deleted here stays deleted after a restart (the metadata log keeps its removal).
 
-File layout (JSON, written atomically, mode 0600): {"version": 1, "credentials": {user: {mechanism:
-{"salt", "stored_key", "server_key" (base64), "iterations"}}}, "removed": {user: [mechanism]}} where
-"removed" lists the `sasl.users` credentials deleted at runtime. A file that cannot be read stops
-the broker with a message naming it.
+Every broker of a cluster applies every change, whichever broker took the request: the change is
+committed to the metadata log first, and each broker's store follows what is published.
+
+Data directories written before the metadata log kept the credentials in `scram-credentials.json`
+({"version": 1, "credentials": {user: {mechanism: {"salt", "stored_key", "server_key" (base64),
+"iterations"}}}, "removed": {user: [mechanism]}}); `read_legacy_file` reads it once, into the
+metadata log (minibroker.metadata_migration). A file that cannot be read stops the broker with a
+message naming it.
 """
 
 from __future__ import annotations
@@ -29,13 +34,19 @@ import base64
 import binascii
 import json
 import logging
-import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from minibroker.sasl import ScramCredential, UserStore
 from minibroker.protocol.errors import ErrorCode
-from minibroker.storage.files import write_atomically
+from minibroker.storage.metadata_image import (
+    MetadataRecord,
+    RemoveUserScramCredentialRecord,
+    UserScramCredentialRecord,
+)
+
+if TYPE_CHECKING:
+    from minibroker.metadata import BrokerMetadata
 
 log = logging.getLogger(__name__)
 
@@ -49,65 +60,44 @@ MAX_ITERATIONS = 16384  # ScramControlManager.MAX_ITERATIONS
 _TWICE = "A user credential cannot be altered twice in the same request"
 
 
-class ScramCredentialStore:
-    """The runtime changes to a UserStore's SCRAM credentials, and their file."""
+def _record(user: str, mechanism: str, credential: ScramCredential) -> UserScramCredentialRecord:
+    return UserScramCredentialRecord(user, MECHANISM_TYPES[mechanism], credential.salt, credential.stored_key,
+                                     credential.server_key, credential.iterations)
 
-    def __init__(self, users: UserStore, path: Path) -> None:
+
+class ScramCredentialStore:
+    """The metadata's SCRAM credentials, applied to a broker's UserStore."""
+
+    def __init__(self, users: UserStore, metadata: BrokerMetadata) -> None:
         self.users = users
-        self.path = path
-        self._static = set(users.scram_credentials())  # (mechanism, user) from sasl.users
-        self._credentials: dict[tuple[str, str], ScramCredential] = {}
-        self._removed: set[tuple[str, str]] = set()
+        self.metadata = metadata
 
     @classmethod
-    def open(cls, users: UserStore, data_dir: Path) -> ScramCredentialStore:
-        store = cls(users, Path(data_dir) / SCRAM_CREDENTIALS_FILE)
-        if store.path.exists():
-            try:
-                store._load(json.loads(store.path.read_bytes()))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-                raise ValueError(
-                    f"{store.path}: unreadable SCRAM credentials ({exc!r}); restore the file, or remove it "
-                    "to keep only the users of sasl.users") from None
-            log.info("loaded %d SCRAM credential(s) from %s", len(store._credentials), store.path)
+    def open(cls, users: UserStore, metadata: BrokerMetadata) -> ScramCredentialStore:
+        store = cls(users, metadata)
+        credentials = metadata.image.scram.credentials
+        for (user, mechanism_type), data in credentials.items():
+            store._apply(user, mechanism_type, data)
+        if credentials:
+            log.info("%d SCRAM credential(s) from the metadata log", sum(1 for c in credentials.values() if c))
+        metadata.subscribe(store._on_metadata)
         return store
 
-    def _load(self, state: dict) -> None:
-        if state.get("version") != 1:
-            raise ValueError("not a version 1 SCRAM credentials file")
-        for user, mechanisms in state["credentials"].items():
-            for mechanism, fields in mechanisms.items():
-                if mechanism not in MECHANISM_TYPES or not isinstance(user, str):
-                    raise ValueError(f"bad entry {user!r}/{mechanism!r}")
-                credential = ScramCredential(
-                    base64.b64decode(fields["salt"], validate=True),
-                    int(fields["iterations"]),
-                    base64.b64decode(fields["stored_key"], validate=True),
-                    base64.b64decode(fields["server_key"], validate=True),
-                )
-                self._credentials[(mechanism, user)] = credential
-                self.users.set_scram_credential(mechanism, user, credential)
-        for user, mechanisms in state.get("removed", {}).items():
-            for mechanism in mechanisms:
-                self._removed.add((mechanism, user))
-                if (mechanism, user) not in self._credentials:
-                    self.users.remove_scram_credential(mechanism, user)
+    def _apply(self, user: str, mechanism_type: int, data: Any) -> None:
+        mechanism = MECHANISMS.get(mechanism_type)
+        if mechanism is None:
+            return
+        if data is None:
+            self.users.remove_scram_credential(mechanism, user)
+        else:
+            self.users.set_scram_credential(mechanism, user, ScramCredential(
+                data.salt, data.iterations, data.stored_key, data.server_key))
 
-    def _persist(self, credentials: dict[tuple[str, str], ScramCredential], removed: set[tuple[str, str]]) -> None:
-        by_user: dict[str, dict] = {}
-        for (mechanism, user), c in sorted(credentials.items()):
-            by_user.setdefault(user, {})[mechanism] = {
-                "salt": base64.b64encode(c.salt).decode(),
-                "stored_key": base64.b64encode(c.stored_key).decode(),
-                "server_key": base64.b64encode(c.server_key).decode(),
-                "iterations": c.iterations,
-            }
-        removed_by_user: dict[str, list[str]] = {}
-        for mechanism, user in sorted(removed):
-            removed_by_user.setdefault(user, []).append(mechanism)
-        state = {"version": 1, "credentials": by_user, "removed": removed_by_user}
-        write_atomically(self.path, json.dumps(state, indent=1, sort_keys=True).encode() + b"\n")
-        os.chmod(self.path, 0o600)
+    def _on_metadata(self, records: Sequence[MetadataRecord]) -> None:
+        for record in records:
+            if isinstance(record, (UserScramCredentialRecord, RemoveUserScramCredentialRecord)):
+                self._apply(record.name, record.mechanism, self.metadata.image.scram.credentials.get(
+                    (record.name, record.mechanism)))
 
     # ---- DescribeUserScramCredentials -------------------------------------------------------------
 
@@ -174,22 +164,15 @@ class ScramCredentialStore:
             else:
                 to_upsert[name] = (MECHANISMS[mechanism_type], name, iterations, salt, salted_password)
         if to_delete or to_upsert:
-            credentials, removed = dict(self._credentials), set(self._removed)
-            for mechanism, name in to_delete.values():
-                credentials.pop((mechanism, name), None)
-                if (mechanism, name) in self._static:
-                    removed.add((mechanism, name))
+            records: list[MetadataRecord] = [
+                RemoveUserScramCredentialRecord(name, MECHANISM_TYPES[mechanism]) for mechanism, name in to_delete.values()]
             for mechanism, name, iterations, salt, salted_password in to_upsert.values():
-                credentials[(mechanism, name)] = ScramCredential.from_salted_password(
-                    mechanism, salted_password, salt, iterations)
-                removed.discard((mechanism, name))
-            self._persist(credentials, removed)  # first: on a disk error nothing changes
-            self._credentials, self._removed = credentials, removed
+                records.append(_record(name, mechanism, ScramCredential.from_salted_password(
+                    mechanism, salted_password, salt, iterations)))
+            self.metadata.commit(records)  # first: on a disk error nothing changes; applied as published
             for mechanism, name in to_delete.values():
-                self.users.remove_scram_credential(mechanism, name)
                 log.info("SCRAM credential of user %s for %s deleted", name, mechanism)
             for mechanism, name, iterations, *_ in to_upsert.values():
-                self.users.set_scram_credential(mechanism, name, credentials[(mechanism, name)])
                 log.info("SCRAM credential of user %s for %s set (%d iterations)", name, mechanism, iterations)
         results: list[dict[str, Any]] = [
             {"user": name, "error_code": ErrorCode.none, "error_message": None} for name in to_delete]
@@ -208,3 +191,38 @@ def _check_name_and_mechanism(name: str, mechanism_type: int) -> tuple[ErrorCode
 
 def _described(user: str, code: int, message: str | None, infos: list[dict] | None = None) -> dict:
     return {"user": user, "error_code": code, "error_message": message, "credential_infos": infos or ()}
+
+
+def read_legacy_file(data_dir: Path) -> list[MetadataRecord] | None:
+    """The records of an earlier version's `scram-credentials.json` (None: no file); ValueError
+    naming the file when it cannot be read."""
+    path = Path(data_dir) / SCRAM_CREDENTIALS_FILE
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_bytes())
+        if state.get("version") != 1:
+            raise ValueError("not a version 1 SCRAM credentials file")
+        records: list[MetadataRecord] = []
+        for user, mechanisms in state["credentials"].items():
+            for mechanism, fields in mechanisms.items():
+                if mechanism not in MECHANISM_TYPES or not isinstance(user, str):
+                    raise ValueError(f"bad entry {user!r}/{mechanism!r}")
+                records.append(UserScramCredentialRecord(
+                    user, MECHANISM_TYPES[mechanism],
+                    base64.b64decode(fields["salt"], validate=True),
+                    base64.b64decode(fields["stored_key"], validate=True),
+                    base64.b64decode(fields["server_key"], validate=True),
+                    int(fields["iterations"])))
+        stored = {(r.name, r.mechanism) for r in records if isinstance(r, UserScramCredentialRecord)}
+        for user, mechanisms in state.get("removed", {}).items():
+            for mechanism in mechanisms:
+                if mechanism not in MECHANISM_TYPES:
+                    raise ValueError(f"bad removed entry {user!r}/{mechanism!r}")
+                if (user, MECHANISM_TYPES[mechanism]) not in stored:
+                    records.append(RemoveUserScramCredentialRecord(user, MECHANISM_TYPES[mechanism]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
+        raise ValueError(
+            f"{path}: unreadable SCRAM credentials ({exc!r}); restore the file, or remove it "
+            "to keep only the users of sasl.users") from None
+    return records

@@ -180,11 +180,22 @@ class QuotaConfigStore:
         entries: Iterable[tuple[Iterable[tuple[str, str | None]], Iterable[tuple[str, float, bool]]]],
         validate_only: bool = False,
     ) -> list[tuple[EntityPairs, int, str | None]]:
-        """Validate and (unless ``validate_only``) apply ``entries``: each is
-        ``(entity pairs (type, name or None for the default), ops (key, value, remove))``.
+        """Validate and (unless ``validate_only``) apply ``entries`` (see ``plan``)."""
+        results, changes = self.plan(entries)
+        if not validate_only:
+            for entity, key, new_value in changes:
+                self._apply(entity, key, new_value)
+        return results
 
-        Returns one ``(entity, error_code, error_message)`` per distinct entity, in request order.
-        An entity's changes apply all or none; other entities are unaffected by its errors. As in
+    def plan(
+        self,
+        entries: Iterable[tuple[Iterable[tuple[str, str | None]], Iterable[tuple[str, float, bool]]]],
+    ) -> tuple[list[tuple[EntityPairs, int, str | None]], list[tuple[ClientQuotaEntity, str, float | None]]]:
+        """Validate ``entries`` and work out the changes they make, without making them: each entry
+        is ``(entity pairs (type, name or None for the default), ops (key, value, remove))``.
+
+        Returns one ``(entity, error_code, error_message)`` per distinct entity, in request order, and
+        the changes ``(entity, key, value or None to remove)``. An entity's changes apply all or none; other entities are unaffected by its errors. As in
         Kafka, an entity given twice gets "Ignoring duplicate entity" while its first occurrence,
         if valid, is still applied. Removing a key that is not set is a no-op, unknown key or not.
         """
@@ -219,10 +230,11 @@ class QuotaConfigStore:
                 continue
             changes.extend(entity_changes)
             results[ident] = (pairs, ErrorCode.none, None)
-        if not validate_only:
-            for entity, key, new_value in changes:
-                self._apply(entity, key, new_value)
-        return list(results.values())
+        return list(results.values()), changes
+
+    def set(self, entity: ClientQuotaEntity, key: str, value: float | None) -> None:
+        """Set (None: remove) one configured value, telling ``on_change`` when it changes."""
+        self._apply(entity, key, value)
 
     def _entity_changes(
         self, pairs: EntityPairs, alterations: Mapping[str, float | None]

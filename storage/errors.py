@@ -5,9 +5,10 @@ naming the file, or is recovered from what is on disk, never guessed around and 
 
 * `DamagedFileError`: a file the broker needs at start cannot be read or makes no sense. The broker
   refuses to start and the message names the file and what to do; nothing is deleted.
-* `StrayDataError`: a partition directory holds records but no topic file accounts for it (a topic
-  file lost or removed by hand). Nothing may be created over it: the request that would have done so
-  is answered KAFKA_STORAGE_ERROR (56), the message naming the directory.
+* `StrayDataError`: a partition directory holds records but no topic of the metadata log accounts
+  for it (a directory brought in by hand, or of a topic whose metadata was lost). Nothing may be
+  created over it: the request that would have done so is answered KAFKA_STORAGE_ERROR (56), the
+  message naming the directory.
 
 Plain `OSError`s from the file system (disk full, read-only, out of file descriptors) are not wrapped:
 the request handlers answer them with KAFKA_STORAGE_ERROR per partition (see `storage_error_message`).
@@ -47,9 +48,32 @@ class StrayDataError(ApiError):
     def __init__(self, directory: Path, topic: str) -> None:
         self.directory = directory
         super().__init__(
-            f"{directory} holds records, but no topic file topics/{topic}.json accounts for it; "
-            f"restore that file, or move the directory away, before topic {topic!r} can be created"
+            f"{directory} holds records, but no topic of the metadata log accounts for it; move the "
+            f"directory away before topic {topic!r} can be created"
         )
+
+
+class TopicExistsError(ApiError):
+    error_code = ErrorCode.topic_already_exists
+
+
+class InvalidPartitionsError(ApiError, ValueError):
+    error_code = ErrorCode.invalid_partitions
+
+
+class UnknownTopicError(ApiError, KeyError):
+    error_code = ErrorCode.unknown_topic_or_partition
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown topic"
+
+
+class InvalidReplicationFactorError(ApiError, ValueError):
+    error_code = ErrorCode.invalid_replication_factor
+
+
+class InvalidReplicaAssignmentError(ApiError, ValueError):
+    error_code = ErrorCode.invalid_replica_assignment
 
 
 def storage_error_message(exc: OSError) -> str:

@@ -33,6 +33,14 @@ removed before the first change to the log's files after it is loaded (`_begin_w
 load: a log that was only read keeps it, so a crash leaves nothing to recover there. What loading
 trusts with and without it: `minibroker.storage.log_loader`.
 
+Replication (Kafka's UnifiedLog's high watermark and leader-epoch cache): `high_watermark` is the
+offset below which every record is on every in-sync replica, what consumers read up to. A log whose
+partition has no other replica (`high_watermark_follows_end`, the default) has it at the log end;
+the replica manager of a replicated partition moves it (`update_high_watermark`). `leader_epochs`
+(minibroker.storage.leader_epoch) says where each leader epoch began: a leader's append in a newer
+epoch (`leader_epoch`, set by the replica manager; None for a log of no partition leader: tools,
+tests) starts that epoch at its first offset; truncation drops the epochs past the cut.
+
 Not thread-safe: call from one thread. Reads are consistent with interleaved appends (they never go
 past the whole batches already written), but retention and deletion close files a concurrent reader in
 another thread might be using.
@@ -64,6 +72,7 @@ from minibroker.storage.config import LogConfig
 from minibroker.storage.file_cache import FileCache
 from minibroker.storage.files import fsync_directory
 from minibroker.storage.index import NO_TIMESTAMP
+from minibroker.storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from minibroker.storage.log_dir import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
@@ -139,6 +148,11 @@ class PartitionLog:
         # Called with the new segment's base offset after a roll, before the batches that caused
         # it are appended (the owner snapshots producer state there).
         self.on_roll: Callable[[int], None] | None = None
+        # Replication (module docstring): None while the high watermark follows the log end.
+        self._high_watermark: int | None = None
+        self.leader_epoch: int | None = None  # the epoch this replica leads in, when it leads
+        self._epochs: LeaderEpochCache | None = None  # loaded at first use
+        self._latest_epoch: int | None = None  # the cache's latest epoch, once known
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -300,6 +314,46 @@ class PartitionLog:
         return segments[-1].next_offset
 
     @property
+    def high_watermark(self) -> int:
+        """The offset below which every record is on every in-sync replica (module docstring)."""
+        end = self._loaded_segments()[-1].next_offset
+        hw = self._high_watermark
+        return end if hw is None or hw > end else hw
+
+    @property
+    def high_watermark_follows_end(self) -> bool:
+        return self._high_watermark is None
+
+    def update_high_watermark(self, offset: int | None) -> None:
+        """Set the high watermark (a replicated partition's replica manager); None: it follows the
+        log end (the partition has no other replica). Never past the log end."""
+        self._high_watermark = offset
+
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """Where each leader epoch began (loaded from `leader-epoch-checkpoint` at first use)."""
+        if self._epochs is None:
+            self._epochs = LeaderEpochCache.load(self.directory)
+            self._latest_epoch = self._epochs.latest_epoch if self._epochs.entries else UNDEFINED_EPOCH
+        return self._epochs
+
+    def epoch_of(self, offset: int) -> int:
+        """The leader epoch the record at `offset` was written in (ListOffsets' leader_epoch): from
+        the cache; while the cache is empty (a leader that has appended nothing yet, a log of an
+        earlier version), the epoch this replica leads in, else -1."""
+        epochs = self.leader_epochs
+        if not epochs.entries and self.leader_epoch is not None:
+            return self.leader_epoch
+        return epochs.epoch_at(offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch of this replica: the cache's, or the one it leads in if newer."""
+        epoch = self.leader_epochs.latest_epoch
+        lead = self.leader_epoch
+        return lead if lead is not None and lead > epoch else epoch
+
+    @property
     def size_bytes(self) -> int:
         """The bytes of the log's segments; for a log not loaded yet, from the sizes of its files."""
         if self._segments is None:
@@ -383,9 +437,13 @@ class PartitionLog:
                             self._log_start_offset, max_timestamp)
 
     def _appended(self, first_offset: int, size: int, count: int, now_ms: int) -> None:
-        """After `count` offsets from `first_offset` (`size` bytes) were written: flush.messages.
-        A flush that fails takes them back out (not durable, so not acknowledged: the client
-        retries) and raises."""
+        """After `count` offsets from `first_offset` (`size` bytes) were written: a newer leader
+        epoch starts at them, and flush.messages. A flush that fails takes them back out (not
+        durable, so not acknowledged: the client retries) and raises."""
+        epoch = self.leader_epoch
+        if epoch is not None and (self._latest_epoch is None or epoch > self._latest_epoch):
+            self.leader_epochs.assign(epoch, first_offset)
+            self._latest_epoch = self.leader_epochs.latest_epoch
         self._size += size
         self._unflushed_messages += count
         if self._unflushed_messages >= self._flush_messages:
@@ -743,6 +801,7 @@ class PartitionLog:
             return
         self._begin_write()
         segments = self._loaded_segments()
+        self._truncate_epochs(offset)
         if offset <= segments[0].base_offset:
             self._truncate_fully_and_start_at(offset)
             return
@@ -756,6 +815,11 @@ class PartitionLog:
         self._size -= active.truncate_to(offset)
         active.first_append_ms = active.first_append_ms if active.size else None
         self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
+
+    def _truncate_epochs(self, offset: int) -> None:
+        epochs = self.leader_epochs
+        epochs.truncate_from_end(offset)
+        self._latest_epoch = epochs.latest_epoch
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._begin_write()

@@ -7,6 +7,10 @@
   absent while the log starts at its first segment. An unreadable one is recovered from what is on
   disk: the log starts at its first segment (the records it hid become readable; nothing is deleted).
 * `clean-shutdown`: the marker a clean close leaves (minibroker.storage.log explains when it is trusted).
+* `partition.metadata`: the id of the topic the partition belongs to, as Kafka writes it
+  ("version: 0" and "topic_id: <base64 id>" lines), written when the directory is created: a
+  directory left of a deleted topic is known by it (its id is one the metadata log saw deleted).
+  Written without an fsync: one lost to a crash is written again when the directory is adopted.
 * leftovers of unfinished work, dealt with when the directory is listed: our own `.tmp` files and
   the `.deleted`/`.cleaned`/`.tmp` segment files (a cleaning cut short, a deletion not finished) are
   removed, index files whose log is gone too; a `.swap` segment (the log cleaner had finished a
@@ -20,8 +24,10 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import uuid
 from pathlib import Path
 
 from minibroker.storage.batch_scan import scan_headers
@@ -38,6 +44,9 @@ from minibroker.storage.segment import (
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "LOG_START_OFFSET_FILE",
+    "PARTITION_METADATA_FILE",
+    "read_partition_metadata",
+    "write_partition_metadata",
     "create_marker",
     "has_marker",
     "list_segments",
@@ -51,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
+PARTITION_METADATA_FILE = "partition.metadata"
 _OWN_TEMP_FILES = (LOG_START_OFFSET_FILE + TMP_SUFFIX, CLEAN_SHUTDOWN_FILE + TMP_SUFFIX)
 CLEANED_SUFFIX = ".cleaned"  # a segment the log cleaner is writing (Kafka's suffixes)
 SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in
@@ -61,6 +71,31 @@ _LEFTOVER_SUFFIXES = tuple(
     for extra in (DELETED_SUFFIX, CLEANED_SUFFIX, TMP_SUFFIX)
 ) + (INDEX_SUFFIX + SWAP_SUFFIX, TIME_INDEX_SUFFIX + SWAP_SUFFIX, TXN_INDEX_SUFFIX + SWAP_SUFFIX)
 _SEGMENT_NAME_LENGTH = 20 + len(LOG_SUFFIX)
+
+
+def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:
+    """Record the partition's topic id in its directory (Kafka's PartitionMetadataFile)."""
+    text = f"version: 0\ntopic_id: {base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip('=')}\n"
+    with open(directory / PARTITION_METADATA_FILE, "w") as out:
+        out.write(text)
+
+
+def read_partition_metadata(directory: Path) -> uuid.UUID | None:
+    """The topic id a partition directory records; None when it records none (or nothing readable:
+    the metadata log decides what the directory is, this file only tells a deleted topic's)."""
+    try:
+        text = (directory / PARTITION_METADATA_FILE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            value = value.strip()
+            try:
+                return uuid.UUID(bytes=base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+            except ValueError:
+                return None
+    return None
 
 
 def list_segments(directory: Path) -> list[int]:

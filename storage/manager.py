@@ -1,32 +1,43 @@
-"""`LogManager`: the data directory, its topics and their partition logs.
+"""`LogManager`: one broker's partition logs, for the partitions the cluster's metadata places on it.
+
+The topics themselves (names, ids, partition counts, replica assignments, configs) are the
+controller's (minibroker.storage.controller), kept in the metadata log; the log manager keeps a log
+for each partition the metadata gives this broker a replica of, and follows every change the
+controller publishes: a topic created or grown gets its partitions' logs, a topic deleted loses them,
+a topic's configs changed reach its logs. The topic methods here (`create_topic`, `delete_topic`,
+`alter_topic_config`, `add_partitions`) ask the controller, which prepares the change here first.
 
 Layout of the data directory:
 
-* `topics/<name>.json`: one file per topic, the commit point of its creation and deletion (its
-  format: `minibroker.storage.topic_file`).
-* `<topic>-<partition>/`: one `PartitionLog` directory per partition (see `minibroker.storage.log`).
+* `__cluster_metadata-0/`: the metadata log, when this broker is the controller's node
+  (minibroker.storage.metadata_log).
+* `<topic>-<partition>/`: one `PartitionLog` directory per partition hosted here (see
+  `minibroker.storage.log`), with `partition.metadata` naming its topic id.
 * `<topic>-<partition>.<topic id hex>-delete/`: a partition of a topic being deleted (Kafka renames
   deleted partitions the same way before removing them).
-* Anything else (the producer-ids file, other components' files) is left alone.
+* Anything else (meta.properties, other components' files) is left alone.
 
-Create: validate everything, create the partition directories, then write the topic file (the commit
-point). Delete: rename the partition directories to their `-delete` names, remove the topic file (the
-commit point), then remove the directories. A crash during a deletion leaves `-delete` directories,
-and perhaps the topic file: the next open finishes the deletion. A crash during a creation leaves
-partition directories without records and without a topic file.
+Create: the controller checks the topic, this broker creates the partition directories it hosts
+(`prepare_partitions`), then the controller commits the topic to the metadata log (the commit point).
+Delete: the partition directories are renamed to their `-delete` names (`prepare_delete`), the
+controller commits the deletion, then the directories are removed. A crash during a creation leaves
+partition directories without records whose topic id the metadata log never committed: they are
+reused. A crash during a deletion leaves `-delete` directories, or directories whose topic id the
+metadata log saw deleted: the next open removes them.
 
-Damage (issue 11: a damaged file stops the broker or is recovered from what is on disk, never guessed
-around and deleted): a topic file that cannot be read, or whose stored configs are no longer valid,
-stops the open with a `DamagedFileError` naming the file; nothing is deleted. A partition directory
-that holds records but belongs to no topic file (the file lost or removed by hand) is kept, logged,
-and never deleted: creating that topic again is refused with `StrayDataError` (KAFKA_STORAGE_ERROR)
-naming the directory, so an auto-creating Metadata request cannot wipe it. Directories of a topic
-that holds no records (what a crashed creation leaves) are reused.
+Damage (a damaged file stops the broker or is recovered from what is on disk, never guessed around
+and deleted): a partition directory that holds records but belongs to no topic of the metadata log
+(and to no topic it saw deleted) is kept, logged, and never deleted: creating that topic again is
+refused with `StrayDataError` (KAFKA_STORAGE_ERROR) naming the directory, so an auto-creating
+Metadata request cannot wipe it.
+
+A log manager opened on its own (`LogManager.open` without a controller: tools and storage tests) is
+a one-broker cluster of its own: it opens the metadata log in its data directory.
 
 Topic name rules and the '.'/'_' collision check follow Kafka (`Topic.validate`, `Topic.hasCollision`,
-ReplicationControlManager: a name that collides with an existing topic's is INVALID_TOPIC_EXCEPTION).
-Which topics are internal (Kafka's set, `storage.config.INTERNAL_TOPICS`) matters to the handlers only:
-here every topic is stored alike.
+ReplicationControlManager: a name that collides with an existing topic's is INVALID_TOPIC_EXCEPTION);
+the controller applies them. Which topics are internal (Kafka's set, `storage.config.INTERNAL_TOPICS`)
+matters to the handlers only: here every topic is stored alike.
 """
 
 from __future__ import annotations
@@ -41,22 +52,38 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from minibroker.protocol.errors import ApiError, ErrorCode
 from minibroker.storage.config import (
     ConfigError,
     InvalidTopicError,
     LogConfig,
-    has_collision,
-    validate_topic_name,
 )
-from minibroker.storage.errors import StrayDataError
+from minibroker.storage.controller import Controller
+from minibroker.storage.errors import (
+    DamagedFileError,
+    InvalidPartitionsError,
+    StrayDataError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from minibroker.storage.file_cache import FileCache
 from minibroker.storage.files import fsync_directory, sync_filesystem
 from minibroker.storage.log import PartitionLog
+from minibroker.storage.log_dir import read_partition_metadata, write_partition_metadata
+from minibroker.storage.metadata_image import (
+    TOPIC_RESOURCE,
+    ConfigRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicImage,
+    TopicRecord,
+)
+from minibroker.storage.metadata_log import METADATA_DIR
 from minibroker.storage.segment import LOG_SUFFIX
-from minibroker.storage.topic_file import MAX_PARTITIONS, TopicInfo, new_topic_id, read_topic_file, write_topic_file
+from minibroker.storage.topic_file import MAX_PARTITIONS, TopicInfo
 
 __all__ = [
     "ConfigError",
@@ -72,33 +99,18 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TOPICS_DIR = "topics"
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _DELETED_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<topic_id>[0-9a-f]{32})-delete$")
 DELETE_SUFFIX = "-delete"
+STANDALONE_NODE_ID = 1  # a log manager opened without a controller (the default node.id)
 DEFAULT_CACHE_CAPACITY = 256  # open segment files when the owner gives no cache (tools, tests)
 PARALLEL_RECOVERY_BYTES = 1 << 20  # a last segment this big is recovered on a worker thread
-
-
-class TopicExistsError(ApiError):
-    error_code = ErrorCode.topic_already_exists
-
-
-class InvalidPartitionsError(ApiError, ValueError):
-    error_code = ErrorCode.invalid_partitions
-
-
-class UnknownTopicError(ApiError, KeyError):
-    error_code = ErrorCode.unknown_topic_or_partition
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "unknown topic"
 
 
 @dataclass
 class _Topic:
     info: TopicInfo
-    logs: list[PartitionLog] = field(default_factory=list)
+    logs: list[PartitionLog | None] = field(default_factory=list)  # None: not hosted here
 
 
 @dataclass(frozen=True)
@@ -114,7 +126,6 @@ class Recovery:
     recovered_partitions: tuple[tuple[str, int], ...] = ()
 
 
-
 def _in_context(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """`fn` for a worker thread, run in a copy of the caller's context (the shell's log lines name
     their broker from a context variable), a copy per call."""
@@ -124,18 +135,28 @@ def _in_context(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 class LogManager:
     def __init__(self, data_dir: Path, broker_config: LogConfig, files: FileCache | None = None,
-                 threads: int = 1) -> None:
+                 threads: int = 1, *, controller: Controller, node_id: int) -> None:
         self.data_dir = data_dir
         self.broker_config = broker_config
         # The open segment files of every log (issue 21); bounded, shared by all partitions.
         self.files = files if files is not None else FileCache(DEFAULT_CACHE_CAPACITY)
         self.threads = max(1, threads)  # num.recovery.threads.per.data.dir
         self.recovery = Recovery()
+        self.controller = controller
+        self.node_id = node_id
+        self._owns_controller = False
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
+        # Logs created for a change the controller has not committed yet (prepare_partitions), and
+        # the renamed directories of a deletion it has not (prepare_delete).
+        self._prepared: dict[tuple[str, int], PartitionLog] = {}
+        self._deleting: dict[uuid.UUID, list[Path]] = {}
         # Told the topic's name after a topic is created, grown or deleted (`subscribe`): the shell
         # tells the quota callback (KIP-257).
         self._topic_listeners: list[Callable[[str], None]] = []
+        # Told (topic, partition, log or None) when a partition comes to be hosted here or stops.
+        self._replica_listeners: list[Callable[[str, int, PartitionLog | None], None]] = []
+        self._closed = False
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """Call `listener(topic)` after each topic is created, grown or deleted."""
@@ -149,58 +170,89 @@ class LogManager:
 
     @classmethod
     def open(cls, data_dir: Path, broker_config: LogConfig, now_ms: int, *,
-             files: FileCache | None = None, threads: int = 1) -> LogManager:
-        """Open every topic of the data directory. Raises DamagedFileError (nothing changed on disk
-        but temporary files) when a topic file cannot be used.
+             files: FileCache | None = None, threads: int = 1, controller: Controller | None = None,
+             node_id: int | None = None) -> LogManager:
+        """Open the logs of every partition the metadata places on this broker (`node_id`), in the
+        data directory. Without a `controller`, the data directory's own metadata log is opened (a
+        cluster of one, node STANDALONE_NODE_ID unless given: the broker's default node.id, so that
+        a broker opens what a tool wrote). Raises DamagedFileError (nothing changed on disk but
+        temporary files) when a file cannot be used.
 
-        Partitions are registered from the directory listing and loaded at their first use, so
-        start-up does not grow with idle partitions (issue 21); those whose clean-shutdown marker
-        is missing (a crash since they were last changed) are recovered here, before the broker
-        serves anything, on `threads` threads (Kafka's num.recovery.threads.per.data.dir)."""
+        Partitions are registered from the metadata and loaded at their first use, so start-up does
+        not grow with idle partitions (issue 21); those whose clean-shutdown marker is missing (a
+        crash since they were last changed) are recovered here, before the broker serves anything,
+        on `threads` threads (Kafka's num.recovery.threads.per.data.dir)."""
         data_dir = Path(data_dir)
-        topics_dir = data_dir / TOPICS_DIR
-        topics_dir.mkdir(parents=True, exist_ok=True)
-        manager = cls(data_dir, broker_config, files, threads)
-        infos: list[TopicInfo] = []
-        for name in sorted(os.listdir(topics_dir)):
-            path = topics_dir / name
-            if name.endswith(".json.tmp"):  # a write that never reached its os.replace
-                path.unlink(missing_ok=True)
-                continue
-            if not name.endswith(".json"):
-                logger.warning("ignoring stray file %s", path)
-                continue
-            infos.append(read_topic_file(path, manager.broker_config))
-        infos = manager._finish_deletions(infos)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        owns = controller is None
+        if controller is None:
+            node_id = STANDALONE_NODE_ID if node_id is None else node_id
+            controller = Controller.open(data_dir, node_id, now_ms, files=files)
+            controller.register_broker(node_id, None, now_ms)
+        manager = cls(data_dir, broker_config, files, threads, controller=controller,
+                      node_id=node_id if node_id is not None else controller.node_id)
+        manager._owns_controller = owns
+        try:
+            manager._open(now_ms)
+        except BaseException:
+            manager.close(clean=False)
+            raise
+        return manager
+
+    def _open(self, now_ms: int) -> None:
+        data_dir = self.data_dir
+        image = self.controller.image
         present = set(os.listdir(data_dir))
-        for info in infos:
-            topic = _Topic(info)
-            for partition in range(info.num_partitions):
-                directory = manager._partition_dir(info.name, partition)
-                if directory.name not in present:
-                    logger.warning("%s is missing: partition %d of topic %s starts empty",
-                                   directory, partition, info.name)
-                topic.logs.append(
-                    PartitionLog.register(directory, info.config, now_ms, files=manager.files)
-                )
-            manager._topics[info.name] = topic
-            manager._by_id[info.topic_id] = topic
+        self._check_metadata_is_not_lost(present)
+        self._finish_deletions(present)
+        present = set(os.listdir(data_dir))
+        for name in sorted(image.topics.by_name):
+            topic = image.topics.by_name[name]
+            self._add_topic(topic, now_ms, present=present)
+        deleted_ids = image.topics.deleted_ids
         for name in sorted(present):
             match = _PARTITION_DIR.match(name)
-            owner = manager._topics.get(match["topic"]) if match else None
-            if match and owner is not None and int(match["partition"]) < owner.info.num_partitions:
+            owner = self._topics.get(match["topic"]) if match else None
+            if match and owner is not None and int(match["partition"]) < owner.info.num_partitions \
+                    and owner.logs[int(match["partition"])] is not None:
                 continue
-            if name == TOPICS_DIR or not (data_dir / name).is_dir():
+            directory = data_dir / name
+            if name == METADATA_DIR or not directory.is_dir() or not match:
+                if directory.is_dir() and name != METADATA_DIR:
+                    logger.warning("ignoring stray directory %s in the data directory", directory)
                 continue
-            if match and _holds_records(data_dir / name):
-                logger.error(
-                    "%s holds records, but no topic file accounts for it: kept as it is (restore "
-                    "%s/%s.json, or move the directory away)", data_dir / name, TOPICS_DIR, match["topic"],
-                )
+            topic_id = read_partition_metadata(directory)
+            if topic_id is not None and (topic_id in deleted_ids or (
+                    owner is not None and owner.info.topic_id == topic_id)):
+                # A deleted topic's partition (the deletion was cut short), or one this broker no
+                # longer hosts: its data is the topic's other replicas' or gone with the topic.
+                logger.info("removing %s: a partition of %s", directory,
+                            "a deleted topic" if topic_id in deleted_ids else "a topic no longer hosted here")
+                shutil.rmtree(directory, ignore_errors=True)
+            elif _holds_records(directory):
+                logger.error("%s holds records, but no topic of the metadata log accounts for it: kept as it is "
+                             "(move the directory away to drop it)", directory)
             else:
-                logger.warning("ignoring stray directory %s in the data directory", data_dir / name)
-        manager._recover()
-        return manager
+                logger.warning("ignoring stray directory %s in the data directory", directory)
+        self._recover()
+        self.controller.attach(self)
+        self.controller.subscribe(self._on_metadata)
+
+    def _check_metadata_is_not_lost(self, present: set[str]) -> None:
+        """A metadata log made by this start, beside partition directories that name their topic
+        ids (so the metadata log that had them is gone): every topic would be unknown. Refused,
+        naming the metadata log, before anything is touched."""
+        metadata = self.controller.metadata
+        if not metadata.created or self.controller.image.topics.by_name or metadata.directory.parent != self.data_dir:
+            return
+        named = sorted(name for name in present if _PARTITION_DIR.match(name) and name != METADATA_DIR
+                       and (self.data_dir / name).is_dir() and read_partition_metadata(self.data_dir / name))
+        if named:
+            raise DamagedFileError(
+                metadata.directory, f"missing, but {len(named)} partition director{'y' if len(named) == 1 else 'ies'} "
+                f"of its topics are here ({', '.join(named[:3])}{', ...' if len(named) > 3 else ''})",
+                "restore the metadata log directory from a backup; until then the broker does not start "
+                "(it would take every topic for unknown)")
 
     def _recover(self) -> None:
         """Load the logs that need recovery. Threads help where reading and checksumming dominate
@@ -224,126 +276,147 @@ class LogManager:
         self.recovery = Recovery(len(entries), len(unclean), max(threads, 1),
                                  tuple((name, partition) for name, partition, _ in unclean_entries))
 
-    def _finish_deletions(self, infos: list[TopicInfo]) -> list[TopicInfo]:
-        """Complete the deletions a crash cut short: every `-delete` directory goes, and so does a
-        topic file whose topic had begun to be deleted (its id is on a `-delete` directory)."""
-        deleting: dict[str, list[Path]] = {}
-        for name in os.listdir(self.data_dir):
-            match = _DELETED_DIR.match(name)
-            if match and (self.data_dir / name).is_dir():
-                deleting.setdefault(match["topic_id"], []).append(self.data_dir / name)
-        if not deleting:
-            return infos
-        kept = []
-        for info in infos:
-            if info.topic_id.hex in deleting:
-                logger.info("finishing the deletion of topic %s, cut short by a crash", info.name)
-                self._delete_topic_files(info)
-            else:
-                kept.append(info)
-        for directories in deleting.values():
-            for directory in directories:
-                shutil.rmtree(directory, ignore_errors=True)
-        return kept
+    def _finish_deletions(self, present: set[str]) -> None:
+        """Complete the deletions a crash cut short: every `-delete` directory goes."""
+        for name in sorted(present):
+            if _DELETED_DIR.match(name) and (self.data_dir / name).is_dir():
+                logger.info("finishing the deletion of %s, cut short by a crash", self.data_dir / name)
+                shutil.rmtree(self.data_dir / name, ignore_errors=True)
+
+    def _hosts(self, replicas: Sequence[int], adding: Sequence[int] = ()) -> bool:
+        return self.node_id in replicas or self.node_id in adding
+
+    def _add_topic(self, topic: TopicImage, now_ms: int, present: set[str] | None = None) -> _Topic:
+        """Register a topic of the image: its config, and a log for each partition hosted here."""
+        overrides = self.controller.image.topic_configs(topic.name)
+        try:
+            config = self.broker_config.with_topic_overrides(overrides)
+        except ConfigError as exc:
+            raise ConfigError(exc.key, f"{exc.reason} (the stored config of topic {topic.name}; change the "
+                              "broker's setting back, or alter the topic's config on another broker)",
+                              topic=True) from None
+        info = TopicInfo(topic.name, topic.topic_id, topic.num_partitions, overrides, config)
+        entry = _Topic(info)
+        self._topics[topic.name] = entry
+        self._by_id[topic.topic_id] = entry
+        for index in range(topic.num_partitions):
+            entry.logs.append(self._host(entry, index, now_ms, present))
+        return entry
+
+    def _host(self, entry: _Topic, index: int, now_ms: int, present: set[str] | None) -> PartitionLog | None:
+        """The log of partition `index` of a topic, when this broker hosts it: the one prepared for
+        it, or the directory's (registered, read at its first use)."""
+        info = entry.info
+        registration = self.controller.image.topics.by_id[info.topic_id].partitions[index]
+        if not self._hosts(registration.replicas, registration.adding_replicas):
+            return None
+        prepared = self._prepared.pop((info.name, index), None)
+        if prepared is not None:
+            prepared.update_config(info.config)
+            prepared.leader_epoch = registration.leader_epoch if registration.leader == self.node_id else None
+            self._replica_added(info.name, index, prepared)
+            return prepared
+        directory = self._partition_dir(info.name, index)
+        exists = directory.name in present if present is not None else directory.exists()
+        if not exists:
+            if present is not None and len(registration.replicas) == 1:
+                logger.warning("%s is missing: partition %d of topic %s starts empty", directory, index, info.name)
+            directory.mkdir(parents=True, exist_ok=True)
+            write_partition_metadata(directory, info.topic_id)
+        elif read_partition_metadata(directory) != info.topic_id:
+            write_partition_metadata(directory, info.topic_id)  # a directory of an earlier version: adopted
+        log = PartitionLog.register(directory, info.config, now_ms, files=self.files)
+        log.leader_epoch = registration.leader_epoch if registration.leader == self.node_id else None
+        self._replica_added(info.name, index, log)
+        return log
+
+    def _replica_added(self, name: str, index: int, log: PartitionLog | None) -> None:
+        for listener in self._replica_listeners:
+            listener(name, index, log)
+
+    def subscribe_replicas(self, listener: Callable[[str, int, PartitionLog | None], None]) -> None:
+        """Call `listener(topic, partition, log)` when a partition comes to be hosted here, and
+        `listener(topic, partition, None)` when it stops being."""
+        self._replica_listeners.append(listener)
 
     def _leftover_directories(self, name: str, partitions: Iterable[int]) -> list[Path]:
         """The directories already there for these partitions of `name` (a creation or addition cut
-        short by a crash); StrayDataError when one holds records, which must not be created over."""
-        existing = [d for d in (self._partition_dir(name, p) for p in partitions) if d.exists()]
-        for directory in existing:
-            if _holds_records(directory):
+        short by a crash); StrayDataError when one holds records, which must not be created over.
+        One left of a topic the metadata log saw deleted is that topic's, and goes."""
+        deleted = self.controller.image.topics.deleted_ids
+        existing = []
+        for directory in (self._partition_dir(name, p) for p in partitions):
+            if not directory.exists():
+                continue
+            if _holds_records(directory) and read_partition_metadata(directory) not in deleted:
                 raise StrayDataError(directory, name)
+            existing.append(directory)
         return existing
-
-    def _write_topic_file(self, info: TopicInfo) -> None:
-        write_topic_file(self._topic_file(info.name), info)
-
-    def _topic_file(self, name: str) -> Path:
-        return self.data_dir / TOPICS_DIR / (name + ".json")
 
     def _partition_dir(self, name: str, partition: int) -> Path:
         return self.data_dir / f"{name}-{partition}"
 
-    # -- topics -----------------------------------------------------------------------------------
+    # -- the controller's side of a change (minibroker.storage.controller.ReplicaHost) --------------------
 
-    def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        overrides: Mapping[str, str] | None,
-        now_ms: int,
-        validate_only: bool = False,
-        topic_id: uuid.UUID | None = None,
-    ) -> TopicInfo:
-        """Create a topic (or only check that it could be created). Raises InvalidTopicError,
-        TopicExistsError, InvalidPartitionsError or ConfigError, checked in Kafka's order.
-        `topic_id` gives the new topic that id instead of a random one (a topic restored or
-        replayed elsewhere keeps its id); one already in use is refused with TopicExistsError."""
-        validate_topic_name(name)
-        if name in self._topics:
-            raise TopicExistsError(f"Topic '{name}' already exists.")
-        colliding = sorted(t for t in self._topics if has_collision(t, name))
-        if colliding:
-            raise InvalidTopicError(
-                f"Topic '{name}' collides with existing topic: {colliding[0]}"
-            )
-        if not isinstance(num_partitions, int) or num_partitions < 1:
-            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
-        if num_partitions > MAX_PARTITIONS:
-            raise InvalidPartitionsError(
-                f"Number of partitions {num_partitions} is above the limit of {MAX_PARTITIONS}."
-            )
-        overrides = dict(overrides or {})
+    def prepare_partitions(self, name: str, topic_id: uuid.UUID, partitions: Sequence[int],
+                           overrides: Mapping[str, str], now_ms: int) -> None:
+        """Create the logs of new partitions hosted here, before the controller commits them."""
         config = self.broker_config.with_topic_overrides(overrides)
-        if topic_id is not None and topic_id in self._by_id:
-            raise TopicExistsError(f"Topic id {topic_id} is already in use.")
-        info = TopicInfo(name, topic_id or new_topic_id(), num_partitions, overrides, config)
-        if validate_only:
-            return info
-        existing = self._leftover_directories(name, range(num_partitions))
-        topic = _Topic(info)
+        existing = self._leftover_directories(name, partitions)
+        created: list[tuple[int, PartitionLog]] = []
         try:
             for directory in existing:  # what a creation cut short by a crash left: no records
                 logger.warning("reusing %s, which holds no records", directory)
                 shutil.rmtree(directory)
-            for partition in range(num_partitions):
+            for partition in partitions:
                 directory = self._partition_dir(name, partition)
-                topic.logs.append(PartitionLog.create(directory, config, now_ms, files=self.files))
+                log = PartitionLog.create(directory, config, now_ms, files=self.files)
+                created.append((partition, log))
+                write_partition_metadata(directory, topic_id)
             fsync_directory(self.data_dir)  # the partition directories exist before the commit
-            self._write_topic_file(info)
         except BaseException:
-            for log in topic.logs:
+            for _, log in created:
                 log.delete()
             raise
-        self._topics[name] = topic
-        self._by_id[info.topic_id] = topic
-        self._topics_changed(name)
-        return info
+        for partition, log in created:
+            self._prepared[(name, partition)] = log
 
-    def delete_topic(self, name: str) -> TopicInfo:
-        """Delete a topic: its partition directories are renamed to `-delete` names first, so a
-        crash at any point leaves nothing a later open could mistake for a lost topic's data."""
+    def abort_partitions(self, name: str, partitions: Sequence[int]) -> None:
+        for partition in partitions:
+            log = self._prepared.pop((name, partition), None)
+            if log is not None:
+                log.delete()
+
+    def prepare_delete(self, name: str) -> Any:
+        """Rename a topic's partition directories to their `-delete` names (an OSError leaves them
+        as they were); the token undoes it (`abort_delete`)."""
         topic = self._topics.get(name)
         if topic is None:
-            raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        renamed = self._rename_for_deletion(topic.info)  # an OSError here leaves the topic as it was
-        for log in topic.logs:
-            log.close(clean=False)
-        del self._topics[name]
-        del self._by_id[topic.info.topic_id]
-        self._commit_deletion(topic.info, renamed)
-        self._topics_changed(name)
-        return topic.info
+            return None
+        renamed = self._rename_for_deletion(topic)
+        self._deleting[topic.info.topic_id] = [target for _, target in renamed]
+        return topic.info.topic_id, renamed
 
-    def _delete_topic_files(self, info: TopicInfo) -> None:
-        self._commit_deletion(info, self._rename_for_deletion(info))
+    def abort_delete(self, token: Any) -> None:
+        if token is None:
+            return
+        topic_id, renamed = token
+        self._deleting.pop(topic_id, None)
+        for directory, target in reversed(renamed):
+            try:
+                os.rename(target, directory)
+            except OSError:
+                logger.exception("could not move %s back to %s", target, directory)
 
-    def _rename_for_deletion(self, info: TopicInfo) -> list[Path]:
+    def _rename_for_deletion(self, topic: _Topic) -> list[tuple[Path, Path]]:
         """Rename the topic's partition directories to their `-delete` names (all or, on an
         OSError, none: the renames done are undone before it is raised)."""
+        info = topic.info
         renamed: list[tuple[Path, Path]] = []
         try:
-            for partition in range(info.num_partitions):
+            for partition, log in enumerate(topic.logs):
+                if log is None:
+                    continue
                 directory = self._partition_dir(info.name, partition)
                 target = self.data_dir / f"{directory.name}.{info.topic_id.hex}{DELETE_SUFFIX}"
                 try:
@@ -360,76 +433,155 @@ class LogManager:
                 except OSError:
                     logger.exception("could not move %s back to %s", target, directory)
             raise
-        return [target for _, target in renamed]
+        return renamed
 
-    def _commit_deletion(self, info: TopicInfo, renamed: list[Path]) -> None:
-        """Remove the topic file (the deletion is then final), then the renamed directories. A
-        failure here is only logged: the next open finishes the deletion from the `-delete` names."""
+    def _on_metadata(self, records: Sequence[MetadataRecord], now_ms: int) -> None:
+        """A change committed: make the logs here what the image says (module docstring)."""
+        topic_ids: dict[uuid.UUID, None] = {}
+        config_names: dict[str, None] = {}
+        for record in records:
+            if isinstance(record, (TopicRecord, PartitionRecord, PartitionChangeRecord, RemoveTopicRecord)):
+                topic_ids[record.topic_id] = None
+            elif isinstance(record, ConfigRecord) and record.resource_type == TOPIC_RESOURCE:
+                config_names[record.resource_name] = None
+        changed: list[str] = []
+        image = self.controller.image
+        for topic_id in topic_ids:
+            topic = image.topics.by_id.get(topic_id)
+            entry = self._by_id.get(topic_id)
+            if topic is None:
+                if entry is not None:
+                    self._remove_topic(entry)
+                    changed.append(entry.info.name)
+                continue
+            if entry is None:
+                self._add_topic(topic, now_ms)
+                changed.append(topic.name)
+                continue
+            grown = topic.num_partitions > entry.info.num_partitions
+            self._update_partitions(entry, topic, now_ms)
+            if grown:
+                changed.append(topic.name)
+        for name in config_names:
+            entry = self._topics.get(name)
+            if entry is not None and name not in changed:
+                self._update_config(entry)
+        for name in changed:
+            self._topics_changed(name)
+
+    def _update_partitions(self, entry: _Topic, topic: TopicImage, now_ms: int) -> None:
+        """A topic grown, or partitions that came here or left (a reassignment)."""
+        if topic.num_partitions != entry.info.num_partitions:
+            entry.info = dataclasses.replace(entry.info, num_partitions=topic.num_partitions)
+        for index in range(topic.num_partitions):
+            registration = topic.partitions[index]
+            hosted = self._hosts(registration.replicas, registration.adding_replicas)
+            if index >= len(entry.logs):
+                entry.logs.append(self._host(entry, index, now_ms, None))
+            elif hosted and entry.logs[index] is None:
+                entry.logs[index] = self._host(entry, index, now_ms, None)
+            elif hosted and entry.logs[index] is not None:
+                log = entry.logs[index]
+                assert log is not None
+                log.leader_epoch = registration.leader_epoch if registration.leader == self.node_id else None
+            elif not hosted and entry.logs[index] is not None:
+                log = entry.logs[index]
+                entry.logs[index] = None
+                assert log is not None
+                self._replica_added(entry.info.name, index, None)
+                log.close(clean=False)
+                shutil.rmtree(log.directory, ignore_errors=True)
+
+    def _update_config(self, entry: _Topic) -> None:
+        overrides = self.controller.image.topic_configs(entry.info.name)
         try:
-            self._topic_file(info.name).unlink(missing_ok=True)
-            fsync_directory(self.data_dir / TOPICS_DIR)
-        except OSError:
-            logger.exception("topic %s: could not remove its topic file; the next start finishes "
-                             "the deletion", info.name)
+            config = self.broker_config.with_topic_overrides(overrides)
+        except ConfigError as exc:  # checked by the controller against its broker's config
+            logger.error("topic %s: its new config does not hold on this broker (%s); keeping the one before",
+                         entry.info.name, exc)
+            return
+        entry.info = dataclasses.replace(entry.info, overrides=overrides, config=config)
+        for log in entry.logs:
+            if log is not None:
+                log.update_config(config)
+
+    def _remove_topic(self, entry: _Topic) -> None:
+        info = entry.info
+        renamed = self._deleting.pop(info.topic_id, None)
+        if renamed is None:  # not prepared here (this broker was not there): rename now
+            try:
+                renamed = [target for _, target in self._rename_for_deletion(entry)]
+            except OSError as exc:
+                logger.error("topic %s: could not rename its directories for deletion (%s); the next start "
+                             "removes them", info.name, exc)
+                renamed = []
+        for index, log in enumerate(entry.logs):
+            if log is not None:
+                self._replica_added(info.name, index, None)
+                log.close(clean=False)
+        del self._topics[info.name]
+        del self._by_id[info.topic_id]
         for directory in renamed:
             shutil.rmtree(directory, ignore_errors=True)
 
-    def alter_topic_config(self, name: str, overrides: Mapping[str, str]) -> TopicInfo:
-        """Replace a topic's overrides (AlterConfigs semantics; incremental callers pass the merged
-        result). Validates first: nothing changes on a ConfigError."""
+    # -- topics -----------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        overrides: Mapping[str, str] | None,
+        now_ms: int,
+        validate_only: bool = False,
+        topic_id: uuid.UUID | None = None,
+        *,
+        replication_factor: int | None = None,
+        assignments: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicInfo:
+        """Create a topic through the controller (or only check that it could be created). Raises
+        InvalidTopicError, TopicExistsError, InvalidPartitionsError or ConfigError, checked in Kafka's
+        order, and InvalidReplicationFactorError / InvalidReplicaAssignmentError. `topic_id` gives
+        the new topic that id instead of a random one; one already in use is refused with
+        TopicExistsError."""
+        topic, config = self.controller.create_topic(
+            name, num_partitions, overrides, now_ms, log_config=self.broker_config,
+            replication_factor=replication_factor, assignments=assignments, validate_only=validate_only,
+            topic_id=topic_id)
+        if validate_only:
+            return TopicInfo(name, topic.topic_id, topic.num_partitions, dict(overrides or {}), config)
+        return self._topics[name].info
+
+    def delete_topic(self, name: str, now_ms: int = 0) -> TopicInfo:
+        """Delete a topic: its partition directories are renamed to `-delete` names first, so a
+        crash at any point leaves nothing a later open could mistake for a lost topic's data."""
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        overrides = dict(overrides)
-        config = self.broker_config.with_topic_overrides(overrides)
-        info = TopicInfo(name, topic.info.topic_id, topic.info.num_partitions, overrides, config)
-        self._write_topic_file(info)
-        topic.info = info
-        for log in topic.logs:
-            log.update_config(config)
+        info = topic.info
+        self.controller.delete_topic(name, now_ms)
         return info
 
-    def add_partitions(self, name: str, count: int, now_ms: int, validate_only: bool = False) -> TopicInfo:
+    def alter_topic_config(self, name: str, overrides: Mapping[str, str], now_ms: int = 0) -> TopicInfo:
+        """Replace a topic's overrides (AlterConfigs semantics; incremental callers pass the merged
+        result). Validates first: nothing changes on a ConfigError."""
+        if name not in self._topics:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        self.controller.alter_topic_configs(name, overrides, now_ms, log_config=self.broker_config)
+        return self._topics[name].info
+
+    def add_partitions(self, name: str, count: int, now_ms: int, validate_only: bool = False,
+                       assignments: Sequence[Sequence[int]] | None = None) -> TopicInfo:
         """CreatePartitions: grow a topic to `count` partitions (never shrink it). Raises
         UnknownTopicError, or InvalidPartitionsError with Kafka's messages (ReplicationControlManager).
 
-        The new partition directories are created first and the topic file, the commit point, is
-        written last: a crash in between leaves directories without records, which the next
-        addition reuses. A directory there that holds records is StrayDataError, as at creation."""
-        topic = self._topics.get(name)
-        if topic is None:
-            raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        current = topic.info.num_partitions
-        if count == current:
-            raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
-        if count < current:
-            raise InvalidPartitionsError(
-                f"The topic {name} currently has {current} partition(s); {count} would not be an increase."
-            )
-        if count > MAX_PARTITIONS:
-            raise InvalidPartitionsError(f"Number of partitions {count} is above the limit of {MAX_PARTITIONS}.")
-        info = dataclasses.replace(topic.info, num_partitions=count)
+        The new partition directories are created first and the metadata log's records, the commit
+        point, are written last: a crash in between leaves directories without records, which the
+        next addition reuses. A directory there that holds records is StrayDataError, as at creation."""
+        topic = self.controller.create_partitions(name, count, now_ms, validate_only=validate_only,
+                                                  assignments=assignments)
         if validate_only:
-            return info
-        existing = self._leftover_directories(name, range(current, count))
-        added: list[PartitionLog] = []
-        try:
-            for directory in existing:  # what an addition cut short by a crash left: no records
-                logger.warning("reusing %s, which holds no records", directory)
-                shutil.rmtree(directory)
-            for partition in range(current, count):
-                added.append(PartitionLog.create(self._partition_dir(name, partition), info.config,
-                                                 now_ms, files=self.files))
-            fsync_directory(self.data_dir)  # the partition directories exist before the commit
-            self._write_topic_file(info)
-        except BaseException:
-            for log in added:
-                log.delete()
-            raise
-        topic.logs.extend(added)
-        topic.info = info
-        self._topics_changed(name)
-        return info
+            return dataclasses.replace(self._topics[name].info, num_partitions=topic.num_partitions)
+        return self._topics[name].info
 
     def check_broker_config(self, broker_config: LogConfig) -> None:
         """Raise ConfigError (naming the topic) if some topic's overrides would be invalid over these
@@ -450,7 +602,8 @@ class LogManager:
             if config != topic.info.config:
                 topic.info = dataclasses.replace(topic.info, config=config)
                 for log in topic.logs:
-                    log.update_config(config)
+                    if log is not None:
+                        log.update_config(config)
 
     def topic(self, name: str) -> TopicInfo | None:
         topic = self._topics.get(name)
@@ -471,15 +624,18 @@ class LogManager:
         return [self._topics[name].info for name in sorted(self._topics)]
 
     def log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The log of a partition hosted here; None for an unknown partition or one hosted elsewhere."""
         entry = self._topics.get(topic)
         if entry is None or not 0 <= partition < len(entry.logs):
             return None
         return entry.logs[partition]
 
     def logs(self) -> Iterable[tuple[str, int, PartitionLog]]:
+        """Every log hosted here."""
         for name in sorted(self._topics):
             for partition, log in enumerate(self._topics[name].logs):
-                yield name, partition, log
+                if log is not None:
+                    yield name, partition, log
 
     # -- housekeeping -----------------------------------------------------------------------------
 
@@ -516,6 +672,14 @@ class LogManager:
         logs = [(name, partition, log) for name, partition, log in self.logs() if log.loaded]
         self._topics.clear()
         self._by_id.clear()
+        for log in self._prepared.values():
+            logs.append(("(prepared)", 0, log))
+        self._prepared.clear()
+        if not self._closed:
+            self._closed = True
+            self.controller.unsubscribe(self._on_metadata)
+            if self.controller.hosts.get(self.node_id) is self:
+                self.controller.detach(self.node_id)
 
         def failed(name: str, partition: int, exc: OSError) -> None:
             logger.error("%s-%d: could not close cleanly, it is recovered at the next start: %s",
@@ -553,6 +717,9 @@ class LogManager:
                 close_one(entry)  # (a no-op for those closed above)
         finally:
             self.files.close_all()
+            if self._owns_controller:
+                self._owns_controller = False
+                self.controller.close(clean)
 
 
 def _holds_records(directory: Path) -> bool:

@@ -7,16 +7,16 @@ equal to or below the current one INVALID_PARTITIONS with Kafka's messages ("Top
 partition(s)." / "The topic t currently has 3 partition(s); 2 would not be an increase."); more than
 10,000 partitions INVALID_PARTITIONS as at creation. Manual assignments must number one per new
 partition and name only registered brokers, each once, as many as the topic's replication factor
-(INVALID_REPLICA_ASSIGNMENT with Kafka's messages): on one broker, exactly [this broker].
-validate_only checks without adding. A partition directory already there that holds records (a
-topic file restored from before, say) is never created over: KAFKA_STORAGE_ERROR naming it, as
-CreateTopics; so is a disk error.
+(INVALID_REPLICA_ASSIGNMENT with Kafka's messages); without them the controller places the new
+partitions after the topic's last one, as Kafka's striped placer continues. validate_only checks
+without adding. A partition directory already there that holds records (one brought in by hand, say)
+is never created over: KAFKA_STORAGE_ERROR naming it, as CreateTopics; so is a disk error.
 
-The new partitions are empty logs with the topic's configs; the topic file records the new count
-(the commit point) before the answer. The change is announced through
-`LogManager.subscribe`, the one place partition changes are published (the KIP-257 quota
-callback's cluster metadata hangs there); Metadata, DescribeTopicPartitions and the cluster view
-(DescribeQuorum's modelled metadata log) see the new count at once.
+The new partitions are empty logs with the topic's configs; the metadata log records them (the
+commit point) before the answer. The change is announced through `LogManager.subscribe`, the one
+place partition changes are published (the KIP-257 quota callback's cluster metadata hangs there);
+Metadata, DescribeTopicPartitions and the cluster view (DescribeQuorum's metadata log) see the new
+count at once.
 
 The controller-mutation quota (KIP-599): a topic that passed its checks is charged the partitions it
 adds, validate_only included (as KRaft); from v3 a topic over the quota is answered
@@ -89,7 +89,8 @@ def _create(ctx: RequestContext, topic, validate_only: bool, quota) -> None:
         if not quota.record(topic.count - info.num_partitions, ctx.clock.monotonic_ms()):
             raise _Refused(ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
         if not validate_only:
-            logs.add_partitions(topic.name, topic.count, ctx.clock.now_ms())
+            assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
+            logs.add_partitions(topic.name, topic.count, ctx.clock.now_ms(), assignments=assignments)
     except (ApiError, OSError) as exc:
         code, message = error_answer(ctx.storage_errors, exc, f"adding partitions to topic {topic.name}")
         # An unknown topic is answered without a message, as Kafka's controller does.

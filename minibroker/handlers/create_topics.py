@@ -1,11 +1,13 @@
 """CreateTopics (key 19), v2-v7, with Kafka's validation.
 
-Per topic: a legal name (INVALID_TOPIC_EXCEPTION), a name not already taken (TOPIC_ALREADY_EXISTS),
-1..10000 partitions or -1 for num.partitions (INVALID_PARTITIONS), replication factor 1 or -1 (one
-broker: anything more is INVALID_REPLICATION_FACTOR), manual assignments only onto this broker and
-never together with a count (INVALID_REQUEST), known topic configs with valid values
-(INVALID_CONFIG), and a name at most once per request (INVALID_REQUEST). validate_only checks
-without creating. v5+ answers the resulting partition count, replication factor and configs. A topic
+Per topic, checked by the controller (minibroker.storage.controller) in Kafka's order: a legal name
+(INVALID_TOPIC_EXCEPTION), a name not already taken (TOPIC_ALREADY_EXISTS), manual assignments onto
+registered brokers, each at most once per partition (INVALID_REPLICA_ASSIGNMENT), or 1..10000
+partitions or -1 for num.partitions (INVALID_PARTITIONS) and a replication factor the registered
+brokers can meet, -1 for default.replication.factor (INVALID_REPLICATION_FACTOR), known topic configs
+with valid values (INVALID_CONFIG); here: assignments never together with a count (INVALID_REQUEST),
+and a name at most once per request (INVALID_REQUEST). validate_only checks without creating.
+Replicas are placed and leaders spread as Kafka's striped placer does, racks first. v5+ answers the resulting partition count, replication factor and configs. A topic
 whose partition directory already holds records no topic file accounts for, or a file-system error,
 answers KAFKA_STORAGE_ERROR with a message naming the directory or file (nothing is deleted).
 
@@ -54,20 +56,14 @@ def _create_one(ctx: RequestContext, topic, validate_only: bool, in_use: list[in
     name = topic.name
     partitions = topic.num_partitions
     replication = topic.replication_factor
+    assignments = None
     if topic.assignments:
         if partitions != -1 or replication != -1:
             return _result(name, ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.")
-        for assignment in topic.assignments:
-            if list(assignment.broker_ids) != [ctx.node_id]:
-                return _result(name, ErrorCode.invalid_replica_assignment, f"partition {assignment.partition_index} is assigned to brokers {list(assignment.broker_ids)}; the only broker is {ctx.node_id}")
-        indexes = sorted(a.partition_index for a in topic.assignments)
-        if indexes != list(range(len(indexes))):
-            return _result(name, ErrorCode.invalid_replica_assignment, "partitions must be numbered 0..n-1 in replica assignments")
-        partitions = len(indexes)
+        assignments = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+        partitions = len(assignments)
     if partitions == -1:
         partitions = ctx.config["num.partitions"]
-    if replication not in (-1, 1):
-        return _result(name, ErrorCode.invalid_replication_factor, f"Unable to replicate the partition {replication} time(s): The target replication factor of {replication} cannot be reached because only 1 broker(s) are registered.")
     overrides = {}
     for entry in topic.configs:
         if entry.value is None:
@@ -80,12 +76,14 @@ def _create_one(ctx: RequestContext, topic, validate_only: bool, in_use: list[in
     charged = quota.bounded and not over_cap
     try:
         info = ctx.logs.create_topic(name, partitions, overrides, ctx.clock.now_ms(),
-                                        validate_only=validate_only or over_cap or charged)
+                                     validate_only=validate_only or over_cap or charged,
+                                     replication_factor=replication, assignments=assignments)
         if charged:
             if not quota.record(info.num_partitions, ctx.clock.monotonic_ms()):
                 return _result(name, ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
             if not validate_only:
-                info = ctx.logs.create_topic(name, partitions, overrides, ctx.clock.now_ms())
+                info = ctx.logs.create_topic(name, partitions, overrides, ctx.clock.now_ms(),
+                                             replication_factor=replication, assignments=assignments)
     except TopicExistsError:
         return _result(name, ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     except (ApiError, OSError) as exc:
@@ -101,7 +99,11 @@ def _create_one(ctx: RequestContext, topic, validate_only: bool, in_use: list[in
         {"name": e["name"], "value": e["value"], "read_only": False, "config_source": e["config_source"], "is_sensitive": False}
         for e in topic_config_entries(ctx, info)
     ]
-    return _result(name, ErrorCode.none, None, info, 1, configs)
+    if assignments:
+        replication_factor = len(assignments[0])
+    else:
+        replication_factor = ctx.config["default.replication.factor"] if replication == -1 else replication
+    return _result(name, ErrorCode.none, None, info, replication_factor, configs)
 
 
 def _requested_partitions(topics, default: int) -> int:

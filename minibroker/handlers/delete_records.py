@@ -38,8 +38,9 @@ def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tup
     policies = [p for p in plog.config.cleanup_policy.split(",") if p]
     if policies and "delete" not in policies:  # an empty policy (KIP-1161) deletes as "delete" does
         return ErrorCode.policy_violation, -1
-    target = plog.log_end_offset if offset == HIGH_WATERMARK else offset
-    if target < 0:
+    high_watermark = plog.high_watermark
+    target = high_watermark if offset == HIGH_WATERMARK else offset
+    if target < 0 or target > high_watermark:  # Kafka's UnifiedLog.deleteRecordsToOffset bound
         return ErrorCode.offset_out_of_range, -1
     try:
         low_watermark = plog.delete_records_before(target)

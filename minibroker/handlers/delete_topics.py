@@ -54,7 +54,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
                             "error_message": THROTTLING_QUOTA_EXCEEDED_MESSAGE})
             continue
         try:
-            ctx.logs.delete_topic(info.name)
+            ctx.logs.delete_topic(info.name, ctx.clock.now_ms())
         except OSError as exc:  # nothing was deleted (the renames are undone)
             code, message = error_answer(ctx.storage_errors, exc, f"deleting topic {info.name}")
             results.append({"name": info.name, "topic_id": info.topic_id, "error_code": code,

@@ -7,9 +7,9 @@ partition_max_bytes; the first batch returned is always whole even when larger (
 outside [log start, log end] answers OFFSET_OUT_OF_RANGE for that partition. Incremental fetch
 sessions (KIP-227, v7+) are kept by minibroker.fetch_sessions: a full fetch may open one, an
 incremental fetch reads the session's partitions and is answered only those that changed.
-v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). On one broker every appended record
-is replicated, so the high watermark is the log end. A file-system error reading a partition answers
-KAFKA_STORAGE_ERROR for that partition.
+v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). Consumers read up to the high
+watermark (minibroker.storage.log: the log end while the partition has no other replica). A
+file-system error reading a partition answers KAFKA_STORAGE_ERROR for that partition.
 
 Transactions (issue 14, Kafka's LocalLog.read / UnifiedLog.collectAbortedTransactions): every
 response carries the partition's last stable offset (the first offset of its oldest open
@@ -61,10 +61,10 @@ class _FetchPlan:
 
     def fetchable_end(self, name: str, part: int, log) -> int:
         """Where this fetch's reads stop: the last stable offset for read_committed, else the high
-        watermark (the log end)."""
+        watermark."""
         if self.read_committed:
             return self.replicas.last_stable_offset(name, part, log)
-        return log.log_end_offset
+        return log.high_watermark
 
     def bytes_ready(self, min_bytes: int) -> bool:
         """Whether a read now would return at least min_bytes (or hit an error, which is final)."""
@@ -106,7 +106,7 @@ class _FetchPlan:
             try:
                 lso = self.replicas.last_stable_offset(info.name, part, log)
                 data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes,
-                                max_offset=lso if self.read_committed else None)
+                                max_offset=lso if self.read_committed else log.high_watermark)
                 if self.read_committed:
                     aborted = _aborted_transactions(log, offset, data)
             except OffsetOutOfRangeError:
@@ -120,7 +120,7 @@ class _FetchPlan:
                 continue
             remaining -= len(data)
             by_topic[key]["partitions"].append(
-                _partition(part, 0, log.log_end_offset, log.log_start_offset, data, lso, aborted)
+                _partition(part, 0, log.high_watermark, log.log_start_offset, data, lso, aborted)
             )
         return topics
 

@@ -4,7 +4,7 @@ UnifiedLog.fetchOffsetByTimestamp answers them on a broker without tiered storag
 - a timestamp >= 0: the first record whose timestamp is at or after it, with that record's own
   timestamp (compressed batches included: the one batch that straddles the target is decompressed);
   offset -1 and timestamp -1 when no record is that recent;
-- LATEST (-1): the high watermark (the log end offset on one broker), or with isolation_level=1
+- LATEST (-1): the high watermark, or with isolation_level=1
   (READ_COMMITTED, v2+) the last stable offset; EARLIEST (-2) and EARLIEST_LOCAL (-4, KIP-405; all of the log is
   local here): the log start offset; both with timestamp -1;
 - MAX_TIMESTAMP (-3, KIP-734): the first record carrying the largest timestamp, with that timestamp;
@@ -13,6 +13,8 @@ UnifiedLog.fetchOffsetByTimestamp answers them on a broker without tiered storag
 
 With READ_COMMITTED a lookup by timestamp (MAX_TIMESTAMP too) finds nothing at or past the last
 stable offset (Kafka's Partition.fetchOffsetForTimestamp bounds it by the last fetchable offset).
+The leader epoch answered is the one the offset was written in (the partition's leader-epoch
+cache), the current one for LATEST.
 
 A special timestamp asked at a version older than the one that introduced it, or a negative
 timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partition (Kafka's
@@ -34,7 +36,6 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING
 # The first ListOffsets version that may carry each special timestamp.
 MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
                EARLIEST_PENDING_UPLOAD: 11}
-LEADER_EPOCH = 0  # the one broker leads every partition in epoch 0 (as Metadata says)
 
 
 READ_COMMITTED = 1  # isolation_level
@@ -44,20 +45,20 @@ def _lookup(log, timestamp: int, fetchable_end: int) -> tuple[int, int, int]:
     """(offset, timestamp, leader epoch) for one partition; `fetchable_end`: the high watermark, or
     the last stable offset for READ_COMMITTED."""
     if timestamp == LATEST:
-        return fetchable_end, -1, LEADER_EPOCH
+        return fetchable_end, -1, log.latest_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return log.log_start_offset, -1, LEADER_EPOCH
+        return log.log_start_offset, -1, log.epoch_of(log.log_start_offset)
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return -1, -1, -1
     if timestamp == MAX_TIMESTAMP:
         offset, ts = log.latest_timestamp()
         if offset >= fetchable_end:
             return -1, -1, -1
-        return offset, ts, LEADER_EPOCH if offset >= 0 else -1
+        return offset, ts, log.epoch_of(offset) if offset >= 0 else -1
     found = log.offset_for_timestamp(timestamp)
     if found is None or found[0] >= fetchable_end:
         return -1, -1, -1
-    return (*found, LEADER_EPOCH)
+    return (*found, log.epoch_of(found[0]))
 
 
 @handler(2, 1, 11, client_throttles_from=3)
@@ -80,7 +81,7 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
                 if read_committed:
                     end = ctx.replicas.last_stable_offset(topic.name, p.partition_index, log)
                 else:
-                    end = log.log_end_offset
+                    end = log.high_watermark
                 offset, ts, epoch = _lookup(log, p.timestamp, end)
             except OSError as exc:
                 code, _ = error_answer(ctx.storage_errors, exc, f"{topic.name}-{p.partition_index}")

@@ -1,4 +1,4 @@
-"""Metadata (key 3): the one broker, its topics, and auto-creation.
+"""Metadata (key 3): the cluster's brokers (those up), its topics, and auto-creation.
 
 Quirks: a null topic list (v1+) means every topic, and so does an empty list at v0. From v12 on a
 topic may be asked for by id (Java's Admin sends the id with an empty name, not a null one): as in
@@ -49,19 +49,24 @@ YIELD_EVERY = 16  # auto-created topics between checkpoints
 
 
 def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
+    """A topic's answer, from the cluster view: each partition's leader, epoch, replicas and ISR; the
+    replicas on brokers that are down are offline; a partition without a leader is
+    LEADER_NOT_AVAILABLE (Kafka's MetadataCache)."""
     partitions = []
     cluster = ctx.cluster
+    alive = set(cluster.broker_ids())
     for index in range(info.num_partitions):
         assignment = cluster.partition(info.name, index)
         assert assignment is not None  # index < num_partitions
+        leader = assignment.leader if assignment.leader in alive else -1
         partitions.append({
-            "error_code": ErrorCode.none,
+            "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
             "partition_index": index,
-            "leader_id": assignment.leader,
+            "leader_id": leader,
             "leader_epoch": assignment.leader_epoch,
             "replica_nodes": assignment.replicas,
             "isr_nodes": assignment.isr,
-            "offline_replicas": (),
+            "offline_replicas": tuple(r for r in assignment.replicas if r not in alive),
         })
     return {
         "error_code": ErrorCode.none,

@@ -2,13 +2,12 @@
 broker configs applied live, kept across restarts, and described with Kafka's sources and synonyms;
 through exact requests for the refusals, and through Java's Admin, confluent-kafka and kafka-python."""
 
-import json
+import logging
 
 import pytest
 
 from minibroker.admin_client import AdminClient
-from minibroker.config import BrokerConfig
-from minibroker.dynamic_config import DynamicBrokerConfigs
+from tests.support.metadata import metadata_of
 from tests.support.batches import make_batch
 from tests.support.wire import create_topic_with as create
 
@@ -240,10 +239,10 @@ def test_quota_window_is_dynamic(admin, broker):
     assert quotas.request.max_throttle_time_ms == 2000
 
 
-def test_dynamic_broker_configs_survive_a_restart(start_broker, tmp_path, unique):
-    """broker-configs.json holds both levels; on restart they are in force again over the
-    properties; a stored value no longer valid is ignored with a log line, an unreadable file stops
-    the broker naming it."""
+def test_dynamic_broker_configs_survive_a_restart(start_broker, tmp_path, unique, caplog):
+    """The metadata log holds both levels (ConfigRecords of the BROKER resource, "" for the cluster
+    default, the node id for the broker); on restart they are in force again over the properties;
+    a stored value no longer valid is ignored with a log line."""
     data = tmp_path / "dyn"
     topic = unique("after")
     with start_broker(data, log_retention_hours="1") as running, AdminClient(running.bootstrap) as admin:
@@ -251,9 +250,9 @@ def test_dynamic_broker_configs_survive_a_restart(start_broker, tmp_path, unique
         create(admin, topic)
         assert incremental(admin, (BROKER, "", [("log.retention.ms", SET, "120000"), ("plugin.custom", SET, "x")]),
                            (BROKER, node, [("min.insync.replicas", SET, "2")])) == [(0, None), (0, None)]
-    state = json.loads((data / "broker-configs.json").read_text())
-    assert state == {"version": 1, "cluster_default": {"log.retention.ms": "120000", "plugin.custom": "x"},
-                     "broker": {"min.insync.replicas": "2"}}
+    with metadata_of(data) as controller:
+        assert controller.image.configs.get(4, "") == {"log.retention.ms": "120000", "plugin.custom": "x"}
+        assert controller.image.configs.get(4, node) == {"min.insync.replicas": "2"}
     with start_broker(data, log_retention_hours="1") as running, AdminClient(running.bootstrap) as admin:
         assert running.broker.logs.log(topic, 0).config.retention_ms == 120000
         assert running.broker.logs.log(topic, 0).config.min_insync_replicas == 2
@@ -261,14 +260,12 @@ def test_dynamic_broker_configs_survive_a_restart(start_broker, tmp_path, unique
         assert configs["retention.ms"][2] == [("log.retention.ms", "120000", DYNAMIC_DEFAULT),
                                               ("log.retention.hours", "1", STATIC), ("log.retention.hours", "168", DEFAULT)]
         assert described(admin, BROKER, node, ["plugin.custom"])["plugin.custom"][:2] == ("x", DYNAMIC_DEFAULT)
-    state["broker"]["min.insync.replicas"] = "none"
-    (data / "broker-configs.json").write_text(json.dumps(state))
-    with start_broker(data) as running:
+    with metadata_of(data) as controller:  # a value this version does not accept
+        controller.replace_configs(4, node, {"min.insync.replicas": "none"}, 0)
+    with caplog.at_level(logging.ERROR), start_broker(data) as running:
         assert running.broker.config.log_config.min_insync_replicas == 1
         assert running.broker.config.log_config.retention_ms == 120000
-    (data / "broker-configs.json").write_text("{broken")
-    with pytest.raises(ValueError, match="broker-configs.json: unreadable dynamic broker configs"):
-        DynamicBrokerConfigs.load(data, BrokerConfig({"log.dirs": str(data)}))
+    assert "ignoring the broker config min.insync.replicas='none'" in caplog.text
 
 
 # ---- real clients --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ test_storage_index.py, test_storage_log.py and test_producer_state.py."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -47,19 +48,23 @@ def _metadata(broker, topic: str):
         return c.call(3, {"topics": [{"name": topic}], "allow_auto_topic_creation": True}, version=4).topics[0]
 
 
-@pytest.mark.parametrize("topic_file", ["user-topic", OFFSETS_TOPIC])
-def test_an_unreadable_topic_file_stops_the_broker_and_nothing_is_deleted(tmp_path, topic_file):
-    """The issue's two reproductions: an unreadable topic file was skipped and the topic's directory
-    deleted by the next auto-create; an unreadable __consumer_offsets file wiped every group's
-    committed offsets at start. Both now stop the broker, and every byte stays."""
+@pytest.mark.parametrize("topic", ["user-topic", OFFSETS_TOPIC])
+def test_a_damaged_metadata_log_stops_the_broker_and_nothing_is_deleted(tmp_path, topic):
+    """The issue's two reproductions, on the metadata log that now holds the topics: an unreadable
+    topic was skipped and its directory deleted by the next auto-create; an unreadable
+    __consumer_offsets wiped every group's committed offsets at start. A damaged record of the
+    metadata log now stops the broker, naming the segment, and every byte stays."""
     data = tmp_path / "data"
     with running_broker(data) as broker:
         assert _metadata(broker, "user-topic").error_code == 0
         broker.in_broker(lambda: broker.broker.logs.log("user-topic", 0).append(encode_batch([(None, b"v")], 0), 0))
+        broker.in_broker(lambda: broker.broker.logs.create_topic("later", 1, {}, 0))  # a batch after it
     _commit(data, 42)
-    path = data / "topics" / f"{topic_file}.json"
+    path = data / "__cluster_metadata-0" / "00000000000000000000.log"
     good = path.read_bytes()
-    path.write_bytes(b"\x00garbage")
+    damaged = bytearray(good)
+    damaged[good.index(b'"name":"%s"' % topic.encode()) + 8] ^= 0x20
+    path.write_bytes(bytes(damaged))
     before = _tree(data)
     error = _start_fails(data)
     assert isinstance(error, DamagedFileError) and error.path == path and str(path) in str(error)
@@ -71,21 +76,24 @@ def test_an_unreadable_topic_file_stops_the_broker_and_nothing_is_deleted(tmp_pa
         assert broker.broker.logs.log("user-topic", 0).log_end_offset == 1
 
 
-def test_a_lost_offsets_topic_file_stops_the_broker_instead_of_recreating_the_topic(tmp_path):
+def test_a_lost_metadata_log_stops_the_broker_instead_of_recreating_the_topics(tmp_path):
     data = tmp_path / "data"
     _commit(data, 42)
-    (data / "topics" / f"{OFFSETS_TOPIC}.json").unlink()
+    shutil.rmtree(data / "__cluster_metadata-0")
     error = _start_fails(data)
-    assert f"{OFFSETS_TOPIC}-0" in str(error) and "holds records" in str(error)
+    assert isinstance(error, DamagedFileError) and "__cluster_metadata-0: missing" in str(error)
+    assert f"{OFFSETS_TOPIC}-0" in str(error)
     assert (data / f"{OFFSETS_TOPIC}-0" / "00000000000000000000.log").stat().st_size > 0
 
 
 def test_a_stray_partition_directory_with_records_is_never_auto_created_over(tmp_path):
+    """A partition directory brought in by hand (no topic of the metadata log, none it saw deleted):
+    kept, and never created over."""
     data = tmp_path / "data"
-    with running_broker(data, num_partitions="1") as broker:
-        assert _metadata(broker, "orphan").error_code == 0
-        broker.in_broker(lambda: broker.broker.logs.log("orphan", 0).append(encode_batch([(None, b"keep me")], 0), 0))
-    (data / "topics" / "orphan.json").unlink()  # lost by hand
+    with running_broker(data, num_partitions="1"):
+        pass
+    (data / "orphan-0").mkdir()
+    (data / "orphan-0" / "00000000000000000000.log").write_bytes(encode_batch([(None, b"keep me")], 0))
     with running_broker(data, num_partitions="1") as broker:
         assert _metadata(broker, "orphan").error_code == KAFKA_STORAGE_ERROR
         assert broker.broker.logs.topic("orphan") is None
@@ -105,10 +113,11 @@ def test_a_damaged_meta_properties_stops_the_broker_and_is_not_overwritten(tmp_p
 
 @pytest.mark.parametrize("content", [b"{}", b"not json", b'{"version": 1, "next_block_start": -5}',
                                      b'{"version": 1, "next_block_start": "7"}'])
-def test_a_damaged_producer_ids_file_stops_the_broker(tmp_path, content):
+def test_a_damaged_producer_ids_file_of_an_earlier_version_stops_the_broker(tmp_path, content):
+    """A data directory of a version before the metadata log, its producer-ids file damaged: the
+    import refuses it, naming it (reusing ids would be worse than not starting)."""
     data = tmp_path / "data"
-    with running_broker(data):
-        pass
+    data.mkdir()
     (data / "producer-ids").write_bytes(content)
     error = _start_fails(data)
     assert isinstance(error, DamagedFileError) and str(data / "producer-ids") in str(error)
@@ -140,11 +149,15 @@ def test_the_cli_names_the_damaged_file_without_a_traceback(tmp_path):
     data = tmp_path / "data"
     with running_broker(data) as broker:
         broker.in_broker(lambda: broker.broker.logs.create_topic("t", 1, {}, 0))
-    (data / "topics" / "t.json").write_text("{")
+        broker.in_broker(lambda: broker.broker.logs.create_topic("u", 1, {}, 0))
+    path = data / "__cluster_metadata-0" / "00000000000000000000.log"
+    damaged = bytearray(path.read_bytes())
+    damaged[damaged.index(b'"name":"t"') + 8] ^= 0x20
+    path.write_bytes(bytes(damaged))
     result = subprocess.run(
         [sys.executable, "-m", "minibroker.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)],
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 1
-    assert str(data / "topics" / "t.json") in result.stderr and "Traceback" not in result.stderr
-    assert (data / "topics" / "t.json").read_text() == "{"
+    assert str(path) in result.stderr and "Traceback" not in result.stderr
+    assert path.read_bytes() == damaged

@@ -81,7 +81,7 @@ def test_serve_prints_one_line_naming_the_address_and_exits_1(tmp_path, taken_po
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("default.replication.factor", "3", "invalid value for default.replication.factor: '3' must be one of 1"),
+    ("quota.algorithm", "fast", "invalid value for quota.algorithm: 'fast' must be one of sampled, token_bucket"),
     ("log.retention.ms", "soon", "invalid value for log.retention.ms: value 'soon' is not a number"),
 ])
 def test_a_bad_setting_names_the_key(key, value, message):

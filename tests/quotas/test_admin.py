@@ -3,13 +3,13 @@ versions), persistence in the data dir across a restart, and `minibroker configs
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from minibroker.protocol.entities import build
+from tests.support.metadata import metadata_of
 from tests.support.wire import WireClient, schema
 
 MINIBROKER = [sys.executable, "-m", "minibroker.cli"]
@@ -105,9 +105,11 @@ def test_quotas_persist_across_a_restart_and_apply_at_once(start_broker, tmp_pat
         with WireClient(running.bootstrap) as c:
             alter(c, [([("user", None), ("client-id", "app")], [("producer_byte_rate", 4096, False)]),
                       ([("user", "bob")], [("producer_ids_rate", 2, False)])])
-    stored = json.loads((data / "client-quotas.json").read_text())
-    assert stored["version"] == 1 and len(stored["entities"]) == 2
-    assert not list(data.glob("*.tmp"))
+    with metadata_of(data) as controller:  # kept in the metadata log
+        assert controller.image.client_quotas.entities == {
+            (("client-id", "app"), ("user", None)): {"producer_byte_rate": 4096.0},
+            (("user", "bob"),): {"producer_ids_rate": 2.0},
+        }
     with start_broker(data) as running:
         with WireClient(running.bootstrap) as c:
             assert describe(c, [])[2] == {
@@ -120,7 +122,7 @@ def test_quotas_persist_across_a_restart_and_apply_at_once(start_broker, tmp_pat
         assert running.in_broker(broker.pid_quota.quota_for, "bob") == 2.0
 
 
-def test_a_malformed_quota_file_stops_the_broker_with_its_path(start_broker, tmp_path):
+def test_a_malformed_quota_file_of_an_earlier_version_stops_the_broker_with_its_path(start_broker, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "client-quotas.json").write_text("{not json")

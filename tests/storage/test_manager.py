@@ -1,9 +1,9 @@
-"""LogManager on a real data directory: topics survive reopen with the same ids and configs,
-creation is validated in Kafka's order with Kafka's errors, deletion removes the directories."""
+"""LogManager on a real data directory: topics survive reopen with the same ids and configs (kept
+in the metadata log of its data directory), creation is validated in Kafka's order with Kafka's
+errors, deletion removes the directories."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -76,7 +76,7 @@ def test_validation_errors(tmp_path):
         manager.create_topic("t", 1, {"retention.ms": "soon"}, 0)
     assert bad.value.key == "retention.ms" and "retention.ms" in str(bad.value)
     assert [t.name for t in manager.topics()] == ["a.b"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.b-0", "topics"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["__cluster_metadata-0", "a.b-0"]
     manager.close()
 
 
@@ -97,7 +97,8 @@ def test_delete_topic(tmp_path):
     manager.delete_topic("gone")
     assert manager.topic("gone") is None and manager.topic_by_id(info.topic_id) is None
     assert not (tmp_path / "gone-0").exists() and not (tmp_path / "gone-1").exists()
-    assert not (tmp_path / "topics" / "gone.json").exists()
+    assert manager.controller.image.topic("gone") is None
+    assert info.topic_id in manager.controller.image.topics.deleted_ids
     with pytest.raises(UnknownTopicError) as unknown:
         manager.delete_topic("gone")
     assert unknown.value.error_code == 3
@@ -124,7 +125,8 @@ def test_alter_topic_config(tmp_path):
 
 def test_add_partitions_grows_the_topic_and_survives_reopen(tmp_path):
     """CreatePartitions at the storage level: new empty logs after the existing ones, the old data
-    untouched, the topic file (the commit point) rewritten, and the change announced."""
+    untouched, the metadata log (the commit point) holding the new partitions, and the change
+    announced."""
     manager = LogManager.open(tmp_path, BROKER, 0)
     announced = []
     manager.subscribe(announced.append)
@@ -140,7 +142,7 @@ def test_add_partitions_grows_the_topic_and_survives_reopen(tmp_path):
     manager.close()
     reopened = LogManager.open(tmp_path, BROKER, 0)
     assert reopened.topic("t").num_partitions == 4 and reopened.log("t", 1).log_end_offset == 1
-    assert json.loads((tmp_path / "topics" / "t.json").read_text())["num_partitions"] == 4
+    assert reopened.controller.image.topic("t").num_partitions == 4
     reopened.close()
 
 
@@ -207,71 +209,80 @@ def test_stray_directories_are_kept_logged_and_never_created_over(tmp_path, capl
     (tmp_path / "empty-0" / "00000000000000000000.log").write_bytes(b"")
     (tmp_path / "t-5").mkdir()
     (tmp_path / "not a partition").mkdir()
-    (tmp_path / "producer-ids").write_text("{}")
+    (tmp_path / "meta.properties").write_text("cluster.id=x\n")
     with caplog.at_level(logging.WARNING, logger="minibroker.storage.manager"):
         reopened = LogManager.open(tmp_path, BROKER, 0)
     assert [t.name for t in reopened.topics()] == ["t"]
     logged = caplog.text
     assert "unknown-0 holds records" in logged and "t-5" in logged and "empty-0" in logged
-    # A directory with records and no topic file is never deleted to make room for a new topic.
+    # A directory with records and no topic is never deleted to make room for a new topic.
     with pytest.raises(StrayDataError) as stray:
         reopened.create_topic("unknown", 1, {}, 0)
     assert stray.value.error_code == 56 and "unknown-0" in str(stray.value)
     assert (tmp_path / "unknown-0" / "00000000000000000000.log").stat().st_size > 0
-    assert reopened.topic("unknown") is None and not (tmp_path / "topics" / "unknown.json").exists()
+    assert reopened.topic("unknown") is None and reopened.controller.image.topic("unknown") is None
     # One that holds no records (a creation cut short by a crash) is reused.
     reopened.create_topic("empty", 1, {}, 0)
     assert reopened.log("empty", 0).log_end_offset == 0
     reopened.close()
 
 
-@pytest.mark.parametrize("content", [
-    b"{not json", b"\xff\xfe", b"[]", b'{"name": "t"}',
-    b'{"version": 1, "name": "t", "topic_id": "nope", "num_partitions": 1, "configs": {}}',
-    b'{"version": 1, "name": "t", "topic_id": "%s", "num_partitions": 0, "configs": {}}' % str(uuid.uuid4()).encode(),
-    b'{"version": 1, "name": "other", "topic_id": "%s", "num_partitions": 1, "configs": {}}' % str(uuid.uuid4()).encode(),
-])
-def test_a_damaged_topic_file_stops_the_open_naming_it_and_deletes_nothing(tmp_path, content):
-    """The issue's reproduction: an unreadable topic file was skipped, and the next auto-create
-    deleted the topic's directory. Now the open stops, naming the file, and no byte changes."""
+def test_a_damaged_metadata_log_stops_the_open_naming_it_and_deletes_nothing(tmp_path):
+    """The metadata log decides what every partition directory is: a batch of it that does not
+    check out (its CRC) stops the open, naming the segment, and no byte changes, whether the log
+    was closed cleanly or not (a crash tears only the last batch)."""
     manager = LogManager.open(tmp_path, BROKER, 0)
     manager.create_topic("t", 2, {}, 0)
+    manager.create_topic("u", 1, {}, 0)
     manager.log("t", 1).append(make_batch([(None, b"precious")]), 0)
     manager.close()
-    (tmp_path / "topics" / "t.json").write_bytes(content)
-    before = _tree(tmp_path)
-    with pytest.raises(DamagedFileError) as damaged:
-        LogManager.open(tmp_path, BROKER, 0)
-    assert damaged.value.path == tmp_path / "topics" / "t.json"
-    assert str(tmp_path / "topics" / "t.json") in str(damaged.value) and "restore" in str(damaged.value)
-    assert _tree(tmp_path) == before
+    segment = tmp_path / "__cluster_metadata-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    at = data.index(b'"name":"t"')  # inside the first topic's batch, with the second's after it
+    data[at + 8] ^= 1
+    segment.write_bytes(bytes(data))
+    for clean in (True, False):
+        if not clean:
+            (tmp_path / "__cluster_metadata-0" / "clean-shutdown").unlink()
+        before = _tree(tmp_path)
+        with pytest.raises(DamagedFileError) as damaged:
+            LogManager.open(tmp_path, BROKER, 0)
+        assert damaged.value.path == segment
+        assert str(segment) in str(damaged.value) and "restore" in str(damaged.value)
+        assert _tree(tmp_path) == before
 
 
 def test_a_stored_config_that_no_longer_validates_stops_the_open(tmp_path):
-    """Dropping the setting would be a guess: a lost retention.ms=-1 is data deleted by retention."""
+    """Dropping the setting would be a guess: a lost retention.ms=-1 is data deleted by retention.
+    A topic config the broker's configuration no longer allows (min.compaction.lag.ms above a new
+    max.compaction.lag.ms) stops the open naming the topic and the key."""
     manager = LogManager.open(tmp_path, BROKER, 0)
-    manager.create_topic("t", 1, {"retention.ms": "-1"}, 0)
+    manager.create_topic("t", 1, {"retention.ms": "-1", "min.compaction.lag.ms": "100"}, 0)
     manager.close()
-    path = tmp_path / "topics" / "t.json"
-    state = json.loads(path.read_text())
-    state["configs"]["retention.ms"] = "forever"
-    path.write_text(json.dumps(state))
-    with pytest.raises(DamagedFileError) as damaged:
-        LogManager.open(tmp_path, BROKER, 0)
-    assert "retention.ms" in str(damaged.value) and str(path) in str(damaged.value)
+    with pytest.raises(ConfigError) as refused:
+        LogManager.open(tmp_path, LogConfig.from_broker({"log.cleaner.max.compaction.lag.ms": "50"}), 0)
+    assert "min.compaction.lag.ms" in str(refused.value) and "topic t" in str(refused.value)
+    reopened = LogManager.open(tmp_path, BROKER, 0)
+    assert reopened.topic("t").config.retention_ms == -1
+    reopened.close()
 
 
-def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path):
+def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path, monkeypatch):
     manager = LogManager.open(tmp_path, BROKER, 0)
     info = manager.create_topic("gone", 2, {}, 0)
     manager.create_topic("kept", 1, {}, 0)
     manager.log("gone", 0).append(make_batch([(None, b"v")]), 0)
     manager.close()
-    # A crash after the first rename: one directory renamed, the topic file still there.
-    os.rename(tmp_path / "gone-0", tmp_path / f"gone-0.{info.topic_id.hex}-delete")
+    # A crash after the deletion was committed, with one directory renamed and one not.
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.delete_topic("gone")
+    manager.close(clean=False)
+    monkeypatch.undo()
+    os.rename(tmp_path / f"gone-1.{info.topic_id.hex}-delete", tmp_path / "gone-1")
     reopened = LogManager.open(tmp_path, BROKER, 0)
     assert [t.name for t in reopened.topics()] == ["kept"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept-0", "topics"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["__cluster_metadata-0", "kept-0"]
     reopened.close()
 
 
@@ -279,14 +290,37 @@ def test_delete_topic_leaves_nothing_a_later_open_could_take_for_lost_data(tmp_p
     manager = LogManager.open(tmp_path, BROKER, 0)
     info = manager.create_topic("gone", 2, {}, 0)
     manager.log("gone", 1).append(make_batch([(None, b"v")]), 0)
-    # The directories are renamed before the topic file goes: stop right after the renames.
+    # The directories are renamed before the deletion is committed: stop right after the renames.
     monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
     manager.delete_topic("gone")
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == [f"gone-0.{info.topic_id.hex}-delete", f"gone-1.{info.topic_id.hex}-delete", "topics"]
+    assert names == ["__cluster_metadata-0", f"gone-0.{info.topic_id.hex}-delete", f"gone-1.{info.topic_id.hex}-delete"]
     monkeypatch.undo()
+    manager.close()
     LogManager.open(tmp_path, BROKER, 0).close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["topics"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["__cluster_metadata-0"]
+
+
+def test_a_failed_commit_leaves_the_topic_as_it_was(tmp_path, monkeypatch):
+    """The metadata log refusing the change (disk full) undoes what was prepared: a creation's
+    directories go, a deletion's renamed directories come back, and the topic is as it was."""
+    manager = LogManager.open(tmp_path, BROKER, 0)
+    manager.create_topic("kept", 2, {}, 0)
+    manager.log("kept", 1).append(make_batch([(None, b"v")]), 0)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(manager.controller.metadata, "append", full)
+    with pytest.raises(OSError):
+        manager.create_topic("new", 3, {}, 0)
+    with pytest.raises(OSError):
+        manager.delete_topic("kept")
+    monkeypatch.undo()
+    assert manager.topic("new") is None and not (tmp_path / "new-0").exists()
+    assert manager.log("kept", 1).log_end_offset == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["__cluster_metadata-0", "kept-0", "kept-1"]
+    manager.close()
 
 
 def _tree(root):
@@ -296,18 +330,14 @@ def _tree(root):
     }
 
 
-def test_topic_file_format(tmp_path):
+def test_partition_directories_name_their_topic_id(tmp_path):
+    """Each partition directory keeps its topic's id in `partition.metadata`, as Kafka writes it."""
     manager = LogManager.open(tmp_path, BROKER, 0)
-    info = manager.create_topic("t", 4, {"retention.ms": "1"}, 0)
+    info = manager.create_topic("t", 2, {"retention.ms": "1"}, 0)
     manager.close()
-    state = json.loads((tmp_path / "topics" / "t.json").read_text())
-    assert state == {
-        "version": 1,
-        "name": "t",
-        "topic_id": str(info.topic_id),
-        "num_partitions": 4,
-        "configs": {"retention.ms": "1"},
-    }
+    import base64
+    expected = base64.urlsafe_b64encode(info.topic_id.bytes).decode().rstrip("=")
+    assert (tmp_path / "t-1" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {expected}\n"
 
 
 def test_retention_and_flush_over_all_logs(tmp_path):
