@@ -41,6 +41,7 @@ from tests.support.clock import run
     (60, 0, False), (60, 1, False),               # DescribeCluster: Kafka's default, never
     (48, 1, False), (49, 1, False),               # Describe/AlterClientQuotas: never
     (68, 1, False), (69, 1, False),               # ConsumerGroupHeartbeat/Describe (KIP-848): never
+    (88, 0, False), (89, 0, False),               # StreamsGroupHeartbeat/Describe (KIP-1071): never
 ])
 def test_which_versions_throttle_themselves(api_key, version, expected):
     """Kafka's shouldClientThrottle per response: from those versions the broker answers at once."""
@@ -54,7 +55,7 @@ def test_every_api_the_broker_serves_with_a_throttle_time_registers_when_its_cli
 
     broker = new_broker(tmp_path)
     # Kafka's AbstractResponse default: the broker always delays these.
-    never = {60, 48, 49, 74, 68, 69, 61, 65, 66, 57, 71, 72}
+    never = {60, 48, 49, 74, 68, 69, 88, 89, 61, 65, 66, 57, 71, 72}
     for key, h in broker.handlers.items():
         fields = {f.name for f in dataclasses.fields(api_schema(key, h.max_version).response)}
         if "throttle_time" not in fields:
