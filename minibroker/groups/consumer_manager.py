@@ -343,6 +343,10 @@ class ConsumerGroupManager:
                          group.group_id)
         if replaced is not None:
             group.remove_member(replaced.member_id)
+            if targets is None:
+                # Kafka's replaceMember: the new member takes over the target assignment of the
+                # static member it replaces (a recomputed one already has it under the new id).
+                group.target_assignment[updated.member_id] = target
         if bump:
             group.group_epoch = group_epoch
             self.rebalances += 1

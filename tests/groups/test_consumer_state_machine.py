@@ -277,6 +277,30 @@ def test_static_member_leaves_for_a_while_and_its_replacement_takes_its_partitio
         ErrorCode.unknown_member_id
 
 
+def test_a_static_member_replaced_before_it_got_its_partitions_passes_its_target_on():
+    # B joins while A still holds all six partitions (B waits for its three, unreleased), leaves for
+    # a while before it has them, and comes back as B2 with no rebalance. As Kafka's replaceMember,
+    # B2 takes over B's target assignment, so B's partitions reach B2 once A has revoked them
+    # (without it, they were in no member's target and nobody consumed them).
+    h = Harness()
+    t = h.topics.id("t")
+    a, b = h.member("A"), h.member("B", instance_id="i-b")
+    a.heartbeat(h.send)
+    b.heartbeat(h.send)
+    b_target = h.group.target_assignment["B"][t]
+    assert h.group.members["B"].state is MemberState.UNRELEASED_PARTITIONS and not b.partitions(t)
+    b.leave(h.send, static_for_now=True)
+    epoch = h.group.group_epoch
+    b2 = h.member("B2", instance_id="i-b")
+    b2.heartbeat(h.send)
+    assert h.group.group_epoch == epoch and set(h.group.target_assignment) == {"A", "B2"}
+    assert h.group.target_assignment["B2"] == {t: b_target}
+    assert h.store.group_records("consumer").groups[GROUP] == h.group.to_stored()
+    h.settle(a, b2)
+    assert b2.partitions(t) == b_target and a.partitions(t) == set(range(6)) - b_target
+    assert h.group.state_name == "Stable"
+
+
 def test_a_static_member_that_does_not_come_back_is_fenced_at_its_session_end():
     h = Harness()
     a, b = h.member("A", instance_id="i-a"), h.member("B", instance_id="i-b")
