@@ -285,13 +285,13 @@ class Broker:
         )
         self.request_memory = RequestMemoryPool(config["queued.max.request.bytes"])
         self.producer_states = ProducerStates(config, self.logs)
-        # Issue 17: a large log an unclean stop left is replayed now, not on the event loop at its
+        # Recovery: a large log an unclean stop left is replayed now, not on the event loop at its
         # first produce while every connection waits.
         self.producer_states.rebuild_recovered(recovery.recovered_partitions, clock.now_ms(),
                                                config["num.recovery.threads.per.data.dir"])
         # Blocks of producer ids from the controller, each in the metadata log before it is used.
         self.producer_ids = ProducerIds(ProducerIdAllocator(self._reserve_producer_ids), self.producer_states)
-        # Seed 003: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
+        # Lean producer state: the duplicate window rides on ApiVersions and InitProducerId responses (flexible
         # versions) in a tagged field, in lean mode only (minibroker.protocol.extensions).
         self.response_tags: dict[int, dict[int, bytes]] = {}
         if self.producer_states.mode == "lean":

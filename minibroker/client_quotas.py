@@ -379,7 +379,7 @@ class BrokerQuotas:
         drop: at the manager's `next_cleanup_ms`, no sooner than one interval after its last pass
         (so a flood of new users costs at most one pass per interval), and not at all while no user
         is tracked. Waking every 10 ms to find nothing cost an idle broker 1% of a core, and 5% of
-        the broker's CPU per record under bench_load (issue 17)."""
+        the broker's CPU per record under bench_load (docs/benchmarks.md)."""
         def on_change() -> None:
             changed.set()
 

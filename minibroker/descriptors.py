@@ -6,9 +6,9 @@ limit in the thousands. The limit then sets one process-wide `DescriptorBudget`:
 reserve for the descriptors nobody draws (stdio, listeners, the data directory's lock, trio's epoll,
 a file opened for a moment to write an index or a topic file, the recovery threads' reads). Brokers
 in this process take shares of it: open segment files (`log.max.open.files`, by default half the
-budget) and, with issue 11's connection limits, client connections (the other half).
+budget) and, with the connection limits (max.connections, docs/limits.md), client connections (the other half).
 
-How connections join (issue 11, minibroker/server.py): take one share per broker,
+How connections join (max.connections, minibroker/server.py): take one share per broker,
 `budget.share("connections", cap=<max.connections, at most budget.capacity - the files' cap>)`
 with no reclaim callback; at accept, `if not share.try_acquire():` refuse the connection (Kafka's
 acceptor stops accepting at max.connections), and `share.release()` when it closes. try_acquire

@@ -1,6 +1,6 @@
 """Resource limits: how many partitions, connections and buffered request bytes the broker takes on.
 
-Kafka's names and defaults wherever Kafka has the limit (README "Limits and failure behaviour").
+Kafka's names and defaults wherever Kafka has the limit (docs/limits.md).
 
 Connections (ConnectionQuotas, used by the accept loop in minibroker.server):
 

@@ -44,7 +44,7 @@ Series:
   `minibroker_request_memory_bytes`
   and `minibroker_request_memory_waits_total` (queued.max.request.bytes). Frames over
   sasl.server.max.receive.size count in `minibroker_connections_closed_for_protocol_errors_total`.
-- Open files (issue 21): `minibroker_open_segment_files`, `minibroker_open_segment_files_max`
+- Open files (log.max.open.files, docs/storage.md): `minibroker_open_segment_files`, `minibroker_open_segment_files_max`
   (log.max.open.files), `minibroker_segment_file_opens_total`,
   `minibroker_segment_file_evictions_total`, `minibroker_file_descriptor_limit`.
 """

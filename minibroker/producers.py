@@ -24,7 +24,7 @@ an older epoch is fenced (PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before
 producer state (never produced, expired, or from a deleted topic) is bumped as asked, remembering
 nothing: its partitions' state decides what its batches may do.
 
-Recovery (issue 17): after an unclean stop, replaying a large log past its newest snapshot takes
+Recovery (docs/benchmarks.md): after an unclean stop, replaying a large log past its newest snapshot takes
 seconds (about 2.3 us a batch), which the first produce (or InitProducerId's broker-wide look-up)
 would spend on the event loop while every connection waits. So the broker calls `rebuild_recovered`
 before its listeners open: the partitions the log manager recovered whose log runs at least

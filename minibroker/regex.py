@@ -5,7 +5,7 @@ Matching with RE2 takes time linear in the subject, so no client's pattern can s
 loop; Python's backtracking `re` cannot promise that (`(a|a)*b` against a long name runs for
 minutes). Kafka uses RE2/J for topic patterns, the same syntax; for ListTransactions it uses
 java.util.regex, so backreferences and lookarounds, which RE2 refuses, are refused here
-(INVALID_REGULAR_EXPRESSION) where Kafka would accept them: a difference on purpose (README).
+(INVALID_REGULAR_EXPRESSION) where Kafka would accept them: a difference on purpose (docs/differences.md).
 """
 
 from __future__ import annotations

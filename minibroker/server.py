@@ -233,7 +233,7 @@ class DirectSocketIO:
     trio's socket calls make every call a checkpoint: a pass of the scheduler (and an epoll_wait)
     even when the bytes are there. A Produce request took three of them, some 130 Python calls of
     trio's beside the handler's 200; under bench_load's four producers this loop costs 4% less
-    broker CPU per record (issue 17). What the checkpoints gave is kept: a request
+    broker CPU per record (docs/benchmarks.md). What the checkpoints gave is kept: a request
     that never had to wait yields once at its end (`checkpoint`), so a client that always has its
     next request ready cannot starve the other connections, and a cancelled loop stops there or in
     a wait. A socket error other than a closed connection is trio's BrokenResourceError, as from

@@ -1,4 +1,4 @@
-"""A reference idempotent producer for seed 003's lean producer state (its producer side, phase 2).
+"""A reference idempotent producer for the lean producer state proposal (its producer side, phase 2).
 
 `producer.core.ProducerCore` is the protocol logic, sans-I/O (bytes and time in, bytes out);
 `producer.client.IdempotentProducer` drives it over a socket. It reads the broker's duplicate window
@@ -6,7 +6,7 @@ from ApiVersions / InitProducerId (tagged field 19778, minibroker.protocol.exten
 flight, treats DUPLICATE_SEQUENCE_NUMBER as delivered, resends on OUT_OF_ORDER_SEQUENCE_NUMBER and
 holds a partition's next batch back while its unresolved sequence numbers would pass the window.
 It depends on `protocol` only. See `minibroker.producer.core` for the rules, scripts/bench_lean_producer for
-the seed's claim measured.
+the proposal's claim measured.
 """
 
 from typing import Any

@@ -28,7 +28,7 @@ READ_SIZE = 1 << 20
 
 
 class IdempotentProducer:
-    """A seed 003 producer (see `minibroker.producer.core`) connected to `bootstrap` (HOST:PORT)."""
+    """A lean-producer-state producer (see `minibroker.producer.core`) connected to `bootstrap` (HOST:PORT)."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "minibroker-producer",
                  max_in_flight_batches: int | None = None, batch_records: int = 100,

@@ -1,10 +1,11 @@
-"""The reference idempotent producer's sans-I/O core: seed 003's producer side (its phase 2).
+"""The reference idempotent producer's sans-I/O core: the producer side of the lean producer state
+proposal (its phase 2).
 
 In the manner of h11: bytes in (`receive_data`), bytes out (`data_to_send`), connection events
 (`connection_made`, `connection_lost`) and the time as an argument; no sockets, no clock, no threads.
 `producer.client.IdempotentProducer` drives it over a socket.
 
-What seed 003 asks of a producer, and how this one does it:
+What the lean producer state proposal asks of a producer, and how this one does it:
 
 - "Producer need keep a same value of max.in.flight.sequence.number.per.connection decided by
   broker ... Broker will piggyback the value ... on API response": the first request on every
@@ -82,7 +83,7 @@ RETRIABLE: Final = frozenset(code.value for code in (
 ))
 
 KAFKA_MAX_IN_FLIGHT: Final = 5  # what Kafka's 5 retained batches allow (no window announced)
-WINDOW_MAX_IN_FLIGHT: Final = 50  # the default with a seed 003 broker
+WINDOW_MAX_IN_FLIGHT: Final = 50  # the default with a lean-producer-state broker
 SEQUENCE_SPACE: Final = 1 << 31
 
 API_VERSIONS, INIT_PRODUCER_ID, PRODUCE = 18, 22, 0

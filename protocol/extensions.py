@@ -5,9 +5,9 @@ an unknown tag by its length (Java keeps it in `_unknownTaggedFields`, librdkafk
 kafka-python keeps it in `unknown_tags`), so an addition here costs existing clients nothing. Only
 flexible versions have tagged sections; older versions carry none of this.
 
-MAX_IN_FLIGHT_SEQUENCE_TAG (19778): seed 003's duplicate window
----------------------------------------------------------------------
-Seed 003 (lean producer state): "Producer need keep a same value of
+MAX_IN_FLIGHT_SEQUENCE_TAG (19778): the lean producer state proposal's duplicate window
+-----------------------------------------------------------------------------------------
+The lean producer state proposal: "Producer need keep a same value of
 max.in.flight.sequence.number.per.connection decided by broker. When producer starts up, it sends
 API request to broker. Broker will piggyback the value of max.in.flight.sequence.number.per.connection
 on API response to producer." The broker therefore adds, to the top-level tagged section of
@@ -17,8 +17,8 @@ on API response to producer." The broker therefore adds, to the top-level tagged
 
 one tagged field: tag 19778, an INT32, the broker's `max.in.flight.sequence.number.per.connection`
 in sequence numbers (default 10,000,000). Only in `lean` producer-state mode: in `kafka` mode the
-broker keeps Kafka's 5 batches and the field is absent, which tells a seed 003 producer to keep to
-Kafka's 5 in-flight batches (the seed's "mechanism ... to tell whether a broker supports the new
+broker keeps Kafka's 5 batches and the field is absent, which tells a lean-producer-state producer to keep to
+Kafka's 5 in-flight batches (the proposal's "mechanism ... to tell whether a broker supports the new
 duplicate detection logic").
 
 Why 19778: Kafka numbers the tagged fields of each message from 0 upward and has used only single

@@ -1,4 +1,5 @@
-"""Fetch responses whose record data is sent as it was read, not copied into the response (issue 17).
+"""Fetch responses whose record data is sent as it was read, not copied into the response
+(the broker's CPU per record: docs/benchmarks.md).
 
 kio's writer copies every partition's `records` into the response buffer, and the buffer is then
 copied out again: for a consumer that is two copies of every byte it reads, into freshly allocated

@@ -71,7 +71,7 @@ class FrameDecoder:
     appended to one growing buffer: a frame is then one copy of its bytes (a `b"".join` of the
     chunks it spans, or a slice of the one chunk holding it), and none when a chunk is exactly one
     frame body. Appending to a bytearray and cutting the frame out of it cost two copies of every
-    byte, plus the buffer's reallocations as it grew (issue 17: a tenth of the broker's CPU under
+    byte, plus the buffer's reallocations as it grew (a tenth of the broker's CPU under
     a produce load).
 
     A large body (BODY_BUFFER_MIN and up: Produce requests) need not be copied at all: once its

@@ -1,4 +1,5 @@
-"""Produce requests (v3-v13) decoded straight from the frame, records left in place (issue 17).
+"""Produce requests (v3-v13) decoded straight from the frame, records left in place
+(the broker's CPU per record: docs/benchmarks.md).
 
 kio's reader builds a full request object and copies every partition's records out of the frame
 into a bytes object of its own; on the produce path that copy and the object construction were

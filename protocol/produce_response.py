@@ -1,4 +1,5 @@
-"""Produce responses (v3-v13) written straight from the handler's dicts (issue 17).
+"""Produce responses (v3-v13) written straight from the handler's dicts
+(the broker's CPU per record: docs/benchmarks.md).
 
 The counterpart of protocol.produce_request. kio's generic writer turns a Produce response into
 kio objects first (minibroker.protocol.entities.build: an object per partition, an ErrorCode, a timedelta, a

@@ -1,4 +1,4 @@
-"""The client quota callback (KIP-257, seed 004): which quota applies to a request, and its limit.
+"""The client quota callback (KIP-257): which quota applies to a request, and its limit.
 
 Kafka: ``clients/.../server/quota/ClientQuotaCallback.java``, ``ClientQuotaEntity.java``,
 ``ClientQuotaType.java`` and the ``DefaultQuotaCallback`` inside ``core/.../ClientQuotaManager.scala``.

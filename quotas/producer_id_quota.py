@@ -1,13 +1,13 @@
 """Producer-id quota (KIP-936): limit how many NEW producer ids each user introduces per window.
 
-KIP-936 (seed 000) is still "Under Discussion" upstream and exists only as a prototype (Claudenw/kafka
+KIP-936 is still "Under Discussion" upstream and exists only as a prototype (Claudenw/kafka
 `ProducerIDQuotaManagerCache`); this is a complete, clock-free version of it. Every method takes
 `now_ms`; nothing here reads a clock, sleeps or starts a timer (the prototype's constructor-started
 `Timer` is what the broker shell replaces by calling `cleanup(now_ms)`, at most every
 `producer.id.quota.cache.cleanup.scheduler.interval.ms` and only when `next_cleanup_ms` says there is
 something to drop; `on_change` tells it when that may have moved).
 
-The contract (the seed's reading: "User-A has producer_ids_rate 100 PID per 1hr ... the leader will
+The contract (the KIP's reading: "User-A has producer_ids_rate 100 PID per 1hr ... the leader will
 only store 100 PIDs in 1 hour and throttle any unseen PID"):
 
 * `producer_ids_rate` R (a double, per user or user default only) is the number of new producer ids
@@ -47,7 +47,7 @@ only store 100 PIDs in 1 hour and throttle any unseen PID"):
     create producer state uncounted; the guarantee above has no false-positive allowance when the
     shell passes `has_state`. Without `has_state` (`None`, e.g. a replay with no producer-state
     model) the filter's word is taken: a false positive then passes as known, uncharged.
-* The layered Bloom filter (quotas.bloom.LayeredBloomFilter), as the seed draws it: per user, a new
+* The layered Bloom filter (quotas.bloom.LayeredBloomFilter), as the KIP draws it: per user, a new
   layer every W / L (or sooner when the newest layer is full), each removed once it is W old; layers
   are sized for ceil(R / L) ids (the prototype's rate / layer count), at least `min_layer_capacity`
   (32: the EnhancedDoubleHasher's k indexes collide in a filter of a few dozen bits, so smaller
@@ -98,7 +98,7 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW_SIZE_SECONDS = 3600  # producer.id.quota.window.size.seconds
-DEFAULT_LAYER_COUNT = 4  # producer.id.quota.cache.layer.count (the seed's worked example)
+DEFAULT_LAYER_COUNT = 4  # producer.id.quota.cache.layer.count (KIP-936's worked example)
 DEFAULT_FALSE_POSITIVE_RATE = 0.001  # producer.id.quota.cache.false.positive.rate, per layer
 DEFAULT_MIN_LAYER_CAPACITY = 32
 DEFAULT_MAX_LAYER_CAPACITY = 1 << 16

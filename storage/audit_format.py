@@ -48,7 +48,7 @@ producer-id quota's admission counts and Bloom layers live in memory only; produ
 
 Replay contract (what `minibroker.pipeline.replay` relies on to reproduce the broker's decisions exactly): the
 broker calls `ProducerIdQuotaManager.track(user, producer_id, ts)` for exactly the Produce events with
-`producer_id >= 0` (transactional batches included: issue 14 appends them after the quota like any
+`producer_id >= 0` (transactional batches included: KIP-98's are appended after the quota like any
 batch with a producer id; except batches held back behind a throttled earlier one, `throttle_quota`
 HELD_BY_PID_QUOTA),
 once per event, in the order the events are recorded, with `user` = the principal
@@ -143,7 +143,7 @@ QUOTA_SETTING_KEYS: Final = (
 )
 
 # Produce errors given before the producer-id quota is asked (the batch's PID is not tracked): none
-# since transactional batches are accepted (issue 14; before, INVALID_TXN_STATE was one).
+# since transactional batches are accepted (KIP-98; before, INVALID_TXN_STATE was one).
 REFUSED_BEFORE_PID_QUOTA: Final[frozenset[ErrorCode]] = frozenset()
 
 _USER_PREFIX: Final = "User:"

@@ -1,10 +1,10 @@
 """The process's file descriptors as one budget, shared by open log files and client connections.
 
 A process may hold at most RLIMIT_NOFILE descriptors, and everything that holds one draws on the
-same table: segment files, sockets, the data directory's lock, trio's own. Issue 21: with every
+same table: segment files, sockets, the data directory's lock, trio's own. Formerly, with every
 partition holding its files open from creation on, a broker under `ulimit -n 1024` failed near 330
-partitions. So the holders that grow with use (segment files, issue 21; connections, issue 11's
-connection limits) each take a `Share` of one `DescriptorBudget` and draw on it before opening
+partitions. So the holders that grow with use (segment files, log.max.open.files; connections,
+max.connections) each take a `Share` of one `DescriptorBudget` and draw on it before opening
 anything; what they cannot get, they go without (a file cache closes its least recently used file;
 a listener refuses or waits), never the process as a whole.
 

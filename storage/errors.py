@@ -1,6 +1,6 @@
 """What the storage layer raises when the data directory itself is the problem.
 
-Two kinds, kept apart on purpose (the issue-11 rule: a damaged file stops the broker with a message
+Two kinds, kept apart on purpose (docs/limits.md's rule: a damaged file stops the broker with a message
 naming the file, or is recovered from what is on disk, never guessed around and deleted):
 
 * `DamagedFileError`: a file the broker needs at start cannot be read or makes no sense. The broker

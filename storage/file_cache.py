@@ -1,5 +1,5 @@
 """A bounded set of open segment files: at most `capacity` descriptors, least recently used closed
-first, reopened on demand (issue 21).
+first, reopened on demand (docs/storage.md, "Partitions and file descriptors").
 
 Kafka keeps every segment's files open (and its indexes mmapped) for the life of the log, and asks
 its users to raise the descriptor limit. A test broker should not: here a partition's `.log` files

@@ -3,7 +3,7 @@
 Same roles and file layouts as Kafka's `OffsetIndex` and `TimeIndex`, without the mmap and
 preallocation: entries live in memory (two parallel `array`s, searched with bisect) and reach the file
 lazily, when the segment is flushed (flush.messages, flush.ms), rolled or closed cleanly, through a
-descriptor opened for that write and closed after it (issue 21: an index holds no descriptor between
+descriptor opened for that write and closed after it (docs/storage.md: an index holds no descriptor between
 writes). Between writes the file holds a prefix of the entries in memory, which is all it needs to
 be: the active segment's indexes are rebuilt from the log after an unclean shutdown anyway (Kafka
 too), and an inactive segment's were written and fsynced when it was rolled.

@@ -8,7 +8,7 @@ Layout: a directory `<data_dir>/<topic>-<partition>/` holding segments named by 
 and, while the files are consistent, a `clean-shutdown` marker (`minibroker.storage.log_dir`: those files, and
 the leftovers removed when the directory is listed).
 
-Descriptors (issue 21): a log holds none of its own. Its segments borrow their `.log` file's from a
+Descriptors (docs/storage.md): a log holds none of its own. Its segments borrow their `.log` file's from a
 `storage.file_cache.FileCache` shared by every log of the broker (bounded by log.max.open.files,
 least recently used closed first), and index files are written lazily, through descriptors opened
 for the write. A log can be registered without reading anything (`register`) and is loaded at its

@@ -138,7 +138,7 @@ class LogManager:
                  threads: int = 1, *, controller: Controller, node_id: int) -> None:
         self.data_dir = data_dir
         self.broker_config = broker_config
-        # The open segment files of every log (issue 21); bounded, shared by all partitions.
+        # The open segment files of every log (log.max.open.files); bounded, shared by all partitions.
         self.files = files if files is not None else FileCache(DEFAULT_CACHE_CAPACITY)
         self.threads = max(1, threads)  # num.recovery.threads.per.data.dir
         self.recovery = Recovery()
@@ -179,7 +179,7 @@ class LogManager:
         temporary files) when a file cannot be used.
 
         Partitions are registered from the metadata and loaded at their first use, so start-up does
-        not grow with idle partitions (issue 21); those whose clean-shutdown marker is missing (a
+        not grow with idle partitions (docs/storage.md); those whose clean-shutdown marker is missing (a
         crash since they were last changed) are recovered here, before the broker serves anything,
         on `threads` threads (Kafka's num.recovery.threads.per.data.dir)."""
         data_dir = Path(data_dir)

@@ -9,11 +9,11 @@ a read never sees a half-written batch.
 
 A segment holds no descriptor of its own: it borrows its `.log` file's from the log's
 `storage.file_cache.FileCache` for each system call (opened on demand, closed when least recently
-used: issue 21), and its indexes are written lazily (minibroker.storage.index). Whether the file has data not
+used: docs/storage.md), and its indexes are written lazily (minibroker.storage.index). Whether the file has data not
 yet fsynced is the segment's to remember (`_dirty`), not the descriptor's, so closing an evicted
 descriptor never loses a flush that is due.
 
-Indexes are checked against the log (issue 11: a plausible but wrong index made fetches skip
+Indexes are checked against the log (docs/limits.md: a plausible but wrong index made fetches skip
 records silently): on load, Kafka's sanity checks and more (minibroker.storage.index); and every entry a lookup
 uses is checked against the batch header it points at (the offset-index entry (O, P) must find, at
 position P, the batch whose last offset is O; the time-index entry (T, O) the batch ending at O with

@@ -3,7 +3,7 @@
 Quirks: the response always uses response header v0 (KIP-511), and a request at a version we lack
 is answered UNSUPPORTED_VERSION with our ranges in v0 form (see Broker._api_versions_fallback), so
 clients that start high (kafka-python v4, librdkafka v3) can retry lower. aiokafka sends v0 only.
-From v3 (flexible), in lean producer-state mode, the response also carries seed 003's duplicate
+From v3 (flexible), in lean producer-state mode, the response also carries the lean producer state proposal's duplicate
 window in tagged field 19778 (protocol.extensions; added by Broker._encode, as on InitProducerId).
 From v3 the finalized features (KIP-584) ride in tagged fields too: `transaction.version`
 (minibroker.features), which decides whether Kafka 4 clients use transactions version 2.

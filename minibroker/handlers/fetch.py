@@ -11,7 +11,7 @@ v13+ names topics by id (UNKNOWN_TOPIC_ID for an unknown one). Consumers read up
 watermark (minibroker.storage.log: the log end while the partition has no other replica). A
 file-system error reading a partition answers KAFKA_STORAGE_ERROR for that partition.
 
-Transactions (issue 14, Kafka's LocalLog.read / UnifiedLog.collectAbortedTransactions): every
+Transactions (KIP-98, Kafka's LocalLog.read / UnifiedLog.collectAbortedTransactions): every
 response carries the partition's last stable offset (the first offset of its oldest open
 transaction, else the high watermark), whatever the isolation level. isolation_level=1
 (READ_COMMITTED) returns only batches below the LSO, and the aborted transactions (producer id, first

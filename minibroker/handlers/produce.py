@@ -11,7 +11,7 @@ appended; the next produce tries the disk again, so the broker recovers by itsel
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
 v13 names topics by id. Producing never creates a topic (Metadata does).
 
-Transactional batches (issue 14) go through the same checks and the same producer state as
+Transactional batches (KIP-98) go through the same checks and the same producer state as
 idempotent ones (minibroker.storage.producer_state: a non-transactional batch of a producer with a transaction
 open is INVALID_TXN_STATE), after the producer-id quota (they count like any batch with a producer
 id). Before they are appended, the transaction coordinator's `ctx.txns.verify_produce` (KIP-890

@@ -1,4 +1,4 @@
-"""Example quota callbacks (KIP-257, seed 004): the seed's two scenarios, built on the public
+"""Example quota callbacks (KIP-257): the KIP's two scenarios, built on the public
 `quotas.callback.ClientQuotaCallback` interface and ready to use with `client.quota.callback.class`.
 
 - `minibroker.quotas.examples.group_quota:GroupQuotaCallback`: scenario 1, a quota group: several users and

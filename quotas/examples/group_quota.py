@@ -1,4 +1,4 @@
-"""Quota groups: several users and client ids share one quota (KIP-257, seed 004, scenario 1).
+"""Quota groups: several users and client ids share one quota (KIP-257, scenario 1).
 
 "It is useful to define a quota group that combines multiple user principals and/or client-ids. All
 the requests from the group may then share a single quota." Settings::

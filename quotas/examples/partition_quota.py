@@ -1,4 +1,4 @@
-"""Quotas proportional to the partitions a client uses that this broker leads (KIP-257, seed 004,
+"""Quotas proportional to the partitions a client uses that this broker leads (KIP-257,
 scenario 2).
 
 "Rather than allocate a fixed quota for these clients on each broker, it will be useful to have

@@ -5,9 +5,9 @@ Two implementations of one interface, chosen by `producer.state.mode`
 
     manager.py   ProducerStateManager (the interface, validation's common part, snapshot loading),
                  ProducerAppendInfo (what validating a batch decided), ProducerStateEntry,
-                 BatchMetadata; where transactions (issue 14) will fit
-    lean.py      LeanProducerStateManager: seed 003, the latest batch per producer id in 26 bytes,
-                 duplicates by a window of sequence numbers
+                 BatchMetadata; where transactions (KIP-98) will fit
+    lean.py      LeanProducerStateManager: the lean producer state proposal, the latest batch per producer id
+                 in 26 bytes, duplicates by a window of sequence numbers
     kafka.py     KafkaProducerStateManager: Apache Kafka's five retained batches per producer id
     snapshot.py  Kafka's producer snapshot file (version 1), shared by both
 

@@ -1,4 +1,4 @@
-"""The ``lean`` producer state (seed 003, the default): the latest batch per producer id only.
+"""The ``lean`` producer state (after the lean producer state proposal; the default): the latest batch per producer id only.
 
 It keeps ONLY the latest batch per producer id, packed into a
 26-byte record in one shared bytearray (epoch, last sequence, last offset, offset delta, time of the
@@ -25,23 +25,23 @@ id P with epoch E, first sequence F and last sequence L (sequences live in [0, 2
    expected sequence for a duplicate.
 7. Anything else: OUT_OF_ORDER_SEQUENCE_NUMBER (45).
 
-What "max.in.flight.sequence.number.per.connection" counts (seed 003 names it, `max_in_flight`
+What "max.in.flight.sequence.number.per.connection" counts (the lean producer state proposal names it, `max_in_flight`
 here): SEQUENCE NUMBERS, not batches. A count of batches (like the client's
 max.in.flight.requests.per.connection, at most 5 with idempotence) is what bounds which batches a
 conforming client can retry, but lean state keeps no batch boundaries below the latest batch, so
 "within 5 batches" cannot be checked; the only distance it can measure is in sequence numbers, which
-is also what the seed's name says. The window must then cover every sequence number a client can
+is also what the proposal's name says. The window must then cover every sequence number a client can
 legitimately resend: all its in-flight batches, each of many records. A window of 5 sequence numbers
 would answer OUT_OF_ORDER_SEQUENCE_NUMBER to the ordinary retry of the oldest of 5 multi-record
 batches after a dropped connection: an error for data that is in the log, whereas
 DUPLICATE_SEQUENCE_NUMBER is what the Java client completes as a success without offsets
 (Sender.completeBatch).
 
-The default is the seed's: DEFAULT_MAX_IN_FLIGHT = 10,000,000 sequence numbers ("a default value of
+The default is the proposal's: DEFAULT_MAX_IN_FLIGHT = 10,000,000 sequence numbers ("a default value of
 10 million as max inflight sequence number possible that should not hit throttling"). Today's
 clients keep at most 5 batches in flight (librdkafka caps a batch at batch.num.messages = 10,000
 records; the Java client's 16 KiB batch.size holds about 2,300 minimal uncompressed records), so
-10 million covers them with room to spare, and it is what the seed's phase 2 producers are told
+10 million covers them with room to spare, and it is what the proposal's phase 2 producers are told
 (the broker sends it on the wire, minibroker.protocol.extensions): such a producer keeps many batches in
 flight and throttles itself only when its unacknowledged sequence numbers on a partition would
 exceed the window. The residual risk of a wide window is a false duplicate for sequences this

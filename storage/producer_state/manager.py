@@ -23,7 +23,7 @@ offset are the entry's last two fields (-1 when none). A producer whose only rec
 is written with last sequence -1, last offset -1 and offset delta 0, as Kafka writes an entry
 without batches.
 
-Transactions (issue 14, Kafka's ProducerAppendInfo.appendDataBatch / appendEndTxnMarker), the same
+Transactions (KIP-98, Kafka's ProducerAppendInfo.appendDataBatch / appendEndTxnMarker), the same
 in both modes: a producer's first transactional batch opens its transaction at that batch's base
 offset (`current_txn_first_offset`); its COMMIT or ABORT marker (a control batch, written by the
 transaction coordinator through `prepare_marker` / `update(header, now_ms, marker)`) closes it.
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_SEQUENCE = SEQUENCE_SPACE - 1
-DEFAULT_MAX_IN_FLIGHT = 10_000_000  # sequence numbers (seed 003's default); see lean.py
+DEFAULT_MAX_IN_FLIGHT = 10_000_000  # sequence numbers (the lean producer state proposal's default); see lean.py
 DEFAULT_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 
@@ -142,7 +142,7 @@ class ProducerStateEntry:
 
 class ProducerStateManager(ABC):
     """The producer-id state of one partition. Two implementations, chosen by
-    `producer.state.mode`: LeanProducerStateManager ("lean", seed 003) and
+    `producer.state.mode`: LeanProducerStateManager ("lean", the lean producer state proposal) and
     KafkaProducerStateManager ("kafka"); `for_mode` makes one."""
 
     mode: ClassVar[str]

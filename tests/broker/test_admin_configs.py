@@ -1,4 +1,4 @@
-"""AlterConfigs, IncrementalAlterConfigs and DescribeConfigs (issue 15): topic configs and dynamic
+"""AlterConfigs, IncrementalAlterConfigs and DescribeConfigs (KIP-226 for the dynamic ones): topic configs and dynamic
 broker configs applied live, kept across restarts, and described with Kafka's sources and synonyms;
 through exact requests for the refusals, and through Java's Admin, confluent-kafka and kafka-python."""
 

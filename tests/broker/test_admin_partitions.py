@@ -1,4 +1,4 @@
-"""CreatePartitions, DescribeTopicPartitions and DeleteRecords (issue 15): exact requests for the
+"""CreatePartitions, DescribeTopicPartitions and DeleteRecords (KIP-195, KIP-966, KIP-107): exact requests for the
 refusals and the paging rules, and the calls of Java's Admin, confluent-kafka and kafka-python."""
 
 

@@ -1,4 +1,4 @@
-"""DescribeUserScramCredentials and AlterUserScramCredentials (issue 15): SASL/SCRAM users created
+"""DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554): SASL/SCRAM users created
 and removed while the broker runs, kept across restarts as salted keys only; Kafka's errors over the
 wire; the calls of Java's Admin, confluent-kafka and kafka-python; and a user created live logging in
 with SCRAM from a real client."""

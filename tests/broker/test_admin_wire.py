@@ -1,4 +1,4 @@
-"""The admin APIs of issue 19 over the wire with exact requests, for the cases no client library
+"""The remaining admin APIs over the wire with exact requests, for the cases no client library
 sends: the versions below what clients use, and the refusals Kafka gives to requests that are
 wrong in themselves."""
 

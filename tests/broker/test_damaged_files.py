@@ -1,6 +1,6 @@
 """Every file the broker reads at start, damaged: the broker refuses to start with a message naming
 the file (and deletes nothing), or recovers from what is on disk. Never both guess and delete
-(issue 11). Indexes, segments and snapshots, which are rebuilt from the log, are covered in
+(docs/limits.md). Indexes, segments and snapshots, which are rebuilt from the log, are covered in
 test_storage_index.py, test_storage_log.py and test_producer_state.py."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _metadata(broker, topic: str):
 
 @pytest.mark.parametrize("topic", ["user-topic", OFFSETS_TOPIC])
 def test_a_damaged_metadata_log_stops_the_broker_and_nothing_is_deleted(tmp_path, topic):
-    """The issue's two reproductions, on the metadata log that now holds the topics: an unreadable
+    """The two failures this guards against, on the metadata log that now holds the topics: an unreadable
     topic was skipped and its directory deleted by the next auto-create; an unreadable
     __consumer_offsets wiped every group's committed offsets at start. A damaged record of the
     metadata log now stops the broker, naming the segment, and every byte stays."""

@@ -34,7 +34,7 @@ def test_produce_to_a_broker_topic_is_refused_and_appends_nothing(tmp_path, topi
 
 
 def test_a_forged_offset_commit_record_cannot_reach_the_offsets_log(tmp_path):
-    """The reproduction from the issue: a record produced into __consumer_offsets rewrote a group's
+    """The failure this guards against: a record produced into __consumer_offsets rewrote a group's
     committed offset after a restart. It is refused, so the committed offset survives."""
     data = tmp_path / "data"
     from minibroker.storage.group_records import OffsetAndMetadata, offset_key, offset_value

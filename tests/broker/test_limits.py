@@ -1,4 +1,4 @@
-"""Resource limits (minibroker/limits.py, README "Limits and failure behaviour"): what a client can
+"""Resource limits (minibroker/limits.py, docs/limits.md): what a client can
 make the broker take on is bounded, and what is refused is answered, not a dropped connection.
 
 Partitions: max.broker.partitions (50,000 by default) bounds Metadata

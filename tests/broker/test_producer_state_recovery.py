@@ -1,4 +1,4 @@
-"""Producer state after an unclean stop is rebuilt before the broker serves (issue 17 item 4):
+"""Producer state after an unclean stop is rebuilt before the broker serves (docs/benchmarks.md):
 a recovered partition whose log runs EAGER_REBUILD_BYTES or more past its newest snapshot is
 replayed while the Broker is constructed (before any listener exists) and snapshotted at its log
 end; smaller ones, and every partition after a clean stop, stay lazy. Real files on disk, the

@@ -25,7 +25,7 @@ def test_confluent_list_topics_for_all_topics(broker, unique):
     assert broker.broker.metrics.requests_with_trailing_bytes >= 1
 
 
-# ---- the admin APIs of issue 19 (and DescribeLogDirs, issue 15), client by client ------------------
+# ---- the remaining admin APIs (and DescribeLogDirs), client by client ------------------------------
 
 def produce_some(bootstrap, topic, partitions, count=200):
     from confluent_kafka import Producer

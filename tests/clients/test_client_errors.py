@@ -1,6 +1,6 @@
 """What each real client does when a produce is answered DUPLICATE_SEQUENCE_NUMBER,
 OUT_OF_ORDER_SEQUENCE_NUMBER or INVALID_PRODUCER_EPOCH. The answers are injected (fault action
-`error`: the batch is not appended), so each cell of the README's table is observed, not assumed.
+`error`: the batch is not appended), so each cell of docs/clients.md's table is observed, not assumed.
 
 Observed (and asserted here): every client takes DUPLICATE_SEQUENCE_NUMBER as "already written" and
 reports the send as successful, with an unknown offset (-1) for the duplicated batch's first record;

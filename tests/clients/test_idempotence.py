@@ -57,7 +57,7 @@ def assert_exactly_once_in_order(records, messages):
 
 
 # aiokafka is left out of "drop": it times a request out without closing the connection and
-# retries on the same silent connection, so its sends fail (a client limitation; see the README).
+# retries on the same silent connection, so its sends fail (a client limitation; see docs/testing.md, "Faults").
 CASES = [(c, f) for c in ALL for f in ("close", "drop") if not (c.name == "aiokafka" and f == "drop")]
 
 

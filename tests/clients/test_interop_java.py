@@ -13,7 +13,7 @@ the broker's newest versions against the client that defines them:
 - a consumer group of two Java consumers (classic protocol): the second member's join rebalances
   the first, every record is read exactly once, and the committed offsets are the log end;
 - a KIP-848 consumer group of three Java consumers (group.protocol=consumer) shares six partitions,
-  survives one leaving and resumes after a broker restart (issue 15's done criterion);
+  survives one leaving and resumes after a broker restart (KIP-848);
 - Admin.alterClientQuotas / describeClientQuotas round trip.
 
 tests/java/MiniClient.java is the Java side, compiled once per session (the `java` fixture, see
@@ -206,7 +206,7 @@ def shares(lines, what) -> dict[str, set[int]]:
 
 
 def test_java_kip848_group_shares_six_partitions_and_resumes_after_a_restart(java, versions, start_broker, unique):
-    """Issue 15's done criterion: three Java consumers with group.protocol=consumer (KIP-848) join one
+    """A KIP-848 group end to end: three Java consumers with group.protocol=consumer join one
     after another and share six partitions two each; 1,200 records are read; the third leaves and
     the other two take over its partitions and read 600 more; every record is read exactly once, no
     partition is held by two consumers at once (revoke before assign), and the committed offsets
@@ -303,7 +303,7 @@ def test_java_admin_client_quotas(java, versions, broker, unique):
     assert versions.seen["alter_client_quotas"] == {1} and versions.seen["describe_client_quotas"] == {1}
 
 
-# What the Java producer does with each answer to its produce (the README's tables): the answer is
+# What the Java producer does with each answer to its produce (docs/clients.md's tables): the answer is
 # injected (fault action `error`, nothing appended), or comes from the producer-id quota.
 JAVA_REACTION = {
     46: "produced",  # DUPLICATE_SEQUENCE_NUMBER: taken as already written (offset -1)

@@ -4,7 +4,7 @@ answer is the exact record, as Kafka gives it, never the base offset of its batc
 Each client produces ten records with timestamps T0, T0+10, ... T0+90 in ONE batch (a long linger;
 the test reads the stored batch headers to prove it is one batch, with the codec asked for), then
 looks up T0+45: the answer must be offset 5 with timestamp T0+50, in a compressed batch as in an
-uncompressed one. MAX_TIMESTAMP (-3) on a batch whose timestamps are out of order (issue 19: base+100,
+uncompressed one. MAX_TIMESTAMP (-3) on a batch whose timestamps are out of order (KIP-734; here base+100,
 base+400, base+200) must be offset 1 with base+400, the record carrying the largest timestamp.
 EARLIEST_LOCAL (-4) is the log start, LATEST_TIERED (-5) is -1 (nothing is tiered), as Kafka answers
 without tiered storage.
@@ -129,7 +129,7 @@ def test_kafka_python_offsets_for_times_and_max_timestamp(broker, unique):
 
 
 def test_java_offsets_for_times_and_special_timestamps(java, broker, unique):
-    """Java's KafkaConsumer.offsetsForTimes returns the broker's offset unchanged (issue 15: it
+    """Java's KafkaConsumer.offsetsForTimes returns the broker's offset unchanged (it once
     returned 0 for record 5 of a 10-record batch): exact in batches Java compressed with each codec
     (its snappy is xerial-framed, its lz4 Kafka's frame). Admin.listOffsets answers max-timestamp,
     earliest-local and latest-tiered as Kafka does without tiered storage."""

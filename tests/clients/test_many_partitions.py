@@ -1,7 +1,7 @@
-"""Many partitions under a small descriptor limit, with a real client (issue 21).
+"""Many partitions under a small descriptor limit, with a real client (docs/storage.md).
 
 The broker runs in a child process whose RLIMIT_NOFILE is set with setrlimit (the limit a macOS
-shell gives by default, 256), so the kernel's limit is real. Before issue 21 every partition held
+shell gives by default, 256), so the kernel's limit is real. Before the descriptor budget every partition held
 three files open from its creation on, and a broker under `ulimit -n 1024` failed near 330
 partitions. Here confluent-kafka (librdkafka) creates 2,000 partitions under 256 descriptors,
 produces a record to each and reads each back; and a broker killed with SIGKILL while it holds its

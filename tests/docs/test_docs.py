@@ -112,7 +112,7 @@ def test_the_configuration_page_lists_every_setting_with_default_and_dynamic(sit
     assert rows["log.retention.ms"][2] == "yes" and rows["log.retention.hours"][2] == "no"
 
 
-# "issue 17", "issues 11 and 14", "#17" (not "pid#1"), "seed 003".
+# "issue 17", "issues 11 and 14", "#17" (not "pid#1"), "seed 003": reference quoted on purpose.
 ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+\b|(?<![\w#])#\d+\b|\bseeds?\s+\d{3}\b", re.IGNORECASE)
 
 

@@ -1,4 +1,4 @@
-"""OffsetDelete (issue 15): a group's committed offsets deleted per partition, as Kafka's group
+"""OffsetDelete (KIP-496): a group's committed offsets deleted per partition, as Kafka's group
 coordinator answers: GROUP_SUBSCRIBED_TO_TOPIC while its consumers subscribe to the topic (their
 subscriptions read from the JoinGroup metadata), the group errors top-level; through exact requests
 and through Java's Admin and kafka-python."""

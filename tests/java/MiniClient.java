@@ -1390,7 +1390,7 @@ public final class MiniClient {
         }
     }
 
-    // --- transactions (issue 14) -------------------------------------------------------------
+    // --- transactions (KIP-98) ---------------------------------------------------------------
 
     static KafkaProducer<byte[], byte[]> txnProducer(String bootstrap, String txnId, int timeoutMs) {
         Properties p = producerProps(bootstrap, "none", "0");

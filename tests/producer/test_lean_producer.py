@@ -1,6 +1,6 @@
-"""The reference idempotent producer (producer/, seed 003's producer side) against a live broker with
+"""The reference idempotent producer (producer/, lean producer state's producer side) against a live broker with
 injected faults (minibroker.faults), in lean and kafka producer-state modes: every record lands
-exactly once, in order, and the producer took each path the seed describes (window read from the
+exactly once, in order, and the producer took each path the proposal describes (window read from the
 broker, many batches in flight, DUPLICATE_SEQUENCE_NUMBER taken as delivered, resends on
 OUT_OF_ORDER_SEQUENCE_NUMBER, an epoch bump on a real gap, waiting for the sequence window).
 
@@ -109,7 +109,7 @@ def test_lean_mode_many_batches_in_flight_through_faults(start_broker, unique):
     ("kafka", 50, False),
 ])
 def test_lost_responses_and_the_window(start_broker, unique, mode, in_flight, exactly_once):
-    """Seed 003's claim. A `lose` fault writes up to 30 batches (about 10 per partition) without
+    """The lean producer state proposal's claim. A `lose` fault writes up to 30 batches (about 10 per partition) without
     answering them, then breaks the connection; the producer resends them all. A lean broker answers
     every resend within its window DUPLICATE_SEQUENCE_NUMBER: exactly once with 50 in flight.
     Kafka's state keeps 5 batches per partition: with 5 in flight every resend is one of them

@@ -1,4 +1,4 @@
-"""Seed 003's duplicate window on the wire (minibroker.protocol.extensions): tagged field 19778 on ApiVersions
+"""Lean producer state's duplicate window on the wire (minibroker.protocol.extensions): tagged field 19778 on ApiVersions
 (v3+) and InitProducerId (v2+) responses in lean mode, absent in kafka mode and in non-flexible
 versions; our decoder reads it, kio's strict reader alone would refuse it, and real clients (their
 own decoders, and idempotent producers end to end) take the responses as before."""

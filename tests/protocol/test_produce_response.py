@@ -125,7 +125,7 @@ def test_a_body_kio_refuses_is_refused(version, breakage, error):
 
 
 def test_the_broker_answers_produce_with_it(tmp_path):
-    """Broker._encode's Produce frames (minibroker.protocol.produce_response's since issue 17) are still kio's
+    """Broker._encode's Produce frames (minibroker.protocol.produce_response's) are still kio's
     encoding of the handler's body with the throttle time, the broker's response tags included."""
     from minibroker.broker import Broker, Connection, RequestContext
     from minibroker.config import BrokerConfig

@@ -1,4 +1,4 @@
-"""Batches that lie are refused, with Kafka's error codes (issue 11): a record count that does not
+"""Batches that lie are refused, with Kafka's error codes (docs/limits.md, "Bad input"): a record count that does not
 match the records, a garbage body under a valid CRC, offset deltas that repeat, records whose fields
 do not add up to their length, codecs 5-7, compressed data that does not decompress, and a
 decompression bomb (bounded: it never takes more memory than the bound). Real clients' batches, in

@@ -1,4 +1,4 @@
-"""KIP-257's cluster hook and the seed's two example callbacks in a live broker, driven by a real
+"""KIP-257's cluster hook and its two example callbacks in a live broker, driven by a real
 client (kafka-python): the callback is told the cluster at start and after every topic creation
 (CreateTopics and auto-creation) and deletion; a group of client ids shares one quota; a
 partition-proportional limit follows the client's partitions as topics come and go.

@@ -1,4 +1,4 @@
-"""The cluster view (quotas/cluster.py) and the two example callbacks of seed 004 (quotas/examples/),
+"""The cluster view (quotas/cluster.py) and the two example callbacks of KIP-257 (quotas/examples/),
 with explicit `now`: their tags, their limits, the throttles those limits give through Kafka's
 ClientQuotaManager arithmetic, and the re-reading of live limits after `update_cluster_metadata`.
 

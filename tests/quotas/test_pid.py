@@ -104,7 +104,7 @@ def test_constructor_validation_names_the_setting(kwargs, key):
 def test_defaults_follow_the_kip():
     m = ProducerIdQuotaManager()
     assert m.window_ms == 3_600_000  # producer.id.quota.window.size.seconds = 3600
-    assert m.layer_count == 4  # the seed's worked example
+    assert m.layer_count == 4  # KIP-936's worked example
     assert m.false_positive_rate == 0.001
     assert m.max_layers_per_principal == 16
     # layers are sized for rate / layer count ids (the prototype): 100 per hour -> 25 -> the floor of 32

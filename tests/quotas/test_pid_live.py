@@ -1,9 +1,9 @@
 """The producer-id quota (KIP-936) in a live broker, with real clients and real restarts.
 
-- The seed's example, scaled to a short window: with producer_ids_rate = 100 per window, 100 fresh
+- KIP-936's example, scaled to a short window: with producer_ids_rate = 100 per window, 100 fresh
   producers are admitted, the 101st (a real client of each library) is throttled with the default
   `producer.id.quota.error.code` and a throttle time, and its retry after the throttle is admitted
-  once a slot frees: every record stored exactly once (the README's table says what each client does
+  once a slot frees: every record stored exactly once (docs/clients.md's table says what each client does
   with each candidate code; scripts/pid_quota_client_reactions measures it).
 - Over SASL principals: alice's new producer ids beyond her rate are rejected before anything is
   appended (no log data, no producer state), known ones keep producing, bob (no quota) is untouched.
@@ -68,7 +68,7 @@ def fresh_producer_sends(bootstrap, topic, user=None, partition=0):
         return (*send(c, topic, pid, partition=partition), pid)
 
 
-# -- the seed's example ------------------------------------------------------------------------------
+# -- KIP-936's example -------------------------------------------------------------------------------
 
 # 5 s in slots of 1 s: the 101st producer must come within 5 s of the first admission (slow machines
 # included), and then waits at most 6 s.

@@ -67,7 +67,7 @@ def test_a_greedy_client_gets_the_quota_every_second_after_the_burst():
     assert all(abs(b - limit) <= chunk for b in bucket[2:])
     sampled = greedy_bytes_per_second(SAMPLED, limit, 60, chunk)
     steady = sampled[12:]
-    assert max(steady) >= 2 * limit and min(steady) <= limit // 2  # the bursts the issue measured
+    assert max(steady) >= 2 * limit and min(steady) <= limit // 2  # the bursts Kafka's sampled rate lets through
     # Over the minute both admit about the same: the quota plus one first burst.
     assert abs(sum(bucket) - sum(sampled)) <= 0.2 * sum(bucket)
 

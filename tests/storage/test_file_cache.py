@@ -1,4 +1,4 @@
-"""The open-file cache and the descriptor budget (issue 21) against a plain reference model.
+"""The open-file cache and the descriptor budget (docs/storage.md) against a plain reference model.
 
 The model is a list of open paths, least recently used first, plus pin counts and a count of the
 connections' descriptors: Hypothesis drives the real FileCache (real files, real descriptors)

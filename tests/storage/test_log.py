@@ -662,7 +662,7 @@ def test_clean_open_trusts_the_log_and_unclean_open_scans_it(tmp_path):
     log.close()
 
 
-# -- plausible but wrong indexes (issue 11) -------------------------------------------------------
+# -- plausible but wrong indexes (docs/limits.md) -------------------------------------------------
 
 
 def _index_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:

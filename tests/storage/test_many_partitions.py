@@ -1,4 +1,4 @@
-"""Many partitions in few descriptors (issue 21), on real files: the LogManager registers partitions
+"""Many partitions in few descriptors (docs/storage.md), on real files: the LogManager registers partitions
 without opening them, loads one at its first use, keeps at most log.max.open.files segment files
 open however many partitions are used (counted in /proc/self/fd), loses no record and no index entry
 when files are evicted and reopened, recovers after a crash only the partitions changed since their

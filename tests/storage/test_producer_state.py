@@ -195,7 +195,7 @@ def test_constructor_rejects_bad_arguments():
     assert ProducerStateManager.for_mode().max_in_flight == DEFAULT_MAX_IN_FLIGHT
 
 
-# --- lean mode (seed 003) ------------------------------------------------------------------------
+# --- lean mode (the lean producer state proposal) ------------------------------------------------
 
 
 def test_lean_keeps_only_the_latest_batch():
@@ -289,7 +289,7 @@ def test_lean_default_window_covers_five_large_batches():
 
 
 def test_lean_default_window_is_the_seeds_ten_million_and_holds_across_the_wrap():
-    """Seed 003's default, 10,000,000 sequence numbers, with the latest batch straddling the wrap:
+    """The lean producer state's default, 10,000,000 sequence numbers, with the latest batch straddling the wrap:
     everything up to 10 million below the latest last sequence is a duplicate, one more is out of
     order, and a batch a whole window AHEAD (a conforming producer's furthest in-flight batch
     arriving early) is out of order, never a duplicate."""

@@ -7,7 +7,7 @@ lean mode's window is "the whole batch, unwrapped, fits in [last - window + 1, l
 produces random batches (next in sequence, resends, near misses, random sequences, sequences around
 the 2**31 wrap, batches up to a whole window ahead, epoch bumps and fenced epochs), advances a fake
 clock, expires producers, writes snapshots and "restarts": a fresh manager loads the newest
-snapshot, then the log after it is replayed. The default window is seed 003's 10,000,000.
+snapshot, then the log after it is replayed. The default window is the lean producer state proposal's 10,000,000.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
                 first = (latest.last_seq - self.window + offset) % M
             elif kind == "ahead":
                 # A later in-flight batch of a conforming producer arriving early: up to a whole
-                # window ahead of the expected sequence (seed 003's producer never has more in
+                # window ahead of the expected sequence (the lean producer state proposal's producer never has more in
                 # flight). It must never be taken for a duplicate, across the wrap too.
                 ahead = data.draw(st.integers(1, self.window) | st.just(self.window), label="ahead")
                 first = (latest.last_seq + 1 + ahead) % M

@@ -1,5 +1,5 @@
 """The transaction index (`.txnindex`, minibroker.storage.txn_index) and the log's transaction reads
-(issue 14): the file's bytes, collecting aborted transactions across segments, reads bounded by the
+(KIP-98): the file's bytes, collecting aborted transactions across segments, reads bounded by the
 last stable offset, the index going with its segment (truncation, retention, DeleteRecords, unclean
 recovery), and damage rebuilt from the log.
 

@@ -1,4 +1,4 @@
-"""Unit tests for transactions in minibroker.storage.producer_state (issue 14), in both modes: when a
+"""Unit tests for transactions in minibroker.storage.producer_state (KIP-98), in both modes: when a
 transaction opens and ends, the first unstable offset, the transaction rules (INVALID_TXN_STATE,
 fenced marker epochs, fenced coordinator epochs, a marker's new epoch), expiry, snapshots and the
 replay of a real log. Headers are built by hand, as in test_producer_state.py.

@@ -1,4 +1,4 @@
-"""Helpers for the tests of damaged data directories and storage faults (issue 11)."""
+"""Helpers for the tests of damaged data directories and storage faults (docs/limits.md)."""
 
 from __future__ import annotations
 

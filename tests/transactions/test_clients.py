@@ -120,7 +120,7 @@ def _transactions_with_both_isolation_levels(broker, unique):
 
 
 def test_what_librdkafka_and_aiokafka_do_when_fenced_or_timed_out(start_broker, unique):
-    """The README's table: each client's transactional producer fenced by a newer instance, and
+    """docs/clients.md's "Transactions" table: each client's transactional producer fenced by a newer instance, and
     one whose transaction outlived transaction.timeout.ms (aborted by the broker, epoch bumped)."""
     from confluent_kafka import KafkaException, Producer
 

@@ -12,7 +12,7 @@ broker's per-version request counts:
   read_uncommitted consumers, which see exactly the committed records, and every record,
   respectively (Java drops the aborted ones itself from the aborted-transactions list); Java's
   Admin.listTransactions / describeTransactions then list and describe every transactional id;
-- the issue's DONE criterion: a consume-transform-produce loop (read_committed group consumer,
+- exactly-once end to end (KIP-98): a consume-transform-produce loop (read_committed group consumer,
   transactional producer, sendOffsetsToTransaction) run while the broker process is killed -9 twice
   and restarted on its address; a read_committed consumer then sees every input record's output
   exactly once.
@@ -141,7 +141,7 @@ def kill_inside_a_transaction(broker: BrokerProcess, wanted: str, deadline_s: fl
 
 
 def test_exactly_once_loop_survives_two_kill_9(java, tmp_path, unique):
-    """The DONE criterion of issue 14: the first kill lands after the transaction's records were
+    """Exactly-once through two kill -9s (KIP-98): the first kill lands after the transaction's records were
     added, the second after its offsets were (TxnOffsetCommit: offsets pending in
     __consumer_offsets)."""
     count = 3000

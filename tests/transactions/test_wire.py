@@ -1,4 +1,4 @@
-"""Transactions over the wire, data side (issue 14): transactional batches produced by hand, markers
+"""Transactions over the wire, data side (KIP-98): transactional batches produced by hand, markers
 through `Broker.write_txn_markers` (in process) and WriteTxnMarkers (key 27), then Fetch and
 ListOffsets at both isolation levels, real consumers (confluent-kafka, Java) with
 isolation.level=read_committed / read_uncommitted, DescribeProducers through Java's Admin, the
