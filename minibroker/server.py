@@ -547,8 +547,9 @@ async def _serve(config: BrokerConfig | None, broker: Broker | None, clock: Brok
         broker.close()
 
 
-async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down cleanly (logs closed, markers written)."""
+async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True, notes: list[str] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down cleanly (logs closed, markers written). `notes`:
+    lines printed after the ready line (the client settings of --tls-self-signed)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             host, port, broker = await nursery.start(serve, config)
@@ -560,6 +561,8 @@ async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True) -
                     f"minibroker ready: bootstrap.servers={host}:{port} data={broker.data_dir}{extra}",
                     flush=True,
                 )
+                for line in notes or ():
+                    print(line, flush=True)
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

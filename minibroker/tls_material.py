@@ -83,6 +83,37 @@ class TlsMaterial:
         material._write_properties()
         return material
 
+    @classmethod
+    def create_or_open(cls, directory: Path | str) -> TlsMaterial:
+        """The material in `directory` when it is there (a broker restarted keeps its CA, so its
+        clients keep working), else new material made there, for this machine's names too."""
+        directory = Path(directory)
+        files = [directory / name for name in ("ca.pem", "broker.pem", "client.pem", "client-cert.pem",
+                                               "client-key.pem", "client.p12", "truststore.p12")]
+        if all(path.is_file() for path in files):
+            from cryptography import x509
+
+            subject = x509.load_pem_x509_certificate(files[3].read_bytes()).subject.rfc4514_string()
+            client = ClientCertificate(subject, files[2], files[3], files[4], files[5])
+            return cls(directory, None, files[0], files[1], client, files[6])
+        import socket
+
+        names = tuple(dict.fromkeys([*BROKER_NAMES, socket.gethostname()]))
+        return cls.create(directory, names)
+
+    def client_notes(self) -> list[str]:
+        """What `serve --tls-self-signed` prints: where the files are and each client's settings."""
+        ca, cert, key = self.ca_file, self.client.cert, self.client.key
+        return [
+            f"TLS: CA {ca}; a client certificate for mTLS: {self.client.pem} (subject {self.client.subject})",
+            f"  Java, kafka-*.sh: --command-config {self.directory / 'client-ssl.properties'} "
+            f"(mTLS: {self.directory / 'client-mtls.properties'})",
+            f"  librdkafka: security.protocol=SSL ssl.ca.location={ca} "
+            f"[ssl.certificate.location={cert} ssl.key.location={key}]",
+            f"  kafka-python: security_protocol='SSL', ssl_cafile='{ca}' [ssl_certfile='{cert}', ssl_keyfile='{key}']",
+            f"  aiokafka: security_protocol='SSL', ssl_context=aiokafka.helpers.create_ssl_context(cafile='{ca}')",
+        ]
+
     def issue_client(self, name: str, *, common_name: str | None = None, organization_unit: str = "clients",
                      expired: bool = False) -> ClientCertificate:
         """A client certificate signed by the CA, subject CN=<common_name or name>,OU=...,O=minibroker,
@@ -91,6 +122,8 @@ class TlsMaterial:
         now = datetime.datetime.now(datetime.timezone.utc)
         window = dict(not_before=now - datetime.timedelta(days=30), not_after=now - datetime.timedelta(days=1)) \
             if expired else {}
+        if self._ca is None:
+            raise ValueError(f"the CA of {self.directory} was made by an earlier run; its key is not kept")
         leaf = self._ca.issue_cert(common_name=common_name or name, organization_name="minibroker",
                                    organization_unit_name=organization_unit, **window)
         key = _pkcs8(leaf.private_key_pem.bytes())
