@@ -124,8 +124,9 @@ class TlsMaterial:
             if expired else {}
         if self._ca is None:
             raise ValueError(f"the CA of {self.directory} was made by an earlier run; its key is not kept")
-        leaf = self._ca.issue_cert(common_name=common_name or name, organization_name="minibroker",
-                                   organization_unit_name=organization_unit, **window)
+        # A name in the certificate's SAN: without one trustme writes an empty SAN, which Java refuses.
+        leaf = self._ca.issue_cert(f"{name}.clients.minibroker.test", common_name=common_name or name,
+                                   organization_name="minibroker", organization_unit_name=organization_unit, **window)
         key = _pkcs8(leaf.private_key_pem.bytes())
         chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
         pem, cert, key_file, p12 = (self.directory / f"{name}{suffix}" for suffix in (".pem", "-cert.pem", "-key.pem",

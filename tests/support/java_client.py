@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from typing import Mapping
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tests" / "java" / "MiniClient.java"
@@ -64,11 +65,26 @@ class JavaClient:
         return subprocess.Popen(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *self._args(commands)],
                                 stdout=subprocess.PIPE, stderr=stderr, text=True)
 
-    def run(self, *commands: list, timeout: float = 120) -> list[dict]:
-        """Run MiniClient commands in one JVM; returns its output lines as dicts."""
+    def run(self, *commands: list, timeout: float = 120, client_config: Mapping[str, str] | None = None) -> list[dict]:
+        """Run MiniClient commands in one JVM; returns its output lines as dicts. `client_config`:
+        client properties every client of the run takes (security.protocol, ssl.*, sasl.*)."""
         args = self._args(commands)
-        proc = subprocess.run(["java", *JVM_OPTS, "-cp", self.classpath, "MiniClient", *args],
-                              capture_output=True, text=True, timeout=timeout)
+        jvm = list(JVM_OPTS)
+        config_file = None
+        if client_config:
+            import tempfile
+
+            with tempfile.NamedTemporaryFile("w", suffix=".properties", delete=False) as f:
+                # Properties files escape backslashes and the separators in values.
+                f.write("".join(f"{k}={_escape(v)}\n" for k, v in client_config.items()))
+                config_file = f.name
+            jvm.append(f"-Dminibroker.client.config={config_file}")
+        try:
+            proc = subprocess.run(["java", *jvm, "-cp", self.classpath, "MiniClient", *args],
+                                  capture_output=True, text=True, timeout=timeout)
+        finally:
+            if config_file is not None:
+                os.unlink(config_file)
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0:
             stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("SLF4J"))
@@ -76,6 +92,10 @@ class JavaClient:
             self.fail(
                 f"MiniClient {' '.join(args)} exited {proc.returncode} after {done}:\n{stderr[-4000:]}")
         return lines
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def compile_mini_client(classes: Path) -> JavaClient:
