@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     acls = sub.add_parser(
         "acls",
-        help="add, list or remove ACLs on a running broker (like kafka-acls.sh)",
+        help="add, list or remove ACLs, as kafka-acls.sh",
         description="Add, list or remove ACLs on a running broker, as kafka-acls.sh does.",
         epilog=acls_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -131,6 +131,9 @@ REQUIRED: dict[str, tuple[Check, ...]] = {
                               _topic(Op.DESCRIBE, when="each topic its members subscribe to or are assigned")),
     "ListConfigResources": (_cluster(Op.DESCRIBE_CONFIGS),),
     "DescribeTopicPartitions": (_topic(Op.DESCRIBE, when="named (asked for every topic: left out)"),),
+    "UpdateFeatures": (_cluster(Op.ALTER),),
+    "GetTelemetrySubscriptions": (),  # KIP-714: every client may ask (Kafka checks nothing)
+    "PushTelemetry": (),
 }
 
 

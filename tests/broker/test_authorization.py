@@ -144,6 +144,10 @@ def requests(broker: Broker) -> list[tuple[int, int, dict]]:
         (69, 1, {"group_ids": ["cg"], "include_authorized_operations": False}),
         (74, 1, {"resource_types": []}),
         (75, 0, {"topics": [{"name": TOPIC}], "response_partition_limit": 100, "cursor": None}),
+        (57, 1, {"feature_updates": [], "validate_only": True}),
+        (71, 0, {"client_instance_id": uuid.UUID(int=0)}),
+        (72, 0, {"client_instance_id": uuid.uuid4(), "subscription_id": 0, "terminating": True,
+                 "compression_type": 0, "metrics": b""}),
     ]
 
 
