@@ -364,7 +364,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("connections.max.reauth.ms", _int, "0", "KIP-368: a SASL session lasts at most this long (and never past an OAUTHBEARER token's expiry); the client is told in SaslAuthenticate and must re-authenticate before, or the connection is closed at its next request. 0: sessions never expire (Kafka's default). Per listener and mechanism: listener.name.<l>.<mechanism>.connections.max.reauth.ms.", _at_least(0)),
         Key("ssl.keystore.type", _str, "JKS", "The format of the keystore: PEM or PKCS12 (JKS, Kafka's default, is read when the file is PKCS12 or PEM, as Java reads a PKCS12 file named JKS; a real JKS file must be converted: keytool -importkeystore -deststoretype PKCS12).", _one_of("JKS", "PKCS12", "PEM")),
         Key("ssl.keystore.location", _str, "", "The keystore file: the listener's certificate chain and private key."),
-        Key("ssl.keystore.password", _str, "", "The keystore's password (PKCS12; PEM: the private key's when ssl.key.password is not set).", sensitive=True),
+        Key("ssl.keystore.password", _str, "", "The keystore's password (PKCS12; a PEM keystore file takes none, as in Kafka: its key's is ssl.key.password).", sensitive=True),
         Key("ssl.key.password", _str, "", "The private key's password (an encrypted PEM key, or a PKCS12 key protected apart from its store).", sensitive=True),
         Key("ssl.keystore.certificate.chain", _str, "", "ssl.keystore.type=PEM without a file: the certificate chain, PEM, in the value itself.", sensitive=True),
         Key("ssl.keystore.key", _str, "", "ssl.keystore.type=PEM without a file: the private key, PEM (PKCS#8, encrypted with ssl.key.password if it is set), in the value itself.", sensitive=True),
