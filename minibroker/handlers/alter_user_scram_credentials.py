@@ -32,7 +32,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Rep
     if not ctx.authorize_cluster(AclOperation.ALTER):
         refused = sorted({name for name, *_ in deletions + upsertions})
         return Reply({"results": [{"user": name, "error_code": ErrorCode.cluster_authorization_failed,
-                                   "error_message": "Cluster authorization failed."} for name in refused]})
+                                   "error_message": None} for name in refused]})
     try:
         results = ctx.auth.scram_credentials.alter(deletions, upsertions)
     except OSError as exc:

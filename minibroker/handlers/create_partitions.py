@@ -23,8 +23,7 @@ adds, validate_only included (as KRaft); from v3 a topic over the quota is answe
 THROTTLING_QUOTA_EXCEEDED and not grown (strict), before v3 it is grown and the response throttled
 (permissive).
 
-Authorization: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED (29) "The topic authorization is
-failed.".
+Authorization: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED (29), without a message.
 """
 
 from __future__ import annotations
@@ -121,7 +120,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
             continue
         if topic.name not in allowed:
             results.append({"name": topic.name, "error_code": ErrorCode.topic_authorization_failed,
-                            "error_message": "The topic authorization is failed."})
+                            "error_message": None})
             continue
         try:
             _create(ctx, topic, bool(request.validate_only), quota)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 
 STRICT_SINCE = 5  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
+DENIED_MESSAGE = "Topic authorization failed."  # Kafka's ApiError(TOPIC_AUTHORIZATION_FAILED)
 
 
 @handler(20, 1, 6, client_throttles_from=2)
@@ -46,12 +47,12 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
         denied = ErrorCode.topic_authorization_failed
         if info is not None and name is None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC,
                                                                    info.name):
-            results.append({"name": None, "topic_id": topic_id, "error_code": denied, "error_message": None})
+            results.append({"name": None, "topic_id": topic_id, "error_code": denied, "error_message": DENIED_MESSAGE})
             continue
         if (info is not None or name is not None) and not ctx.authorize(
                 AclOperation.DELETE, ResourceType.TOPIC, info.name if info is not None else name):
             results.append({"name": info.name if info is not None else name, "topic_id": topic_id,
-                            "error_code": denied, "error_message": None})
+                            "error_code": denied, "error_message": DENIED_MESSAGE})
             continue
         if info is None:
             code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 @handler(48, 0, 1)
 async def describe_client_quotas(ctx: RequestContext, request: Any) -> Reply:
     if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
-        return Reply({"error_code": ErrorCode.cluster_authorization_failed,
-                      "error_message": "Cluster authorization failed.", "entries": None})
+        return Reply({"error_code": ErrorCode.cluster_authorization_failed, "error_message": None, "entries": None})
     code, message, found = ctx.quotas.store.describe(
         [(c.entity_type, int(c.match_type), c.match) for c in request.components], bool(request.strict)
     )

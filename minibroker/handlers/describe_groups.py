@@ -36,7 +36,8 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
     described = []
     for group_id in request.groups:
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            described.append(_dead(group_id, ErrorCode.group_authorization_failed))
+            # Kafka's DescribeGroupsResponse.groupError: no state at all.
+            described.append({**_dead(group_id, ErrorCode.group_authorization_failed), "group_state": ""})
             continue
         if not group_id:
             described.append(_dead(group_id, ErrorCode.invalid_group_id))

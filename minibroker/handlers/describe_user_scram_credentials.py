@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 @handler(50, 0, 0, client_throttles_from=0)
 async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Reply:
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
-        denied, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        denied, message = ErrorCode.cluster_authorization_failed, None  # Kafka's ApiError leaves it out
         return Reply({"error_code": denied, "error_message": message,
                       "results": [{"user": "", "error_code": denied, "error_message": message, "credential_infos": []}
                                   for _ in request.users or ()]})

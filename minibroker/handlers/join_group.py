@@ -35,7 +35,8 @@ async def join_group(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.groups
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return Reply({"error_code": ErrorCode.group_authorization_failed, "generation_id": -1, "protocol_type": None,
-                      "protocol_name": "", "leader": "", "skip_assignment": False, "member_id": "", "members": []})
+                      "protocol_name": None if version >= 7 else "", "leader": "", "skip_assignment": False,
+                      "member_id": "", "members": []})
     session_timeout_ms = to_ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     rebalance_timeout_ms = session_timeout_ms if rebalance_timeout is None else to_ms(rebalance_timeout)

@@ -317,8 +317,8 @@ def normalise(observations: list[dict[str, Any]], started_ms: int, ended_ms: int
 
 
 # Lists whose order carries no meaning and whose items have no name to sort by: sorted as they are
-# (SaslHandshake's mechanisms, DescribeClientQuotas' entries).
-UNORDERED = {"mechanisms", "entries"}
+# (SaslHandshake's mechanisms, DescribeClientQuotas' entries, the ACLs of DescribeAcls and DeleteAcls).
+UNORDERED = {"mechanisms", "entries", "acls", "matching_acls"}
 
 
 def _order(value: Any, *, keyed: bool, name: str = "") -> Any:
