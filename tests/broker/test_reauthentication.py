@@ -86,6 +86,9 @@ def test_reauthentication_renews_the_session_on_the_same_connection(reauth_broke
         assert plain_login(client, "alice", "alice-pw").error_code == 0
         assert metadata(client).cluster_id
     assert reauth_broker.broker.metrics.successful_reauthentications == 4
+    from minibroker.metrics_http import render
+
+    assert "minibroker_sasl_reauthentications_total 4" in reauth_broker.in_broker(render, reauth_broker.broker)
 
 
 def test_reauthentication_keeps_the_principal(reauth_broker):
