@@ -155,3 +155,39 @@ def test_confluent_kafka_sees_the_same_refusals(acl_broker, java, unique):
         assert error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         consumer.close()
+
+
+def test_confluent_kafka_and_kafka_python_administer_acls(acl_broker, unique):
+    """librdkafka's create_acls/describe_acls/delete_acls and kafka-python's, as the super user."""
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType)
+    from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                             KafkaAdminClient, ResourcePattern, ResourcePatternFilter)
+    from kafka.admin import ResourceType as KResourceType
+
+    topic, other = unique("rd-acl"), unique("kp-acl")
+    admin = AdminClient({"bootstrap.servers": acl_broker.sasl_bootstrap, **confluent_as("admin")})
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    for future in admin.create_acls([binding]).values():
+        assert future.result(10) is None
+    any_of_topic = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.ANY, None, None,
+                                    AclOperation.ANY, AclPermissionType.ANY)
+    assert admin.describe_acls(any_of_topic).result(10) == [binding]
+    kp = KafkaAdminClient(bootstrap_servers=acl_broker.sasl_bootstrap, security_protocol="SASL_PLAINTEXT",
+                          sasl_mechanism="PLAIN", sasl_plain_username="admin", sasl_plain_password=USERS["admin"])
+    try:
+        acl = ACL("User:bob", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW,
+                  ResourcePattern(KResourceType.TOPIC, other, ACLResourcePatternType.PREFIXED))
+        created = kp.create_acls([acl])
+        assert created["succeeded"] == [acl] and not created["failed"]
+        found, error = kp.describe_acls(ACLFilter("User:bob", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                                  ResourcePatternFilter(KResourceType.TOPIC, other,
+                                                                        ACLResourcePatternType.ANY)))
+        assert [(a.principal, a.operation, a.resource_pattern.pattern_type) for a in found] == [
+            ("User:bob", ACLOperation.WRITE, ACLResourcePatternType.PREFIXED)]
+    finally:
+        kp.close()
+    deleted = admin.delete_acls([any_of_topic])[any_of_topic].result(10)
+    assert deleted == [binding]
+    assert admin.describe_acls(any_of_topic).result(10) == []
