@@ -132,6 +132,12 @@ REQUIRED: dict[str, tuple[Check, ...]] = {
     "ListConfigResources": (_cluster(Op.DESCRIBE_CONFIGS),),
     "DescribeTopicPartitions": (_topic(Op.DESCRIBE, when="named (asked for every topic: left out)"),),
     "UpdateFeatures": (_cluster(Op.ALTER),),
+    "StreamsGroupHeartbeat": (_group(Op.READ), _topic(Op.DESCRIBE, when="each topic of the topology sent"),
+                              _cluster(Op.CREATE, None, when="to create internal topics (else CREATE on each)"),
+                              _topic(Op.CREATE, None, when="an internal topic to create: else a status, no error",
+                                     of="each internal topic")),
+    "StreamsGroupDescribe": (_group(Op.DESCRIBE, of="each group"),
+                             _topic(Op.DESCRIBE, when="each topic of the group's topology")),
     "GetTelemetrySubscriptions": (),  # KIP-714: every client may ask (Kafka checks nothing)
     "PushTelemetry": (),
 }

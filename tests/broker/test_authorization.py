@@ -57,6 +57,7 @@ def requests(broker: Broker) -> list[tuple[int, int, dict]]:
     tid = topic_id(broker)
     txn_batch = make_batch([(None, b"v")], producer_id=1, producer_epoch=0, base_sequence=0, transactional=True)
     partitions = [{"partition_index": 0}]
+    streams = f"sg-{uuid.uuid4().hex[:8]}"  # a new streams group each time, its changelog to create
     return [
         (22, 5, {"transactional_id": TXN, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}),
         (22, 5, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}),
@@ -142,6 +143,15 @@ def requests(broker: Broker) -> list[tuple[int, int, dict]]:
         (68, 1, {"group_id": "cg", "member_id": str(uuid.uuid4()), "member_epoch": 0, "rebalance_timeout": 10000,
                  "subscribed_topic_names": [TOPIC], "topic_partitions": []}),
         (69, 1, {"group_ids": ["cg"], "include_authorized_operations": False}),
+        (88, 0, {"group_id": streams, "member_id": str(uuid.uuid4()), "member_epoch": 0, "endpoint_information_epoch": 0,
+                 "instance_id": None, "rack_id": None, "rebalance_timeout": 10000, "topology": {"epoch": 0, "subtopologies": [
+                     {"subtopology_id": "0", "source_topics": [TOPIC], "source_topic_regex": [],
+                      "state_changelog_topics": [{"name": f"{streams}-changelog", "partitions": 0, "replication_factor": 0,
+                                                  "topic_configs": []}],
+                      "repartition_sink_topics": [], "repartition_source_topics": [], "copartition_groups": []}]},
+                 "active_tasks": [], "standby_tasks": [], "warmup_tasks": [], "process_id": "p", "user_endpoint": None,
+                 "client_tags": [], "task_offsets": None, "task_end_offsets": None, "shutdown_application": False}),
+        (89, 0, {"group_ids": [streams], "include_authorized_operations": False}),
         (74, 1, {"resource_types": []}),
         (75, 0, {"topics": [{"name": TOPIC}], "response_partition_limit": 100, "cursor": None}),
         (57, 1, {"feature_updates": [], "validate_only": True}),
