@@ -22,10 +22,11 @@ Filters (DescribeAcls, DeleteAcls) match as Kafka's AclBindingFilter: ANY matche
 pattern type, operation or permission; a null name, principal or host any; pattern type MATCH matches
 the patterns that would apply to the named resource (the literal name, the wildcard, prefixes of it).
 
-Bindings are kept by an `AclStore` (below: a file written atomically and fsynced before CreateAcls
-or DeleteAcls is answered, so they survive kill -9); the authorizer replays them at start. Each
-binding has an id, as AccessControlEntryRecord has in Kafka's metadata log, where the store puts
-them once the broker keeps a metadata log.
+Bindings are kept in the cluster metadata image (`MetadataAclStore`): each is an
+AccessControlEntryRecord with its id in the metadata log, as in Kafka's KRaft mode, removed by a
+RemoveAccessControlEntryRecord (minibroker.storage.acls_image), written and fsynced before CreateAcls
+or DeleteAcls is answered, so they survive kill -9; the authorizer reads them from the image at start
+and again after every change any broker of the cluster commits.
 
 Denials are logged at INFO to the `minibroker.authorizer` logger (Kafka's kafka.authorizer.logger),
 allowed actions at DEBUG; checks that only compute authorized operations or filter lists at DEBUG.
@@ -34,21 +35,21 @@ allowed actions at DEBUG; checks that only compute authorized operations or filt
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence
 
 from minibroker.auth import AclOperation, ResourceType
+from minibroker.storage.acls_image import AccessControlEntryRecord, AclsImage, RemoveAccessControlEntryRecord
 from minibroker.storage.config import ConfigError
-from minibroker.storage.files import write_atomically
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
+    from minibroker.metadata import BrokerMetadata
+    from minibroker.storage.metadata_image import MetadataRecord
 
-__all__ = ["AclBinding", "AclBindingFilter", "AclError", "AclStore", "FileAclStore", "PatternType",
+__all__ = ["AclBinding", "AclBindingFilter", "AclError", "AclStore", "MetadataAclStore", "PatternType",
            "PermissionType", "StandardAuthorizer", "WILDCARD"]
 
 log = logging.getLogger(__name__)
@@ -197,12 +198,13 @@ class AclBindingFilter:
 
 
 class AclStore(Protocol):
-    """Keeps the bindings across restarts: every change is durable when the call returns."""
+    """Keeps the bindings across restarts: every change is durable when `save` returns, and an
+    OSError from it changes nothing."""
 
     def load(self) -> dict[str, AclBinding]: ...
 
-    def save(self, acls: dict[str, AclBinding], added: Iterable[str], removed: Iterable[str]) -> None:
-        """The bindings are now `acls` (by id): `added` ids are new, `removed` ones gone."""
+    def save(self, added: Mapping[str, AclBinding], removed: Iterable[str]) -> None:
+        """The bindings `added` (by id) are new, the `removed` ids gone."""
 
 
 class MemoryAclStore:
@@ -211,47 +213,45 @@ class MemoryAclStore:
     def load(self) -> dict[str, AclBinding]:
         return {}
 
-    def save(self, acls: dict[str, AclBinding], added: Iterable[str], removed: Iterable[str]) -> None:
+    def save(self, added: Mapping[str, AclBinding], removed: Iterable[str]) -> None:
         pass
 
 
-class FileAclStore:
-    """`acls.json` in the data directory, rewritten atomically (temporary file, fsync, rename, fsync of
-    the directory) on every change: a change answered is on disk. Layout: {"version": 1, "acls":
-    [{"id", "resource_type", "name", "pattern_type", "principal", "host", "operation",
-    "permission_type"}]} with Kafka's enum names. A file that cannot be read stops the broker naming it."""
+class MetadataAclStore:
+    """The ACL section of the cluster metadata image (minibroker.storage.acls_image): a change is
+    committed to the metadata log as AccessControlEntryRecords and RemoveAccessControlEntryRecords
+    (fsynced before CreateAcls or DeleteAcls is answered: they survive kill -9, and a snapshot keeps
+    them), and every broker's authorizer follows the changes any broker commits (`follow`)."""
 
-    FILE = "acls.json"
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = Path(data_dir) / self.FILE
+    def __init__(self, metadata: BrokerMetadata) -> None:
+        self.metadata = metadata
 
     def load(self) -> dict[str, AclBinding]:
-        if not self.path.exists():
-            return {}
-        try:
-            state = json.loads(self.path.read_bytes())
-            if not isinstance(state, dict) or state.get("version") != 1:
-                raise ValueError("not a version 1 ACL file")
-            out: dict[str, AclBinding] = {}
-            for item in state["acls"]:
-                binding = AclBinding(ResourceType[item["resource_type"]], item["name"],
-                                     PatternType[item["pattern_type"]], item["principal"], item["host"],
-                                     OPERATION_ALL if item["operation"] == "ALL" else AclOperation[item["operation"]],
-                                     PermissionType[item["permission_type"]])
+        out: dict[str, AclBinding] = {}
+        for acl_id, record in self.metadata.image.section(AclsImage).acls.items():
+            binding = AclBinding(record.resource_type, record.resource_name, record.pattern_type, record.principal,
+                                 record.host, record.operation, record.permission_type)
+            try:
                 binding.validate()
-                out[str(item["id"])] = binding
-            return out
-        except (OSError, ValueError, KeyError, TypeError, AclError) as exc:
-            raise ValueError(f"{self.path}: unreadable ACLs ({exc}); restore the file from a backup, or remove it "
-                             "to start with no ACLs") from None
+            except AclError as exc:
+                raise ValueError(f"the metadata log's ACL {acl_id} ({record}) is not a binding: {exc}") from None
+            out[str(acl_id)] = binding
+        return out
 
-    def save(self, acls: dict[str, AclBinding], added: Iterable[str], removed: Iterable[str]) -> None:
-        items = [{"id": acl_id, "resource_type": resource_type_name(b.resource_type), "name": b.name,
-                  "pattern_type": PatternType(b.pattern_type).name, "principal": b.principal, "host": b.host,
-                  "operation": operation_name(b.operation), "permission_type": PermissionType(b.permission).name}
-                 for acl_id, b in acls.items()]
-        write_atomically(self.path, json.dumps({"version": 1, "acls": items}, indent=1).encode())
+    def save(self, added: Mapping[str, AclBinding], removed: Iterable[str]) -> None:
+        records: list[MetadataRecord] = [
+            AccessControlEntryRecord(uuid.UUID(acl_id), b.resource_type, b.name, b.pattern_type, b.principal, b.host,
+                                     b.operation, b.permission) for acl_id, b in added.items()]
+        records += [RemoveAccessControlEntryRecord(uuid.UUID(acl_id)) for acl_id in removed]
+        self.metadata.commit(records)
+
+    def follow(self, changed: Callable[[], None]) -> None:
+        """Call `changed()` after every commit (this broker's or another's) that adds or removes ACLs."""
+        def on_metadata(records: Sequence[MetadataRecord]) -> None:
+            if any(isinstance(r, (AccessControlEntryRecord, RemoveAccessControlEntryRecord)) for r in records):
+                changed()
+
+        self.metadata.subscribe(on_metadata)
 
 
 # ---- the authorizer -------------------------------------------------------------------------------
@@ -267,8 +267,16 @@ class StandardAuthorizer:
         self.allow_if_no_acl = allow_everyone_if_no_acl_found
         self._acls: dict[str, AclBinding] = dict(self.store.load())
         self._index()
+        follow = getattr(self.store, "follow", None)
+        if follow is not None:
+            follow(self._reload)
         log.info("authorizer: %d ACL(s), super.users=%s, allow.everyone.if.no.acl.found=%s", len(self._acls),
                  ",".join(sorted(self.super_users)) or "none", str(self.allow_if_no_acl).lower())
+
+    def _reload(self) -> None:
+        """The store changed (a commit of this broker or another): read the bindings again."""
+        self._acls = dict(self.store.load())
+        self._index()
 
     def _index(self) -> None:
         """The bindings by resource type: literal names (the wildcard among them) and prefixes."""
@@ -371,10 +379,10 @@ class StandardAuthorizer:
 
     def create_acls(self, bindings: list[AclBinding]) -> list[str | None]:
         """Add bindings (one already there is not added twice); per binding None, or Kafka's
-        INVALID_REQUEST message. Durable when it returns."""
+        INVALID_REQUEST message. Durable when it returns; an OSError from the store changes nothing."""
         results: list[str | None] = []
         existing = set(self._acls.values())
-        added: list[str] = []
+        added: dict[str, AclBinding] = {}
         for binding in bindings:
             try:
                 binding.validate()
@@ -382,15 +390,13 @@ class StandardAuthorizer:
                 results.append(str(exc))
                 continue
             if binding not in existing:
-                acl_id = str(uuid.uuid4())
-                self._acls[acl_id] = binding
+                added[str(uuid.uuid4())] = binding
                 existing.add(binding)
-                added.append(acl_id)
             results.append(None)
         if added:
             self._commit(added, ())
-            for acl_id in added:
-                log.info("added ACL %s", self._acls[acl_id])
+            for binding in added.values():
+                log.info("added ACL %s", binding)
         return results
 
     def delete_acls(self, filters: list[AclBindingFilter]) -> list[tuple[str | None, list[AclBinding]]]:
@@ -409,15 +415,18 @@ class StandardAuthorizer:
             removed.update(matched)
             results.append((None, [b for _, b in matched]))
         if removed:
-            for acl_id in removed:
-                del self._acls[acl_id]
-            self._commit((), removed)
+            self._commit({}, removed)
             for binding in removed.values():
                 log.info("removed ACL %s", binding)
         return results
 
-    def _commit(self, added: Iterable[str], removed: Iterable[str]) -> None:
-        self.store.save(self._acls, added, removed)
+    def _commit(self, added: Mapping[str, AclBinding], removed: Iterable[str]) -> None:
+        """Store the change first (on an OSError nothing changed), then decide with it."""
+        gone = set(removed)
+        self.store.save(added, gone)
+        acls = {acl_id: b for acl_id, b in self._acls.items() if acl_id not in gone}
+        acls.update(added)
+        self._acls = acls
         self._index()
 
     def __len__(self) -> int:
@@ -455,15 +464,15 @@ STANDARD_AUTHORIZER_CLASSES = ("org.apache.kafka.metadata.authorizer.StandardAut
                                "kafka.security.authorizer.AclAuthorizer")
 
 
-def build_authorizer(config: BrokerConfig, data_dir: Path):
+def build_authorizer(config: BrokerConfig, metadata: BrokerMetadata):
     """The authorizer `authorizer.class.name` names (None when empty): Kafka's StandardAuthorizer on
-    the data dir's ACLs, or a Python class (package.module:Class) built with no arguments and given
+    the ACLs of the cluster metadata image, or a Python class (package.module:Class) built with no arguments and given
     the broker's properties by `configure(props)` when it has one (Kafka's Configurable)."""
     name = config["authorizer.class.name"]
     if not name:
         return None
     if name in STANDARD_AUTHORIZER_CLASSES:
-        return StandardAuthorizer(FileAclStore(data_dir), super_users=config["super.users"],
+        return StandardAuthorizer(MetadataAclStore(metadata), super_users=config["super.users"],
                                   allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
     module_name, sep, class_name = name.partition(":")
     if not sep:

@@ -350,10 +350,10 @@ class Broker:
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.metadata)
         # What each listener asks of its clients: TLS, SASL mechanisms (keystores are read now).
         self.listener_security = listener_securities(config)
-        # ACLs (authorizer.class.name): Kafka's StandardAuthorizer on the data dir's ACLs, unless the
+        # ACLs (authorizer.class.name): Kafka's StandardAuthorizer on the metadata image's ACLs, unless the
         # broker was built with an authorizer of its own.
         if self.authorizer is None:
-            self.authorizer = build_authorizer(config, self.data_dir)
+            self.authorizer = build_authorizer(config, self.metadata)
         self.auth = AuthHelper(self.sasl_users, self.scram_credentials, self.authorizer)
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self._next_connection_id = 0

@@ -1,14 +1,10 @@
 """The authorizer on its own: Kafka's StandardAuthorizerTest and BaseAuthorizerTest cases (literal,
 prefixed and wildcard patterns, DENY over ALLOW, the implied operations, ALL, hosts, principals,
 super.users, allow.everyone.if.no.acl.found, authorizeByResourceType), AclBindingFilter matching, the
-checks of a new binding, and the ACL file kept across restarts (a new process reads what the last
-one wrote)."""
+checks of a new binding, and the bindings kept in the cluster metadata log (across an unclean stop and
+a snapshot, followed by every broker of a cluster)."""
 
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -18,7 +14,6 @@ from minibroker.acls import (
     RESOURCE_ANY,
     AclBinding,
     AclBindingFilter,
-    FileAclStore,
     PatternType,
     PermissionType,
     StandardAuthorizer,
@@ -276,24 +271,65 @@ def test_a_delete_reports_what_each_filter_removed():
     assert len(auth) == 0
 
 
-def test_the_file_keeps_the_bindings_for_the_next_process(tmp_path):
-    store = FileAclStore(tmp_path)
-    auth = StandardAuthorizer(store)
+def _open(directory):
+    from minibroker.clock import BrokerClock
+    from minibroker.metadata import BrokerMetadata
+    from minibroker.storage.controller import Controller
+
+    controller = Controller.open(directory, 1, 0)
+    return controller, BrokerMetadata(controller, BrokerClock(), 1)
+
+
+def test_the_metadata_log_keeps_the_bindings_across_an_unclean_stop_and_a_snapshot(tmp_path):
+    from minibroker.acls import MetadataAclStore
+    from minibroker.storage.acls_image import AclsImage
+
+    controller, metadata = _open(tmp_path)
+    auth = StandardAuthorizer(MetadataAclStore(metadata))
     auth.create_acls([acl(TOPIC, "orders", PREFIXED, "User:alice", Op.WRITE, ALLOW),
                       acl(Rt.CLUSTER, "kafka-cluster", LITERAL, "User:ops", OPERATION_ALL, ALLOW)])
     auth.delete_acls([AclBindingFilter(Rt.CLUSTER, None, ANY_PATTERN, None, None, OPERATION_ANY, PermissionType.ANY)])
-    code = ("import sys; from minibroker.acls import StandardAuthorizer, FileAclStore; from minibroker.auth import "
-            "AclOperation, ResourceType; a = StandardAuthorizer(FileAclStore(sys.argv[1])); "
-            "print(len(a), a.authorize('User:alice', 'PLAINTEXT', 'h', AclOperation.WRITE, ResourceType.TOPIC, "
-            "'orders-eu'))")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["1", "True"]
-    state = json.loads((tmp_path / "acls.json").read_text())
-    assert [(a["resource_type"], a["pattern_type"], a["operation"]) for a in state["acls"]] == [
-        ("TOPIC", "PREFIXED", "WRITE")]
+    controller.close(clean=False)  # as kill -9 leaves it: no snapshot, the log replayed
+    log = (tmp_path / "__cluster_metadata-0" / "00000000000000000000.log").read_bytes()
+    assert (log.count(b'"type":"AccessControlEntryRecord"'), log.count(b'"type":"RemoveAccessControlEntryRecord"')) \
+        == (2, 1)
+    controller, metadata = _open(tmp_path)
+    again = StandardAuthorizer(MetadataAclStore(metadata))
+    assert len(again) == 1
+    assert again.authorize("User:alice", "PLAINTEXT", "h", Op.WRITE, TOPIC, "orders-eu")
+    assert not again.authorize("User:ops", "PLAINTEXT", "h", Op.ALTER, Rt.CLUSTER, "kafka-cluster")
+    controller.close(clean=True, now_ms=0)  # snapshotted: the bindings are the snapshot's records
+    controller, metadata = _open(tmp_path)
+    assert [(r.resource_name, r.principal) for r in controller.image.section(AclsImage).acls.values()] == [
+        ("orders", "User:alice")]
+    assert len(StandardAuthorizer(MetadataAclStore(metadata))) == 1
+    controller.close(clean=False)
 
 
-def test_an_unreadable_file_stops_the_start_naming_it(tmp_path):
-    (tmp_path / "acls.json").write_text('{"version": 1, "acls": [{"id": "x"}]}')
-    with pytest.raises(ValueError, match="acls.json: unreadable ACLs"):
-        StandardAuthorizer(FileAclStore(tmp_path))
+def test_the_authorizers_of_a_cluster_follow_every_brokers_change(tmp_path):
+    from minibroker.acls import MetadataAclStore
+    from minibroker.clock import BrokerClock
+    from minibroker.metadata import BrokerMetadata
+
+    controller, first = _open(tmp_path)
+    second = BrokerMetadata(controller, BrokerClock(), 2)
+    one, two = StandardAuthorizer(MetadataAclStore(first)), StandardAuthorizer(MetadataAclStore(second))
+    one.create_acls([acl(GROUP, "billing", LITERAL, "User:bob", Op.READ, ALLOW)])
+    assert two.authorize("User:bob", "PLAINTEXT", LOCAL, Op.READ, GROUP, "billing")
+    two.delete_acls([everything()])
+    assert len(one) == 0 and not one.authorize("User:bob", "PLAINTEXT", LOCAL, Op.READ, GROUP, "billing")
+    controller.close(clean=False)
+
+
+def test_a_binding_the_log_holds_that_is_none_stops_the_start_naming_it(tmp_path):
+    import uuid
+
+    from minibroker.acls import MetadataAclStore
+    from minibroker.storage.acls_image import AccessControlEntryRecord
+
+    controller, metadata = _open(tmp_path)
+    metadata.commit([AccessControlEntryRecord(uuid.uuid4(), int(Rt.CLUSTER), "other", int(LITERAL), "User:a", "*",
+                                              int(Op.ALTER), int(ALLOW))])
+    with pytest.raises(ValueError, match="the metadata log's ACL .* The only valid name for the CLUSTER resource"):
+        StandardAuthorizer(MetadataAclStore(metadata))
+    controller.close(clean=False)

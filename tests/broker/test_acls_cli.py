@@ -94,6 +94,11 @@ def test_the_acls_survive_kill_9(tmp_path):
     finally:
         stop_process(proc)
     assert after == before and "User:alice" in after and "public-" not in after
+    # Kept where Kafka keeps them: the cluster metadata log, and no file of their own.
+    metadata_log = b"".join(p.read_bytes() for p in (data / "__cluster_metadata-0").glob("*.log"))
+    assert metadata_log.count(b'"type":"AccessControlEntryRecord"') == 2
+    assert metadata_log.count(b'"type":"RemoveAccessControlEntryRecord"') == 1
+    assert sorted(p.name for p in data.glob("acl*")) == []
 
 
 def test_without_an_authorizer_it_says_so(tmp_path):
