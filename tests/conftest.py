@@ -42,7 +42,8 @@ def java(tmp_path_factory):
     except JavaClientError as exc:
         pytest.fail(str(exc))
     client.fail = pytest.fail
-    return client
+    yield client
+    client.close()  # the JVM of `java.call`, if a test started it
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ def acl(resource: str, name: str, principal: str, operation: str, permission: st
 def test_java_admin_creates_describes_and_deletes_acls(acl_broker, java, unique):
     topic = unique("acl-admin")
     admin = java_as("admin")
-    lines = java.run(
+    lines = java.call(
         ["create-acls", acl_broker.sasl_bootstrap, ";".join([
             acl("TOPIC", topic, "User:alice", "READ"), acl("TOPIC", topic, "User:alice", "WRITE"),
             acl("TOPIC", f"{topic}-", "User:bob", "ALL", pattern="PREFIXED"),
@@ -64,7 +64,7 @@ def test_java_admin_creates_describes_and_deletes_acls(acl_broker, java, unique)
 
 
 def test_a_principal_not_allowed_to_alter_acls_is_refused(acl_broker, java, unique):
-    lines = java.run(["create-acls", acl_broker.sasl_bootstrap, acl("TOPIC", unique("x"), "User:bob", "ALL")],
+    lines = java.call(["create-acls", acl_broker.sasl_bootstrap, acl("TOPIC", unique("x"), "User:bob", "ALL")],
                      ["describe-acls", acl_broker.sasl_bootstrap], client_config=java_as("bob"))
     assert of_type(lines, "acl-created")[0]["error"] == "ClusterAuthorizationException"
     assert of_type(lines, "acl-error")[0]["error"] == "ClusterAuthorizationException"
@@ -72,7 +72,7 @@ def test_a_principal_not_allowed_to_alter_acls_is_refused(acl_broker, java, uniq
 
 def test_without_write_java_cannot_produce_and_without_read_on_the_group_cannot_consume(acl_broker, java, unique):
     topic, group, granted = unique("guarded"), unique("guarded-group"), unique("bobs")
-    lines = java.run(
+    lines = java.call(
         ["create-topic", acl_broker.sasl_bootstrap, topic, 1], ["create-topic", acl_broker.sasl_bootstrap, granted, 1],
         # bob may write to his own topic (so his idempotent producer may start, KIP-679), not to `topic`;
         # alice may read `topic` but not read in `group`.
@@ -81,35 +81,35 @@ def test_without_write_java_cannot_produce_and_without_read_on_the_group_cannot_
         ["produce-check", acl_broker.sasl_bootstrap, topic],  # the super user
         client_config=java_as("admin"))
     assert of_type(lines, "produce-result")[0]["error"] is None
-    refused = java.run(["produce-check", acl_broker.sasl_bootstrap, topic], client_config=java_as("bob"))
+    refused = java.call(["produce-check", acl_broker.sasl_bootstrap, topic], client_config=java_as("bob"))
     assert of_type(refused, "produce-result")[0]["error"] == "TopicAuthorizationException"
-    allowed = java.run(["produce-check", acl_broker.sasl_bootstrap, granted], client_config=java_as("bob"))
+    allowed = java.call(["produce-check", acl_broker.sasl_bootstrap, granted], client_config=java_as("bob"))
     assert of_type(allowed, "produce-result")[0]["error"] is None
-    no_group = java.run(["consume-check", acl_broker.sasl_bootstrap, topic, group], client_config=java_as("alice"))
+    no_group = java.call(["consume-check", acl_broker.sasl_bootstrap, topic, group], client_config=java_as("alice"))
     assert of_type(no_group, "consume-result")[0]["error"] == "GroupAuthorizationException"
-    java.run(["create-acls", acl_broker.sasl_bootstrap, acl("GROUP", group, "User:alice", "READ")],
+    java.call(["create-acls", acl_broker.sasl_bootstrap, acl("GROUP", group, "User:alice", "READ")],
              client_config=java_as("admin"))
-    consumed = java.run(["consume-check", acl_broker.sasl_bootstrap, topic, group], client_config=java_as("alice"))
+    consumed = java.call(["consume-check", acl_broker.sasl_bootstrap, topic, group], client_config=java_as("alice"))
     assert of_type(consumed, "consume-result")[0] == {"type": "consume-result", "records": 1, "error": None}
 
 
 def test_an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic(acl_broker, java, unique):
     topic = unique("idempotence")
-    java.run(["create-topic", acl_broker.sasl_bootstrap, topic, 1],
+    java.call(["create-topic", acl_broker.sasl_bootstrap, topic, 1],
              ["create-acls", acl_broker.sasl_bootstrap, acl("TOPIC", topic, "User:alice", "DESCRIBE")],
              client_config=java_as("admin"))
     # alice may see the topic but write nowhere: InitProducerId is refused for the cluster.
-    lines = java.run(["produce-check", acl_broker.sasl_bootstrap, topic], client_config=java_as("alice"))
+    lines = java.call(["produce-check", acl_broker.sasl_bootstrap, topic], client_config=java_as("alice"))
     assert of_type(lines, "produce-result")[0]["error"] == "ClusterAuthorizationException"
-    java.run(["create-acls", acl_broker.sasl_bootstrap, acl("CLUSTER", "kafka-cluster", "User:alice",
+    java.call(["create-acls", acl_broker.sasl_bootstrap, acl("CLUSTER", "kafka-cluster", "User:alice",
                                                              "IDEMPOTENT_WRITE")], client_config=java_as("admin"))
-    lines = java.run(["produce-check", acl_broker.sasl_bootstrap, topic], client_config=java_as("alice"))
+    lines = java.call(["produce-check", acl_broker.sasl_bootstrap, topic], client_config=java_as("alice"))
     assert of_type(lines, "produce-result")[0]["error"] == "TopicAuthorizationException"  # now: the topic's
 
 
 def test_a_super_user_is_allowed_everything(acl_broker, java, unique):
     topic, group = unique("admin-topic"), unique("admin-group")
-    lines = java.run(["create-topic", acl_broker.sasl_bootstrap, topic, 2, "retention.ms=3600000"],
+    lines = java.call(["create-topic", acl_broker.sasl_bootstrap, topic, 2, "retention.ms=3600000"],
                      ["produce", acl_broker.sasl_bootstrap, topic, 10],
                      ["group-consume", acl_broker.sasl_bootstrap, topic, group, 10],
                      ["alter-configs", acl_broker.sasl_bootstrap, "TOPIC", topic, "SET:retention.ms=7200000"],
@@ -131,7 +131,7 @@ def test_confluent_kafka_sees_the_same_refusals(acl_broker, java, unique):
     from confluent_kafka import Consumer, KafkaError, Producer
 
     topic, group, granted = unique("rd-guarded"), unique("rd-group"), unique("rd-bobs")
-    java.run(["create-topic", acl_broker.sasl_bootstrap, topic, 1], ["create-topic", acl_broker.sasl_bootstrap, granted, 1],
+    java.call(["create-topic", acl_broker.sasl_bootstrap, topic, 1], ["create-topic", acl_broker.sasl_bootstrap, granted, 1],
              ["produce", acl_broker.sasl_bootstrap, topic, 5],
              ["create-acls", acl_broker.sasl_bootstrap, ";".join([
                  acl("TOPIC", granted, "User:bob", "WRITE"), acl("TOPIC", topic, "User:alice", "READ")])],

@@ -185,7 +185,7 @@ def java_config(secure, listener: str) -> tuple[str, dict[str, str]]:
 def test_java(secure, java, unique, listener):
     bootstrap, config = java_config(secure, listener)
     topic = unique(f"java-{listener}")
-    lines = java.run(["create-topic", bootstrap, topic, 2], ["produce", bootstrap, topic, 50],
+    lines = java.call(["create-topic", bootstrap, topic, 2], ["produce", bootstrap, topic, 50],
                      ["consume", bootstrap, topic, 2, 50], client_config=config)
     assert len(of_type(lines, "produced")) == 50
     assert len(of_type(lines, "record")) == 50
@@ -195,7 +195,7 @@ def test_java_is_refused_when_it_does_not_trust_the_broker(secure, java, unique,
     from minibroker.tls_material import TlsMaterial
 
     stranger = TlsMaterial.create(tmp_path / "stranger")
-    lines = java.run(["produce-check", secure.ssl_bootstrap, unique("never"), "max.block.ms=5000"],
+    lines = java.call(["produce-check", secure.ssl_bootstrap, unique("never"), "max.block.ms=5000"],
                      client_config=stranger.java())
     assert of_type(lines, "produce-result")[0]["error"] in ("SslAuthenticationException", "TimeoutException")
 
@@ -275,11 +275,11 @@ def test_clients_reauthenticate_when_sessions_are_bounded(tmp_path, java, unique
     session lifetimes, re-authenticating on their connections (none is closed for an expired session)."""
     with running_broker(tmp_path / "data", tls=True, sasl_users=USERS, connections_max_reauth_ms=2000) as running:
         settings = running.tls.confluent(sasl=True) | SCRAM
-        acked, errors = steady(running.sasl_ssl_bootstrap, settings, unique("reauth-rdkafka"), 5)
+        acked, errors = steady(running.sasl_ssl_bootstrap, settings, unique("reauth-rdkafka"), 4)
         assert acked > 0 and not errors
         bootstrap, config = java_config(running, "sasl_ssl")
         topic = unique("reauth-java")
-        lines = java.run(["create-topic", bootstrap, topic, 1], ["produce-for", bootstrap, topic, 5000],
+        lines = java.call(["create-topic", bootstrap, topic, 1], ["produce-for", bootstrap, topic, 4000],
                          client_config=config)
         [outcome] = of_type(lines, "produced-for")
         assert outcome["error"] is None and outcome["acked"] > 0

@@ -150,19 +150,56 @@ public final class MiniClient {
             StandardCharsets.UTF_8);
     static final Duration TIMEOUT = Duration.ofSeconds(60);
 
+    /** The client properties of the current run (a properties file's path: -Dminibroker.client.config, or
+     *  the first field of a --serve line). */
+    static String clientConfig = System.getProperty("minibroker.client.config");
+
+    /** --serve: one JVM for many runs (a test session's). Each stdin line is a run: the client config
+     *  file (or nothing), then the arguments, tab-separated ("--" between commands); it ends with an
+     *  {"type":"end"} line whose "error" says whether a command threw. EOF ends the JVM. */
+    static void serve() throws Exception {
+        java.io.BufferedReader in = new java.io.BufferedReader(
+                new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] fields = line.split("\t", -1);
+            clientConfig = fields[0].isEmpty() ? null : fields[0];
+            String error = "null";
+            try {
+                runAll(Arrays.copyOfRange(fields, 1, fields.length));
+            } catch (Throwable t) {
+                error = str(t.toString());
+                OUT.println("{\"type\":\"error\",\"error\":" + error + "}");
+                t.printStackTrace();
+            }
+            OUT.println("{\"type\":\"end\",\"error\":" + error + "}");
+            OUT.flush();
+        }
+        OUT.flush();
+        System.exit(0);
+    }
+
+    static void runAll(String[] args) throws Exception {
+        List<String> command = new ArrayList<>();
+        for (String arg : args) {
+            if (arg.equals("--")) {
+                run(command);
+                command.clear();
+            } else {
+                command.add(arg);
+            }
+        }
+        if (!command.isEmpty()) run(command);
+    }
+
     public static void main(String[] args) throws Exception {
+        if (args.length == 1 && args[0].equals("--serve")) {
+            serve();
+            return;
+        }
         int exit = 0;
         try {
-            List<String> command = new ArrayList<>();
-            for (String arg : args) {
-                if (arg.equals("--")) {
-                    run(command);
-                    command.clear();
-                } else {
-                    command.add(arg);
-                }
-            }
-            if (!command.isEmpty()) run(command);
+            runAll(args);
         } catch (Throwable t) {
             OUT.println("{\"type\":\"error\",\"error\":" + str(t.toString()) + "}");
             OUT.flush();
@@ -242,7 +279,7 @@ public final class MiniClient {
     /** Adds the properties of the file -Dminibroker.client.config names (security.protocol, ssl.*,
      *  sasl.*) to a client's: how the tests run every command over SSL, mTLS or SASL_SSL. */
     static Properties secured(Properties p) {
-        String file = System.getProperty("minibroker.client.config");
+        String file = clientConfig;
         if (file == null) return p;
         try (java.io.Reader r = java.nio.file.Files.newBufferedReader(java.nio.file.Path.of(file))) {
             Properties extra = new Properties();
