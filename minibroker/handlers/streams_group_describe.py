@@ -12,7 +12,7 @@ themselves.
 
 Authorization (Kafka's handleStreamsGroupDescribe, KAFKA-18819): DESCRIBE on each group, else
 GROUP_AUTHORIZATION_FAILED (30); a group whose topology names a topic the principal may not describe
-is answered TOPIC_AUTHORIZATION_FAILED (29), its members not shown.
+is answered TOPIC_AUTHORIZATION_FAILED (29) with Kafka's message, its members not shown.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import NO_AUTHORIZED_OPERATIONS, AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
-from minibroker.handlers.streams_group_heartbeat import streams_enabled, streams_manager, topology_topics
+from minibroker.groups.streams_topics import required_topics
+from minibroker.handlers.streams_group_heartbeat import streams_enabled, streams_manager
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -66,8 +67,11 @@ def _topology(group: StreamsGroup) -> dict | None:
         for s in sorted(group.topology.subtopologies, key=lambda s: s.subtopology_id)]}
 
 
-def _refused(group_id: str, code: ErrorCode) -> dict:
-    return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "", "group_epoch": 0,
+TOPICS_REFUSED = "The described group uses topics that the client is not authorized to describe."
+
+
+def _refused(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "", "group_epoch": 0,
             "assignment_epoch": 0, "members": [], "authorized_operations": NO_AUTHORIZED_OPERATIONS}
 
 
@@ -85,9 +89,9 @@ async def streams_group_describe(ctx: RequestContext, request: Any) -> Reply:
     for d in streams_manager(ctx).describe(allowed):
         group = d.group
         if group is not None and group.topology is not None:
-            names = topology_topics(group.topology)
+            names = required_topics(group.topology)
             if len(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)) < len(names):
-                described.append(_refused(group.group_id, ErrorCode.topic_authorization_failed))
+                described.append(_refused(group.group_id, ErrorCode.topic_authorization_failed, TOPICS_REFUSED))
                 continue
         if group is None:
             described.append({"error_code": d.error, "error_message": d.message, "group_id": d.group_id,

@@ -21,7 +21,7 @@ no schema for it; Kafka Streams uses v0. Its clients never throttle themselves.
 
 Authorization (Kafka's handleStreamsGroupHeartbeat, KAFKA-18819 and KAFKA-19412): READ on the group,
 else GROUP_AUTHORIZATION_FAILED (30); DESCRIBE on every topic of the topology sent, else
-TOPIC_AUTHORIZATION_FAILED (29) naming them; an internal topic is created only with CREATE on the
+TOPIC_AUTHORIZATION_FAILED (29), no message; an internal topic is created only with CREATE on the
 cluster or on the topic, else the status MISSING_INTERNAL_TOPICS says "Unauthorized to CREATE on
 topics ..." and the request does not fail.
 """
@@ -34,7 +34,7 @@ import logging
 
 from minibroker.groups.api import STREAMS
 from minibroker.groups.streams_manager import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResult
-from minibroker.groups.streams_topics import MISSING_INTERNAL_TOPICS
+from minibroker.groups.streams_topics import MISSING_INTERNAL_TOPICS, java_hash_order, required_topics
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.join_group import client_host
@@ -105,26 +105,15 @@ def _topology_error(topology: StoredTopology) -> str | None:
     return None
 
 
-def topology_topics(topology: StoredTopology) -> list[str]:
-    """Every topic a topology names: sources, repartition sinks and sources, changelogs."""
-    names: dict[str, None] = {}
-    for s in topology.subtopologies:
-        for name in (*s.source_topics, *s.repartition_sink_topics, *(t.name for t in s.repartition_source_topics),
-                     *(t.name for t in s.state_changelog_topics)):
-            names.setdefault(name, None)
-    return list(names)
-
-
 def _refused(ctx: RequestContext, group_id: str, topology: StoredTopology | None) -> tuple[ErrorCode, str | None] | None:
     """READ on the group, then DESCRIBE on every topic of a topology sent (KAFKA-18819)."""
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed, None
     if topology is not None:
-        names = topology_topics(topology)
+        names = required_topics(topology)
         allowed = set(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names))
-        unauthorized = [name for name in names if name not in allowed]
-        if unauthorized:
-            return ErrorCode.topic_authorization_failed, f"The following topics are unauthorized: {', '.join(unauthorized)}"
+        if any(name not in allowed for name in names):
+            return ErrorCode.topic_authorization_failed, None  # Kafka names none of them
     return None
 
 
@@ -154,7 +143,7 @@ def _create_internal_topics(ctx: RequestContext, result: StreamsGroupHeartbeatRe
             if code == MISSING_INTERNAL_TOPICS:
                 result.status[i] = (code, f"{detail}; Creating the topics failed: {', '.join(failed)}")
     if unauthorized and result.status is not None:
-        refusal = f"Unauthorized to CREATE on topics {','.join(unauthorized)}."
+        refusal = f"Unauthorized to CREATE on topics {', '.join(java_hash_order(unauthorized))}."
         for i, (code, detail) in enumerate(result.status):
             if code == MISSING_INTERNAL_TOPICS:
                 result.status[i] = (code, f"{detail}; {refusal}")
