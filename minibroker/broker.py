@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 
 import trio
 
+from minibroker.acls import build_authorizer
 from minibroker.auth import AuthHelper, Authorizer
 from minibroker.cluster import BrokerEndpoints, ClusterView
 from minibroker.client_quotas import BrokerQuotas
@@ -42,6 +43,7 @@ from minibroker.groups.registry import DEFAULT_GROUP_TYPES
 from minibroker.groups.types import GroupTypes
 from minibroker.handlers import ByteRate, Reply, SaslPhase, api_version_list, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
+from minibroker.listeners import listener_securities, unbound_listener
 from minibroker.log_context import broker_log_context
 from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
@@ -92,6 +94,7 @@ log = logging.getLogger(__name__)
 # responses are written by protocol.produce_response.
 PRODUCE_KEY = 0
 FETCH_KEY = 1  # its responses are encoded by minibroker.protocol.fetch_response
+SASL_HANDSHAKE_KEY = 17
 
 
 
@@ -345,6 +348,12 @@ class Broker:
         self.sasl_users = UserStore(config["sasl.users"], config["sasl.enabled.mechanisms"])
         # SCRAM users created and removed at runtime (AlterUserScramCredentials), kept in the metadata log.
         self.scram_credentials = ScramCredentialStore.open(self.sasl_users, self.metadata)
+        # What each listener asks of its clients: TLS, SASL mechanisms (keystores are read now).
+        self.listener_security = listener_securities(config)
+        # ACLs (authorizer.class.name): Kafka's StandardAuthorizer on the metadata image's ACLs, unless the
+        # broker was built with an authorizer of its own.
+        if self.authorizer is None:
+            self.authorizer = build_authorizer(config, self.metadata)
         self.auth = AuthHelper(self.sasl_users, self.scram_credentials, self.authorizer)
         self.metrics_address: tuple[str, int] | None = None  # GET /metrics, when metrics.listen is set
         self._next_connection_id = 0
@@ -388,10 +397,14 @@ class Broker:
         self._next_connection_id += 1
         self.metrics.connections += 1
         self.metrics.connections_total += 1
+        security = self.listener_security.get(listener)
+        if security is None:  # a connection made in process (a test's) on a listener not configured
+            security = self.listener_security[listener] = unbound_listener(self.config, listener)
         return Connection(
             peer=peer,
             listener=listener,
-            authenticated=listener != "SASL_PLAINTEXT",
+            authenticated=security is None or not security.sasl,
+            security=security,
             id=self._next_connection_id,
         )
 
@@ -466,10 +479,13 @@ class Broker:
         handler = self.services.handlers.get(api_key)
         if handler is None:
             raise UnknownApiKeyError(f"unknown api key {api_key}")
-        if not conn.authenticated and handler.sasl_phase is not (
+        if (conn.sasl is not None or not conn.authenticated) and handler.sasl_phase is not (
                 SaslPhase.HANDSHAKE if conn.sasl is None else SaslPhase.AUTHENTICATE):
             # Kafka's IllegalSaslStateException: the connection is closed.
-            raise ProtocolError(f"unexpected {handler.name} request during SASL authentication")
+            raise ProtocolError(f"unexpected {handler.name} request during SASL "
+                                f"{'re-authentication' if conn.authenticated else 'authentication'}")
+        if conn.session_expires_at is not None and self._session_expired(conn, api_key):
+            return Response(None, close=True)
         if not handler.min_version <= version <= handler.max_version:
             if api_key == API_VERSIONS_KEY:
                 return Response(self._api_versions_fallback(correlation_id))
@@ -490,13 +506,27 @@ class Broker:
         self.metrics.requests[handler.name] += 1
         self.metrics.request_versions[handler.name, version] += 1
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
-        if self.quotas.any_enabled and conn.authenticated:
+        if self.quotas.any_enabled and conn.authenticated and conn.sasl is None:
             mark = self.audit.mark() if self.audit is not None and handler.audited else -1
             return await self._handle_with_quotas(ctx, request, len(frame), mark)
         reply = await handler.handle(ctx, request)
         if reply is None:
             return Response(None, close=ctx.close_connection)
         return self._response(ctx, self._encode(ctx, reply.body, reply.throttle_ms), reply.throttle_ms)
+
+    def _session_expired(self, conn: Connection, api_key: int) -> bool:
+        """KIP-368: a request on a connection whose SASL session has expired closes it, unless it is
+        the SaslHandshake that re-authenticates it (Kafka's SocketServer: "Disconnecting expired
+        channel"; the handshake is checked by its handler)."""
+        expires = conn.session_expires_at
+        now = self.clock.monotonic()
+        if expires is None or now <= expires or api_key == SASL_HANDSHAKE_KEY or conn.sasl is not None:
+            return False
+        self.metrics.expired_sessions_closed += 1
+        log.info("closing connection from %s (%s): its SASL session expired %.0f ms ago and it did not "
+                 "re-authenticate (connections.max.reauth.ms or its token's lifetime; KIP-368)",
+                 conn.peer, conn.principal, (now - expires) * 1000)
+        return True
 
     def _note_trailing_bytes(self, conn: Connection, api: str, version: int, count: int) -> None:
         """Bytes after a well-formed body are ignored, as Kafka ignores them: counted, and logged once

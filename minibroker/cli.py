@@ -29,6 +29,7 @@ examples:
   minibroker serve --listen 127.0.0.1:19092 --data-dir /tmp/mb
   minibroker serve --override num.partitions=3 --override log.retention.ms=60000
   minibroker serve --sasl-listen 127.0.0.1:9093 --sasl-user alice:alice-secret --metrics-listen 127.0.0.1:9100
+  minibroker serve --tls-self-signed ./tls      # an SSL listener on 127.0.0.1:9093, certificates in ./tls
 """
 
 
@@ -58,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--override", metavar="KEY=VALUE", type=_parse_override, action="append", default=[], help="set one config key (repeatable)")
     serve.add_argument("--sasl-listen", metavar="HOST:PORT", help="also listen for SASL_PLAINTEXT clients here (PLAIN, SCRAM-SHA-256/512)")
     serve.add_argument("--sasl-user", metavar="NAME:PASSWORD", action="append", default=[], help="a user of the SASL listener (repeatable; adds to sasl.users)")
+    serve.add_argument("--tls-self-signed", metavar="DIR", type=Path,
+                       help="also listen for SSL clients (--ssl-listen, default 127.0.0.1:9093) with a throwaway CA and "
+                            "certificates kept in DIR (made there the first time), and print the client settings")
+    serve.add_argument("--ssl-listen", metavar="HOST:PORT", help="the SSL listener's address (with --tls-self-signed, "
+                       "or with ssl.keystore.* settings of your own)")
     serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve GET /metrics (Prometheus text format) over HTTP here")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity (default INFO)")
     from minibroker import configs_cli
@@ -70,6 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     configs_cli.add_arguments(configs)
+    from minibroker import acls_cli
+
+    acls = sub.add_parser(
+        "acls",
+        help="add, list or remove ACLs, as kafka-acls.sh",
+        description="Add, list or remove ACLs on a running broker, as kafka-acls.sh does.",
+        epilog=acls_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    acls_cli.add_arguments(acls)
     from minibroker import topics_cli
 
     topics = sub.add_parser(
@@ -104,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         from minibroker import topics_cli
 
         return topics_cli.run(args)
+    if args.command == "acls":
+        from minibroker import acls_cli
+
+        return acls_cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
@@ -129,9 +149,19 @@ def _serve(args: argparse.Namespace) -> int:
             overrides["sasl.users"] = ",".join([u for u in [existing, *args.sasl_user] if u])
         if args.metrics_listen:
             overrides["metrics.listen"] = args.metrics_listen
+        notes: list[str] = []
+        if args.tls_self_signed or args.ssl_listen:
+            base = overrides.get("listeners") or file_props.get("listeners", "127.0.0.1:9092")
+            overrides["listeners"] = f"{base},SSL://{args.ssl_listen or '127.0.0.1:9093'}"
+        if args.tls_self_signed:
+            from minibroker.tls_material import TlsMaterial
+
+            material = TlsMaterial.create_or_open(args.tls_self_signed)
+            overrides.update(material.broker_properties("SSL", client_auth="requested"))
+            notes = material.client_notes()
         config = BrokerConfig.load(args.config, overrides)
         try:
-            trio.run(serve_until_signalled, config)
+            trio.run(serve_until_signalled, config, True, notes)
         except BaseExceptionGroup as group:  # a start-up failure inside trio's nurseries
             raise sole_exception(group) from None
     except ConfigError as exc:

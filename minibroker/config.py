@@ -10,6 +10,7 @@ broker with a message naming the key and the reason.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -66,17 +67,32 @@ def _fault_rules(value: str):
 # Settings of a custom quota callback (client.quota.callback.class) live under this prefix.
 CALLBACK_CONFIG_PREFIX = "client.quota.callback."
 
-# Per-listener settings: listener.name.<listener, lower case>.<key> (Kafka's ListenerName.configPrefix).
+# Per-listener settings: listener.name.<listener, lower case>.<key> (Kafka's ListenerName.configPrefix),
+# and per listener and SASL mechanism: listener.name.<listener>.<mechanism, lower case>.<key>
+# (Kafka's ListenerName.saslMechanismConfigPrefix).
 LISTENER_CONFIG_PREFIX = "listener.name."
-LISTENER_KEYS = ("max.connection.creation.rate",)
+SSL_KEYS = (
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates", "ssl.client.auth", "ssl.protocol",
+    "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.endpoint.identification.algorithm",
+    "ssl.principal.mapping.rules", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+)
+LISTENER_KEYS = ("max.connection.creation.rate", "sasl.enabled.mechanisms", "connections.max.reauth.ms", *SSL_KEYS)
+# Keys given per listener and mechanism (listener.name.sasl_ssl.oauthbearer.sasl.jaas.config); only
+# connections.max.reauth.ms exists without the prefix too.
+MECHANISM_KEYS = ("sasl.jaas.config", "connections.max.reauth.ms", "sasl.server.callback.handler.class")
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Kafka's SecurityProtocol names.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_LISTENER_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 @dataclass(frozen=True)
 class Listener:
-    """One listener: its name (which is also its security protocol here) and address."""
+    """One listener: its name (a security protocol, or a name listener.security.protocol.map maps to
+    one) and address."""
 
     name: str
     host: str
@@ -84,19 +100,67 @@ class Listener:
 
 
 def _listeners(value: str) -> tuple[Listener, ...]:
-    """Kafka's `NAME://HOST:PORT,...` list; a bare HOST:PORT is a PLAINTEXT listener."""
+    """Kafka's `NAME://HOST:PORT,...` list; a bare HOST:PORT is a PLAINTEXT listener. Names are upper
+    case, as Kafka's ListenerName normalises them; which security protocol a name has is
+    listener.security.protocol.map's to say (BrokerConfig checks every name has one)."""
     out: list[Listener] = []
     for item in (part.strip() for part in value.split(",")):
         if not item:
             continue
         name, sep, address = item.partition("://")
         name = name.strip().upper() if sep else "PLAINTEXT"
-        if name not in SECURITY_PROTOCOLS:
-            raise ValueError(f"listener {name!r} must be one of {', '.join(SECURITY_PROTOCOLS)}")
+        if not _LISTENER_NAME.fullmatch(name):
+            raise ValueError(f"listener name {name!r} must be letters, digits and '_'")
         if any(existing.name == name for existing in out):
             raise ValueError(f"listener {name} is given twice")
         out.append(Listener(name, *_host_port(address if sep else item)))
     return tuple(out)
+
+
+def _protocol_map(value: str) -> dict[str, str]:
+    """`NAME:PROTOCOL,...` (Kafka's listener.security.protocol.map)."""
+    out: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not _LISTENER_NAME.fullmatch(name):
+            raise ValueError(f"expected LISTENER_NAME:SECURITY_PROTOCOL, got {item!r}")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{item!r}: the security protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
+        if name in out:
+            raise ValueError(f"listener {name} is mapped twice")
+        out[name] = protocol
+    return out
+
+
+def _list(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def _protocols(value: str) -> tuple[str, ...]:
+    names = _list(value)
+    known = ("TLSv1.2", "TLSv1.3", "TLSv1.1", "TLSv1")
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown TLS protocol(s) {', '.join(unknown)}; known: TLSv1.2, TLSv1.3")
+    return names
+
+
+def _super_users(value: str) -> frozenset[str]:
+    """Kafka's `User:alice;User:bob` (semicolons: a principal may hold a comma)."""
+    users = [item.strip() for item in value.split(";") if item.strip()]
+    bad = [user for user in users if ":" not in user]
+    if bad:
+        raise ValueError(f"a super user is a principal, TYPE:NAME (User:alice), not {bad[0]!r}")
+    return frozenset(users)
+
+
+def _principal_rules(value: str):
+    from minibroker.principal_mapping import SslPrincipalMapper
+
+    return SslPrincipalMapper(value)
 
 
 def _group_protocols(value: str) -> tuple[str, ...]:
@@ -211,8 +275,9 @@ def _one_of(*choices: Any) -> Callable[[Any], str | None]:
 BROKER_CONFIGS: dict[str, Key] = {
     k.name: k
     for k in [
-        Key("listeners", _listeners, "127.0.0.1:9092", "Where the broker listens: NAME://HOST:PORT,... with NAME PLAINTEXT or SASL_PLAINTEXT (a bare HOST:PORT is PLAINTEXT; port 0 picks one).", _non_empty),
+        Key("listeners", _listeners, "127.0.0.1:9092", "Where the broker listens: NAME://HOST:PORT,... with NAME a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or a name listener.security.protocol.map gives one (a bare HOST:PORT is PLAINTEXT; port 0 picks one).", _non_empty),
         Key("advertised.listeners", _listeners, "", "NAME://HOST:PORT,... given to clients in Metadata, per listener (a bare HOST:PORT is PLAINTEXT); defaults to the bound addresses."),
+        Key("listener.security.protocol.map", _protocol_map, "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", "The security protocol of each listener name, NAME:PROTOCOL,... (Kafka's default maps each protocol's own name to it); settings of one listener are given as listener.name.<name, lower case>.<key>."),
         Key("log.dirs", _str, "./data", "The data directory: partition logs, producer ids, metadata."),
         Key("node.id", _int, "1", "This broker's id (with several brokers, the first one's; the others count up from it). A broker alone is also the controller.", _at_least(0)),
         Key("cluster.id", _str, "", "Cluster id; generated once and kept in meta.properties when empty."),
@@ -294,8 +359,30 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("producer.id.quota.cache.layer.count", _int, "4", "Bloom layers per producer-id quota window: a new layer (and admission slot) every window.size / layer.count, or sooner when the newest layer is full (KIP-936).", _at_least(1)),
         Key("producer.id.quota.cache.false.positive.rate", _float, "0.001", "False-positive rate of each Bloom layer of the producer-id quota (KIP-936); a claimed id is checked against producer state.", lambda v: None if 0.0 < v < 1.0 else "must be between 0 and 1 (exclusive)"),
         Key("producer.id.quota.cache.cleanup.scheduler.interval.ms", _int, "10", "The most often expired producer-id quota layers and idle users are dropped; it wakes only when one is due (KIP-936's default).", _at_least(1)),
-        Key("sasl.enabled.mechanisms", _mechanisms, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms offered on a SASL_PLAINTEXT listener."),
-        Key("sasl.users", _users, "", "Users of the SASL_PLAINTEXT listener, NAME:PASSWORD,... (SCRAM credentials are derived at start: random salt, 4096 iterations).", sensitive=True),
+        Key("sasl.enabled.mechanisms", _mechanisms, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms offered on SASL_PLAINTEXT and SASL_SSL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (Kafka's default is GSSAPI, which is not served; OAUTHBEARER, whose default validator trusts unsigned tokens, is only offered when named)."),
+        Key("sasl.users", _users, "", "Users of the SASL listeners, NAME:PASSWORD,... for PLAIN and SCRAM (SCRAM credentials are derived at start: random salt, 4096 iterations); PLAIN also takes the user_NAME=\"PASSWORD\" options of listener.name.<l>.plain.sasl.jaas.config.", sensitive=True),
+        Key("connections.max.reauth.ms", _int, "0", "KIP-368: a SASL session lasts at most this long (and never past an OAUTHBEARER token's expiry); the client is told in SaslAuthenticate and must re-authenticate before, or the connection is closed at its next request. 0: sessions never expire (Kafka's default). Per listener and mechanism: listener.name.<l>.<mechanism>.connections.max.reauth.ms.", _at_least(0)),
+        Key("ssl.keystore.type", _str, "JKS", "The format of the keystore: PEM or PKCS12 (JKS, Kafka's default, is read when the file is PKCS12 or PEM, as Java reads a PKCS12 file named JKS; a real JKS file must be converted: keytool -importkeystore -deststoretype PKCS12).", _one_of("JKS", "PKCS12", "PEM")),
+        Key("ssl.keystore.location", _str, "", "The keystore file: the listener's certificate chain and private key."),
+        Key("ssl.keystore.password", _str, "", "The keystore's password (PKCS12; a PEM keystore file takes none, as in Kafka: its key's is ssl.key.password).", sensitive=True),
+        Key("ssl.key.password", _str, "", "The private key's password (an encrypted PEM key, or a PKCS12 key protected apart from its store).", sensitive=True),
+        Key("ssl.keystore.certificate.chain", _str, "", "ssl.keystore.type=PEM without a file: the certificate chain, PEM, in the value itself.", sensitive=True),
+        Key("ssl.keystore.key", _str, "", "ssl.keystore.type=PEM without a file: the private key, PEM (PKCS#8, encrypted with ssl.key.password if it is set), in the value itself.", sensitive=True),
+        Key("ssl.truststore.type", _str, "JKS", "The format of the truststore: PEM or PKCS12 (JKS as for ssl.keystore.type).", _one_of("JKS", "PKCS12", "PEM")),
+        Key("ssl.truststore.location", _str, "", "The truststore file: the CA certificates client certificates are checked against (ssl.client.auth)."),
+        Key("ssl.truststore.password", _str, "", "The truststore's password (PKCS12).", sensitive=True),
+        Key("ssl.truststore.certificates", _str, "", "ssl.truststore.type=PEM without a file: the trusted certificates, PEM, in the value itself.", sensitive=True),
+        Key("ssl.client.auth", _str, "none", "Client certificates on SSL and SASL_SSL listeners: none, requested (checked when the client sends one) or required (a client without a trusted certificate fails the handshake).", _one_of("none", "requested", "required")),
+        Key("ssl.protocol", _str, "TLSv1.3", "Accepted for Kafka's sake: the protocols a listener speaks are ssl.enabled.protocols.", _one_of("TLSv1.2", "TLSv1.3", "TLS")),
+        Key("ssl.enabled.protocols", _protocols, "TLSv1.2,TLSv1.3", "The TLS versions a listener accepts (TLSv1.2, TLSv1.3)."),
+        Key("ssl.cipher.suites", _list, "", "The cipher suites a listener accepts, by Kafka's (IANA) names, e.g. TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384; empty: the TLS library's defaults. A list with no TLS 1.3 suite leaves TLS 1.3 off, as in Java; TLS 1.3's own suites are always the library's defaults (Python's ssl module cannot narrow them)."),
+        Key("ssl.endpoint.identification.algorithm", _str, "https", "Accepted for Kafka's sake: it is a client-side check (a client with https checks the broker certificate's name), and the broker makes no TLS connections of its own.", _one_of("https", "")),
+        Key("ssl.principal.mapping.rules", _principal_rules, "DEFAULT", "How the subject of an SSL client's certificate becomes its principal's name: Kafka's rules, RULE:pattern/replacement/[LU],... tried in order, DEFAULT taking the whole distinguished name (User:CN=alice,OU=...)."),
+        Key("ssl.keymanager.algorithm", _str, "SunX509", "Accepted for Kafka's sake (a Java setting; no effect)."),
+        Key("ssl.trustmanager.algorithm", _str, "PKIX", "Accepted for Kafka's sake (a Java setting; no effect)."),
+        Key("authorizer.class.name", _str, "", "Turns ACLs on: org.apache.kafka.metadata.authorizer.StandardAuthorizer (Kafka's; kafka.security.authorizer.AclAuthorizer is taken as the same), or a Python class (package.module:Class) with authorize(). Empty: every principal may do everything (Kafka's default)."),
+        Key("super.users", _super_users, "", "Principals allowed everything whatever the ACLs say, ';'-separated: User:admin;User:CN=ops,O=example."),
+        Key("allow.everyone.if.no.acl.found", _bool, "false", "With an authorizer: whether an action on a resource no ACL matches is allowed (Kafka's default: denied)."),
         Key("connection.failed.authentication.delay.ms", _int, "100", "How long a failed SASL authentication waits before its answer and the close (Kafka's default), to slow down clients retrying a wrong password.", _at_least(0)),
         Key("metrics.listen", _optional_host_port, "", "HOST:PORT of an HTTP server answering GET /metrics in Prometheus text format; off when empty."),
     ]
@@ -314,15 +401,41 @@ def _parse_value(name: str, key: Key, raw: str) -> Any:
 
 
 def _listener_key(key: str) -> tuple[str, str] | None:
-    """`listener.name.plaintext.max.connection.creation.rate` -> ("plaintext", "max.connection.creation.rate")."""
+    """`listener.name.plaintext.max.connection.creation.rate` -> ("plaintext", "max.connection.creation.rate");
+    `listener.name.sasl_ssl.oauthbearer.sasl.jaas.config` -> ("sasl_ssl", "oauthbearer.sasl.jaas.config")."""
     if not key.startswith(LISTENER_CONFIG_PREFIX):
         return None
-    rest = key[len(LISTENER_CONFIG_PREFIX):]
-    for name in LISTENER_KEYS:
-        listener, dot, suffix = rest.partition(".")
-        if dot and suffix == name and listener:
-            return listener.lower(), name
+    listener, dot, suffix = key[len(LISTENER_CONFIG_PREFIX):].partition(".")
+    if not dot or not listener:
+        return None
+    if suffix in LISTENER_KEYS:
+        return listener.lower(), suffix
+    mechanism, dot, name = suffix.partition(".")
+    if dot and name in MECHANISM_KEYS and mechanism.upper() in SASL_MECHANISMS:
+        return listener.lower(), f"{mechanism.lower()}.{name}"
     return None
+
+
+def _mechanism_key(listener_key: str) -> Key:
+    """How a per-mechanism key (`oauthbearer.sasl.jaas.config`) is parsed and checked."""
+    name = listener_key.partition(".")[2]
+    if name == "connections.max.reauth.ms":
+        return BROKER_CONFIGS[name]
+    if name == "sasl.jaas.config":
+        return Key(name, _jaas, "", "", sensitive=True)
+    return Key(name, _str, "", "", _one_of("", OAUTHBEARER_UNSECURED_VALIDATOR))
+
+
+# The one server callback handler OAUTHBEARER has here: Kafka's default, which validates unsecured
+# (unsigned) JWTs (minibroker.oauthbearer).
+OAUTHBEARER_UNSECURED_VALIDATOR = (
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler")
+
+
+def _jaas(value: str):
+    from minibroker.jaas import parse_jaas_config
+
+    return parse_jaas_config(value)
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
@@ -357,7 +470,8 @@ class BrokerConfig:
         for raw_key, raw in self.props.items():
             parsed = _listener_key(raw_key)
             if parsed is not None:
-                self._listener_values[parsed] = _parse_value(raw_key, BROKER_CONFIGS[parsed[1]], raw)
+                key = BROKER_CONFIGS.get(parsed[1]) or _mechanism_key(parsed[1])
+                self._listener_values[parsed] = _parse_value(raw_key, key, raw)
         self._check_together()
         # The log.* keys belong to storage, which validates them (a ConfigError naming the key).
         self.log_config = LogConfig.from_broker(self.props)
@@ -389,6 +503,15 @@ class BrokerConfig:
                 bound = f"group.streams.{low} ({low_value}) and " if low is not None else "0 and "
                 raise ConfigError(f"group.streams.{name}", f"{value} must be between {bound}group.streams.{high} "
                                                            f"({high_value})")
+        protocols = self["listener.security.protocol.map"]
+        for entry in self["listeners"]:
+            if entry.name not in protocols:
+                raise ConfigError("listener.security.protocol.map",
+                                  f"no security protocol for listener {entry.name} (map it: {entry.name}:SSL, ...)")
+        names = {entry.name for entry in self["listeners"]}
+        for entry in self["advertised.listeners"]:
+            if entry.name not in names:
+                raise ConfigError("advertised.listeners", f"listener {entry.name} is not one of listeners")
         idle, delay = self["connections.max.idle.ms"], self["connection.failed.authentication.delay.ms"]
         if idle >= 0 and delay >= idle:
             raise ConfigError("connection.failed.authentication.delay.ms",
@@ -416,6 +539,21 @@ class BrokerConfig:
         """A per-listener setting: `listener.name.<listener>.<name>` when given, else `name` (Kafka
         configures each listener with valuesWithPrefixOverride)."""
         return self._listener_values.get((listener.lower(), name), self[name])
+
+    def listener_protocol(self, listener: str) -> str:
+        """The security protocol of a listener name (listener.security.protocol.map)."""
+        return self["listener.security.protocol.map"][listener.upper()]
+
+    def mechanism_value(self, listener: str, mechanism: str, name: str, default: Any = None) -> Any:
+        """A per-listener, per-mechanism setting: `listener.name.<l>.<mechanism>.<name>`, else
+        `listener.name.<l>.<name>`, else `name` when it is a broker key, else `default`."""
+        values = self._listener_values
+        found = values.get((listener.lower(), f"{mechanism.lower()}.{name}"))
+        if found is not None:
+            return found
+        if name in BROKER_CONFIGS:
+            return self.listener_value(listener, name)
+        return default
 
     def listener_overrides(self) -> dict[tuple[str, str], Any]:
         """(listener in lower case, key) -> value of every `listener.name.<listener>.<key>` given."""

@@ -21,6 +21,9 @@ combined node are one step here. Per resource, in Kafka's order:
    removes the subscription;
 5. other resource types: INVALID_REQUEST (BROKER_LOGGER and GROUP configs are not kept here).
 
+Before all but the first: ALTER_CONFIGS on the resource (the cluster for BROKER), else
+CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED or GROUP_AUTHORIZATION_FAILED with no message.
+
 A resource's changes apply all or none. validate_only checks everything and changes nothing. Applied
 changes are in force before the response is sent: a topic's new retention, segment size, maximum
 batch size or timestamp type governs its next append and retention pass, and is in its topic file;
@@ -37,6 +40,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.dynamic_config import (
     KNOWN_KEYS,
     STATIC_DEFAULTS,
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER, CLIENT_METRICS, GROUP = 2, 4, 16, 32
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
@@ -62,8 +66,23 @@ OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"
 BROKER_LIST_KEYS = frozenset({"log.cleanup.policy", "listeners", "advertised.listeners", "sasl.enabled.mechanisms"})
 
 
+def config_authorization_error(ctx: RequestContext, resource_type: int, name: str,
+                               operation: AclOperation) -> ErrorCode | None:
+    """The error a config resource is refused with when `operation` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on it
+    is not allowed (Kafka's ConfigHelper and configsAuthorizationApiError): BROKER, BROKER_LOGGER and
+    CLIENT_METRICS ask the cluster, TOPIC and GROUP the topic or group. None: allowed (or a type the
+    request is refused for anyway)."""
+    if resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
+        return None if ctx.authorize_cluster(operation) else ErrorCode.cluster_authorization_failed
+    if resource_type == TOPIC:
+        return None if ctx.authorize(operation, ResourceType.TOPIC, name) else ErrorCode.topic_authorization_failed
+    if resource_type == GROUP:
+        return None if ctx.authorize(operation, ResourceType.GROUP, name) else ErrorCode.group_authorization_failed
+    return None
+
+
 class ConfigChangeError(Exception):
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str | None) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
@@ -181,6 +200,9 @@ def alter_resources(ctx: RequestContext, resources: list[tuple[int, str, list[st
         try:
             if counts[(resource_type, name)] > 1:
                 raise ConfigChangeError(ErrorCode.invalid_request, "Each resource must appear at most once.")
+            denied = config_authorization_error(ctx, resource_type, name, AclOperation.ALTER_CONFIGS)
+            if denied is not None:
+                raise ConfigChangeError(denied, None)
             _check_request_shape(names, null_values)
             if resource_type == TOPIC:
                 _alter_topic(ctx, name, edit, validate_only)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TypedDict
 
-from minibroker.admin_client import AdminClient, AdminClientError
+from minibroker.admin_client import AdminClient, AdminClientError, command_config
 from minibroker.quotas.config import QUOTA_KEYS
 
 EPILOG = """\
@@ -32,9 +31,10 @@ examples:
   minibroker configs --bootstrap-server 127.0.0.1:9092 --describe        # every configured quota
 
 quota keys: """ + ", ".join(QUOTA_KEYS) + """
-On a SASL_PLAINTEXT listener pass --command-config with security.protocol=SASL_PLAINTEXT,
-sasl.mechanism=PLAIN|SCRAM-SHA-256|SCRAM-SHA-512 and sasl.username/sasl.password (or Kafka's
-sasl.jaas.config=... username="..." password="...";).
+On an SSL, SASL_PLAINTEXT or SASL_SSL listener pass --command-config with Kafka's client
+properties: security.protocol, ssl.truststore.location (PEM or PKCS12), ssl.keystore.location for a
+client certificate, sasl.mechanism=PLAIN|SCRAM-SHA-256|SCRAM-SHA-512|OAUTHBEARER and
+sasl.username/sasl.password (or Kafka's sasl.jaas.config=... username="..." password="...";).
 """
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--add-config", metavar="K=V,...", help="quota configs to set, e.g. producer_byte_rate=1048576")
     parser.add_argument("--delete-config", metavar="K,...", help="quota configs to remove")
     parser.add_argument("--command-config", metavar="FILE", type=Path,
-                        help="client properties (SASL settings for a SASL_PLAINTEXT listener)")
+                        help="client properties (TLS and SASL settings: security.protocol, ssl.*, sasl.*)")
     parser.set_defaults(entity_parts=[])
 
 
@@ -152,39 +152,12 @@ def _check_key(key: str) -> None:
         raise UsageError(f"unknown quota config {key!r}; known: {', '.join(QUOTA_KEYS)}")
 
 
-class _SaslSettings(TypedDict, total=False):
-    """AdminClient's SASL keyword arguments, from a --command-config file."""
-
-    sasl_mechanism: str
-    sasl_username: str
-    sasl_password: str
-
-
-def _command_config(path: Path | None) -> _SaslSettings:
-    if path is None:
-        return {}
-    from minibroker.config import parse_properties
-
+def _command_config(path: Path | None) -> dict:
+    """AdminClient's connection settings from --command-config (minibroker.admin_client.command_config)."""
     try:
-        props = parse_properties(path.read_text(), str(path))
-    except OSError as exc:
-        raise UsageError(f"cannot read --command-config {path}: {exc.strerror}") from None
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol == "PLAINTEXT":
-        return {}
-    if protocol != "SASL_PLAINTEXT":
-        raise UsageError(f"security.protocol {protocol} is not supported (PLAINTEXT or SASL_PLAINTEXT)")
-    username, password = props.get("sasl.username"), props.get("sasl.password")
-    jaas = props.get("sasl.jaas.config", "")
-    if jaas:
-        import re
-
-        found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', jaas))
-        username, password = found.get("username", username), found.get("password", password)
-    if not username or password is None:
-        raise UsageError("SASL_PLAINTEXT needs sasl.username and sasl.password (or sasl.jaas.config)")
-    return {"sasl_mechanism": props.get("sasl.mechanism", "PLAIN"), "sasl_username": username,
-            "sasl_password": password}
+        return command_config(path)
+    except AdminClientError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _components(entities: list[tuple[str, str | None, bool]]) -> list[dict]:

@@ -27,9 +27,12 @@ it (tests/broker/test_import_graph.py keeps the shell's imports free of cycles).
 from __future__ import annotations
 
 import enum
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
+
+from minibroker.auth import CLUSTER_RESOURCE, ResourceType as _ResourceType
 
 if TYPE_CHECKING:
     from minibroker.audit import AuditLog
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from minibroker.fetch_sessions import FetchSessions
     from minibroker.telemetry import ClientMetrics
     from minibroker.group_configs import GroupConfigs
+    from minibroker.listeners import ListenerSecurity
     from minibroker.groups.coordinator import GroupCoordinator
     from minibroker.producers import ProducerIds, ProducerStates
     from minibroker.protocol.messages import ApiSchema, RequestHeader
@@ -122,7 +126,15 @@ class Connection:
     listener: str = "PLAINTEXT"
     principal: str = "User:ANONYMOUS"
     authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
-    sasl: Any = None  # the SASL exchange after SaslHandshake (minibroker.sasl.SaslSession)
+    # The SASL exchange in progress, after SaslHandshake until it completes (minibroker.sasl.SaslSession),
+    # also while an authenticated connection re-authenticates (KIP-368).
+    sasl: Any = None
+    security: ListenerSecurity | None = None  # its listener's (minibroker.listeners); None: PLAINTEXT
+    sasl_mechanism: str | None = None  # the mechanism it authenticated with
+    # KIP-368: when its SASL session expires (the broker clock's monotonic seconds), None: never; and
+    # when it last began to re-authenticate (at most once a second).
+    session_expires_at: float | None = None
+    reauth_started_at: float = -math.inf
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
@@ -154,6 +166,9 @@ class BrokerMetrics:
     connections_total: int = 0
     closed_for_protocol_errors: int = 0
     closed_idle: int = 0  # connections.max.idle.ms
+    failed_tls_handshakes: int = 0
+    expired_sessions_closed: int = 0  # KIP-368: Kafka's expired-connections-killed-count
+    successful_reauthentications: int = 0
     requests_with_trailing_bytes: int = 0
 
 
@@ -226,18 +241,29 @@ class RequestContext:
 
     # -- authorization (minibroker.auth) -----------------------------------------------------------
 
-    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
-        """May this request's principal, on its listener, perform `operation` on the resource?"""
-        return self.services.auth.authorize(self.connection, operation, resource_type, name)
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str,
+                  log_if_denied: bool = True) -> bool:
+        """May this request's principal, on its listener, perform `operation` on the resource?
+        `log_if_denied=False` where a denial is not a refusal (a filtered list, Kafka's logIfDenied)."""
+        return self.services.auth.authorize(self.connection, operation, resource_type, name, log_if_denied)
+
+    def authorize_cluster(self, operation: AclOperation, log_if_denied: bool = True) -> bool:
+        """`operation` on the one CLUSTER resource (kafka-cluster)."""
+        return self.services.auth.authorize(self.connection, operation, _ResourceType.CLUSTER,
+                                             CLUSTER_RESOURCE, log_if_denied)
 
     def filter_authorized(self, operation: AclOperation, resource_type: ResourceType,
-                          names: Iterable[str]) -> list[str]:
+                          names: Iterable[str], log_if_denied: bool = True) -> list[str]:
         """The names `operation` is allowed on, in their order."""
-        return self.services.auth.filter_authorized(self.connection, operation, resource_type, names)
+        return self.services.auth.filter_authorized(self.connection, operation, resource_type, names, log_if_denied)
 
     def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
         """KIP-430's bit set: the operations supported on the resource that are allowed."""
         return self.services.auth.authorized_operations(self.connection, resource_type, name)
+
+    def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """KIP-679: is `operation` allowed on some resource of the type?"""
+        return self.services.auth.authorize_by_resource_type(self.connection, operation, resource_type)
 
     # -- the services (BrokerServices) --------------------------------------------------------------
 

@@ -221,6 +221,15 @@ def render(broker: Broker) -> str:
             "descriptor budget, whichever is less", {}, connections.max_connections)
     out.add("minibroker_connections_closed_idle_total", "counter",
             "connections closed after connections.max.idle.ms without a completed request", {}, m.closed_idle)
+    out.add("minibroker_tls_handshake_failures_total", "counter",
+            "TLS connections closed at their handshake (bad bytes, a refused or missing certificate, no "
+            "handshake within connections.max.idle.ms)", {}, m.failed_tls_handshakes)
+    out.add("minibroker_sasl_expired_sessions_closed_total", "counter",
+            "connections closed at a request after their SASL session expired (KIP-368; Kafka's "
+            "expired-connections-killed-count)", {}, m.expired_sessions_closed)
+    out.add("minibroker_sasl_reauthentications_total", "counter",
+            "SASL sessions renewed by re-authentication on their connection (KIP-368)", {},
+            m.successful_reauthentications)
     out.add("minibroker_connections_rejected_total", "counter",
             "connections closed on accept because their address was at max.connections.per.ip", {},
             connections.rejected_per_ip)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 MARKER = "minibroker"
 # running_broker's own arguments; every other setting is a broker config key.
-_NOT_CONFIG_KEYS = frozenset({"data_dir", "sasl_users"})
+_NOT_CONFIG_KEYS = frozenset({"data_dir", "sasl_users", "tls", "properties"})
 
 
 def _kafka_names(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,7 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}(settings=None, /, **settings): settings of the brokers the minibroker fixtures start: "
         "Kafka's names with '_' for '.' (num_partitions=3, log_retention_ms=1000), a dict of dotted "
-        "names as the first argument, sasl_users={name: password} for a SASL_PLAINTEXT listener, "
+        "names as the first argument, sasl_users={name: password} for a SASL_PLAINTEXT listener, tls=True for "
+        "SSL and mTLS listeners on throwaway certificates (and SASL_SSL with sasl_users), "
         "metrics_listen='127.0.0.1:0' for /metrics. Closer markers win (test over class over module).",
     )
 

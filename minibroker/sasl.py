@@ -1,14 +1,23 @@
-"""SASL on the server side: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677).
+"""SASL on the server side: PLAIN (RFC 4616), SCRAM-SHA-256/512 (RFC 5802, RFC 7677) and, in
+minibroker.oauthbearer, OAUTHBEARER (RFC 7628).
 
 Follows Kafka's `SaslServerAuthenticator`, `PlainSaslServer` and `ScramSaslServer` (clients/.../security/).
 Pure: no I/O, no clock; the SaslHandshake and SaslAuthenticate handlers drive a `SaslSession` per
 connection, and `Broker.handle_frame` lets nothing else through until it is complete (which APIs may
 come before that is registered with each handler: minibroker.handlers.SaslPhase).
 
-Flow on a SASL_PLAINTEXT listener (SaslHandshake v1, so every token travels in a SaslAuthenticate
-request): ApiVersions (optional) -> SaslHandshake(mechanism) -> SaslAuthenticate ... until complete.
-Any other request before that closes the connection, as Kafka's IllegalSaslStateException does. A
-failure answers SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection is closed.
+Flow on a SASL_PLAINTEXT or SASL_SSL listener (SaslHandshake v1, so every token travels in a
+SaslAuthenticate request): ApiVersions (optional) -> SaslHandshake(mechanism) -> SaslAuthenticate ...
+until complete. Any other request before that closes the connection, as Kafka's
+IllegalSaslStateException does. A failure answers SASL_AUTHENTICATION_FAILED with Kafka's message,
+then the connection is closed.
+
+KIP-368 re-authentication: when the listener's connections.max.reauth.ms for the mechanism is set, or
+the credential expires (an OAUTHBEARER token), the final SaslAuthenticate response carries the
+session's lifetime (the smaller of the two). The client re-authenticates on the same connection with
+a new SaslHandshake and SaslAuthenticate exchange, of the same mechanism and for the same principal,
+at most once a second; a connection whose session has expired is closed at its next request
+(`session_lifetime_ms` below is the arithmetic; the handlers and Broker.handle_frame keep the rules).
 SaslHandshake v0 (raw tokens without Kafka framing) is not served: none of the clients in the suite
 sends it (kafka-python, librdkafka and aiokafka all use v1), so ApiVersions advertises v1 only.
 
@@ -27,6 +36,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from minibroker.oauthbearer import OAuthBearerFailure, OAuthBearerServer
+
 __all__ = [
     "DEFAULT_ITERATIONS",
     "PlainServer",
@@ -35,6 +46,7 @@ __all__ = [
     "ScramCredential",
     "ScramServer",
     "UserStore",
+    "session_lifetime_ms",
 ]
 
 DEFAULT_ITERATIONS = 4096
@@ -123,12 +135,15 @@ class UserStore:
 
 
 class PlainServer:
-    """RFC 4616: one message, authzid NUL authcid NUL passwd (Kafka's PlainSaslServer)."""
+    """RFC 4616: one message, authzid NUL authcid NUL passwd (Kafka's PlainSaslServer). `listener_users`:
+    the listener's own users (user_NAME options of its PLAIN JAAS config), checked before sasl.users."""
 
     mechanism = "PLAIN"
+    credential_expiry_ms: int | None = None  # a password does not expire
 
-    def __init__(self, users: UserStore) -> None:
+    def __init__(self, users: UserStore, listener_users: Mapping[str, str] | None = None) -> None:
         self.users = users
+        self.listener_users = listener_users or {}
         self.complete = False
         self.authorization_id: str | None = None
 
@@ -148,7 +163,12 @@ class PlainServer:
             raise SaslAuthenticationFailed("Authentication failed: username not specified")
         if not password:
             raise SaslAuthenticationFailed("Authentication failed: password not specified")
-        if not self.users.check_password(user, password):
+        own = self.listener_users.get(user)
+        if own is not None:
+            ok = hmac.compare_digest(own.encode(), password.encode())
+        else:
+            ok = self.users.check_password(user, password)
+        if not ok:
             raise SaslAuthenticationFailed("Authentication failed: Invalid username or password")
         if authzid and authzid != user:
             raise SaslAuthenticationFailed(
@@ -191,6 +211,8 @@ def _sasl_name_to_user(name: str) -> str:
 
 class ScramServer:
     """RFC 5802 server: client-first -> server-first -> client-final -> server-final."""
+
+    credential_expiry_ms: int | None = None
 
     def __init__(
         self,
@@ -291,11 +313,18 @@ class ScramServer:
 
 
 class SaslSession:
-    """One connection's authentication after its SaslHandshake: the mechanism's server and its state."""
+    """One connection's authentication after its SaslHandshake: the mechanism's server and its state.
+    `previous`: during a re-authentication (KIP-368), the (mechanism, principal) authenticated before."""
 
-    def __init__(self, mechanism: str, server: PlainServer | ScramServer) -> None:
+    def __init__(self, mechanism: str, server: PlainServer | ScramServer | OAuthBearerServer,
+                 previous: tuple[str, str] | None = None) -> None:
         self.mechanism = mechanism
         self.server = server
+        self.previous = previous
+
+    @property
+    def reauthenticating(self) -> bool:
+        return self.previous is not None
 
     @property
     def complete(self) -> bool:
@@ -306,8 +335,32 @@ class SaslSession:
         return self.server.authorization_id if self.server.complete else None
 
     def evaluate(self, token: bytes) -> bytes:
-        """The server's answer to one client token; raises SaslAuthenticationFailed."""
-        return self.server.evaluate(token)
+        """The server's answer to one client token; raises SaslAuthenticationFailed. A
+        re-authentication that names another principal fails (Kafka's ensurePrincipalUnchanged)."""
+        try:
+            answer = self.server.evaluate(token)
+        except OAuthBearerFailure as exc:
+            raise SaslAuthenticationFailed(str(exc)) from None
+        if self.previous is not None and self.server.complete:
+            before = self.previous[1].split(":", 1)
+            now = self.user or ""
+            if before[1] != now:
+                raise SaslAuthenticationFailed(
+                    f"Cannot change principals during re-authentication from {before[0]}.{before[1]}: User.{now}")
+        return answer
+
+
+def session_lifetime_ms(max_reauth_ms: int, credential_expiry_ms: int | None, now_ms: int) -> int | None:
+    """KIP-368: how long a session that completed at `now_ms` lasts (SaslServerAuthenticator's
+    calcCompletionTimesAndReturnSessionLifetimeMs): the smaller of connections.max.reauth.ms (when
+    positive) and the time to the credential's expiry, never negative; None when neither applies
+    (the session never expires, and SaslAuthenticate answers 0)."""
+    limits = []
+    if max_reauth_ms > 0:
+        limits.append(max_reauth_ms)
+    if credential_expiry_ms is not None:
+        limits.append(credential_expiry_ms - now_ms)
+    return max(0, min(limits)) if limits else None
 
 
 class ScramClient:

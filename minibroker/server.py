@@ -28,6 +28,7 @@ import math
 import os
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,6 +42,8 @@ from minibroker.context import Connection
 from minibroker.listen import bind
 from minibroker.log_context import broker_log_context
 from minibroker.metrics_http import serve_metrics
+from minibroker.principal_mapping import NoMatchingRule
+from minibroker.tls import TlsListener
 from minibroker.protocol.fetch_response import FrameParts
 from minibroker.protocol.framing import FrameDecoder, FrameError
 from minibroker.protocol.messages import ProtocolError
@@ -58,7 +61,7 @@ LOSE_IDLE_S = 0.05
 ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
-async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Connection) -> None:
+async def serve_connection(broker: Broker, stream: trio.abc.Stream, conn: Connection) -> None:
     idle_ms = broker.config["connections.max.idle.ms"]
     idle = IdleWatch(idle_ms / 1000 if idle_ms >= 0 else math.inf, broker.clock)
     decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
@@ -73,7 +76,7 @@ async def serve_connection(broker: Broker, stream: trio.SocketStream, conn: Conn
                  conn.peer, idle_ms, f", {decoder.buffered} byte(s) of a frame buffered" if decoder.buffered else "")
 
 
-async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Connection, decoder: FrameDecoder,
+async def _serve_requests(broker: Broker, stream: trio.abc.Stream, conn: Connection, decoder: FrameDecoder,
                           idle: IdleWatch) -> None:
     config = broker.config
     memory = broker.request_memory
@@ -85,7 +88,7 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
     try:
         while True:
             quotas.start_request_cycle(conn)
-            if not conn.authenticated:  # Kafka's SaslServerAuthenticator reads with a smaller cap
+            if not conn.authenticated or conn.sasl is not None:  # Kafka's SaslServerAuthenticator's smaller cap
                 decoder.set_limit(config["sasl.server.max.receive.size"], "sasl.server.max.receive.size")
             else:
                 decoder.set_limit(config["socket.request.max.bytes"], "socket.request.max.bytes")
@@ -102,7 +105,7 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
                             await memory.acquire(reserved)  # read no more until the request fits
                         # A large body is received where it will be handled (no copy), else a chunk.
                         target = decoder.receive_buffer() if direct is not None else None
-                        if target is not None:
+                        if target is not None and direct is not None:
                             count = await direct.recv_into(target)
                             del target  # no view of the frame may outlive its reading (FrameDecoder.recycle)
                             decoder.received_into(count)
@@ -162,13 +165,27 @@ async def _serve_requests(broker: Broker, stream: trio.SocketStream, conn: Conne
                 return  # the client went away during its throttle
     except (FrameError, ProtocolError) as exc:
         broker.metrics.closed_for_protocol_errors += 1
-        log.warning("closing connection from %s: %s", conn.peer, exc)
+        log.warning("closing connection from %s: %s%s", conn.peer, exc, _wrong_protocol_hint(exc, conn))
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         pass
     except OSError as exc:  # a storage fault a handler did not answer itself: this connection only
         log.error("storage error while serving %s, closing its connection: %s", conn.peer, exc)
     except Exception:
         log.exception("bug while serving %s; closing its connection", conn.peer)
+
+
+def _wrong_protocol_hint(exc: Exception, conn: Connection) -> str:
+    """What a first frame size that is no size at all most likely is: a TLS handshake (0x16 0x03 ...)
+    on a listener without TLS, or an HTTP request."""
+    size = getattr(exc, "size", None)
+    if size is None or size < 0:
+        return ""
+    first = size.to_bytes(4, "big")
+    if first[0] == 0x16 and first[1] == 0x03:
+        return f" (it is a TLS handshake: the client uses SSL on the {conn.listener} listener, which has no TLS)"
+    if first in (b"GET ", b"POST", b"PUT ", b"HEAD"):
+        return " (it is an HTTP request, not Kafka's protocol)"
+    return ""
 
 
 class IdleWatch:
@@ -294,8 +311,8 @@ async def send_frame(stream: trio.abc.Stream, data: bytes | FrameParts) -> None:
         return
     sock = getattr(stream, "socket", None)
     if sock is None or not hasattr(sock, "sendmsg"):
-        for part in data:
-            await stream.send_all(part)
+        # TLS (one write makes full records, not one small record per buffer) or a test's stream.
+        await stream.send_all(b"".join(data))
         return
     buffers = [memoryview(part) for part in data if len(part)]
     while buffers:
@@ -314,7 +331,7 @@ async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float, clock: Bro
     (MSG_PEEK reads nothing) notices it, so a crash-looping client's muted connections do not pile
     up for the whole throttle (the producer-id quota's can last a window). If the client sent more
     requests instead, they wait in the socket until the throttle is over."""
-    sock = getattr(stream, "socket", None)
+    sock = getattr(getattr(stream, "transport_stream", stream), "socket", None)  # under TLS, the TCP socket's
     if sock is None:  # not a socket (tests' in-memory streams): just wait
         await clock.sleep(delay_s)
         return True
@@ -328,7 +345,7 @@ async def _wait_out_throttle(stream: trio.abc.Stream, delay_s: float, clock: Bro
     return True
 
 
-async def _hang_until_peer_closes(stream: trio.SocketStream, clock: BrokerClock) -> None:
+async def _hang_until_peer_closes(stream: trio.abc.Stream, clock: BrokerClock) -> None:
     """A connection that went silent after the append: read and discard until the client gives up."""
     with clock.move_on_after(600):
         while await stream.receive_some(65536):
@@ -361,10 +378,68 @@ async def _connection_task(broker: Broker, stream: trio.SocketStream, listener: 
     conn = broker.new_connection(peer, listener)
     try:
         async with stream:
-            await serve_connection(broker, stream, conn)
+            tls = conn.security.tls if conn.security is not None else None
+            if tls is None:
+                await serve_connection(broker, stream, conn)
+                return
+            secure = trio.SSLStream(stream, tls.context, server_side=True)
+            if await _tls_handshake(broker, secure, conn, tls):
+                await serve_connection(broker, secure, conn)
     finally:
         broker.connection_closed(conn)
         broker.connection_quotas.release(ip)
+
+
+async def _tls_handshake(broker: Broker, stream: trio.SSLStream, conn: Connection, tls: TlsListener) -> bool:
+    """The TLS handshake of an SSL or SASL_SSL connection, within connections.max.idle.ms; then, on an
+    SSL listener, its principal from the client's certificate. False (after one log line) when it
+    fails: bad bytes, an untrusted, expired or missing client certificate, a client that does not
+    trust ours, or a handshake that never completes."""
+    idle_ms = broker.config["connections.max.idle.ms"]
+    reason = None
+    with broker.clock.move_on_after(idle_ms / 1000 if idle_ms >= 0 else math.inf) as deadline:
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            reason = _tls_failure(exc.__cause__ or exc)
+    if deadline.cancelled_caught:
+        reason = f"the TLS handshake did not complete in connections.max.idle.ms ({idle_ms} ms)"
+    if reason is None and conn.security is not None and not conn.security.sasl:
+        try:
+            conn.principal = tls.principal(stream)
+        except NoMatchingRule as exc:
+            reason = f"ssl.principal.mapping.rules give its certificate no principal: {exc}"
+    if reason is None:
+        return True
+    broker.metrics.failed_tls_handshakes += 1
+    log.info("closing connection from %s on listener %s: %s", conn.peer, conn.listener, reason)
+    return False
+
+
+# OpenSSL's reasons, and what they mean for a Kafka client.
+_TLS_HINTS = {
+    "WRONG_VERSION_NUMBER": "it is not a TLS client: PLAINTEXT bytes on an SSL listener?",
+    "HTTP_REQUEST": "it sent an HTTP request",
+    "UNSUPPORTED_PROTOCOL": "no TLS version in common (ssl.enabled.protocols)",
+    "NO_SHARED_CIPHER": "no cipher suite in common (ssl.cipher.suites)",
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "it sent no certificate and ssl.client.auth=required",
+    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust this listener's certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the client refused this listener's certificate (wrong host name?)",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the client says this listener's certificate has expired",
+}
+
+
+def _tls_failure(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or ""
+        hint = _TLS_HINTS.get(reason)
+        text = str(exc.verify_message) if isinstance(exc, ssl.SSLCertVerificationError) else (reason or str(exc))
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return f"TLS handshake failed: the client's certificate does not verify ({text})"
+        return f"TLS handshake failed: {text}" + (f" ({hint})" if hint else "")
+    if isinstance(exc, trio.BrokenResourceError) or isinstance(exc, ConnectionError) or not str(exc):
+        return "TLS handshake failed: the client closed the connection during it"
+    return f"TLS handshake failed: {exc}"
 
 
 async def _accept_loop(broker: Broker, listener: trio.SocketListener, name: str, nursery: trio.Nursery) -> None:
@@ -472,8 +547,9 @@ async def _serve(config: BrokerConfig | None, broker: Broker | None, clock: Brok
         broker.close()
 
 
-async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down cleanly (logs closed, markers written)."""
+async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True, notes: list[str] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down cleanly (logs closed, markers written). `notes`:
+    lines printed after the ready line (the client settings of --tls-self-signed)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             host, port, broker = await nursery.start(serve, config)
@@ -485,6 +561,8 @@ async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True) -
                     f"minibroker ready: bootstrap.servers={host}:{port} data={broker.data_dir}{extra}",
                     flush=True,
                 )
+                for line in notes or ():
+                    print(line, flush=True)
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

@@ -24,8 +24,9 @@ from typing import Iterator, Mapping
 import trio
 
 from minibroker.broker import Broker
-from minibroker.config import BrokerConfig
+from minibroker.config import BROKER_CONFIGS, BrokerConfig
 from minibroker.server import serve, sole_exception
+from minibroker.tls_material import TlsMaterial
 
 
 @dataclass
@@ -41,6 +42,17 @@ class RunningBroker:
     sasl_bootstrap: str | None = None  # the SASL_PLAINTEXT listener, when started with sasl_users
     metrics_url: str | None = None  # http://HOST:PORT/metrics, when started with metrics_listen
     trio_token: trio.lowlevel.TrioToken | None = None
+    # With tls=True: the SSL listener, the mTLS one (an SSL listener named MTLS with
+    # ssl.client.auth=required), SASL_SSL with sasl_users, and the certificates and client settings.
+    ssl_bootstrap: str | None = None
+    mtls_bootstrap: str | None = None
+    sasl_ssl_bootstrap: str | None = None
+    tls: TlsMaterial | None = None
+
+    def listener(self, name: str) -> str:
+        """bootstrap.servers of a listener by name (PLAINTEXT, SSL, MTLS, SASL_SSL, ...)."""
+        host, port = self.broker.listeners[name]
+        return f"{host}:{port}"
 
     def in_broker(self, fn, *args):
         """Run `fn(*args)` on the broker's trio thread and return its result (to read its state)."""
@@ -49,12 +61,20 @@ class RunningBroker:
 
 @contextlib.contextmanager
 def running_broker(
-    data_dir: Path | str | None = None, *, sasl_users: dict[str, str] | None = None, **overrides: str
+    data_dir: Path | str | None = None, *, sasl_users: dict[str, str] | None = None, tls: bool | TlsMaterial = False,
+    properties: Mapping[str, str] | None = None, **overrides: str
 ) -> Iterator[RunningBroker]:
-    """Start a broker on 127.0.0.1:0 (overrides use Kafka's names with '_' for '.').
+    """Start a broker on 127.0.0.1:0 (overrides use Kafka's names with '_' for '.'; `properties`
+    takes keys as they are, for those with '_' in them: listener.name.sasl_ssl....).
 
     `sasl_users={"alice": "pw"}` adds a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256/512) with
     those users, as `.sasl_bootstrap`; `metrics_listen="127.0.0.1:0"` serves `.metrics_url`.
+    `tls=True` adds an SSL listener (`.ssl_bootstrap`), an mTLS one (`.mtls_bootstrap`: an SSL
+    listener named MTLS that requires a client certificate) and, with sasl_users, SASL_SSL
+    (`.sasl_ssl_bootstrap`), on throwaway certificates (minibroker.tls_material, in the data dir's
+    parent temp dir); `.tls` has the CA, the client certificate and each client library's settings
+    (`.tls.confluent(mtls=True)`, `.tls.kafka_python()`, `.tls.aiokafka()`, `.tls.java()`). A
+    TlsMaterial instead of True reuses its certificates.
     A broker that cannot start raises what stopped it (a StartupError naming the address, path or
     file; a ConfigError naming the key), not the exception group trio wraps it in.
     """
@@ -62,10 +82,25 @@ def running_broker(
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="minibroker-"))
         props = {"listeners": "127.0.0.1:0", "log.dirs": str(data_dir)}
+        listeners = ["PLAINTEXT://127.0.0.1:0"]
         if sasl_users is not None:
-            props["listeners"] = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+            listeners.append("SASL_PLAINTEXT://127.0.0.1:0")
             props["sasl.users"] = ",".join(f"{name}:{password}" for name, password in sasl_users.items())
+        material: TlsMaterial | None = None
+        if tls:
+            material = tls if isinstance(tls, TlsMaterial) else TlsMaterial.create(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="minibroker-tls-")))
+            listeners += ["SSL://127.0.0.1:0", "MTLS://127.0.0.1:0"]
+            props["listener.security.protocol.map"] = (BROKER_CONFIGS["listener.security.protocol.map"].default
+                                                       + ",MTLS:SSL")
+            props |= material.broker_properties("SSL") | material.broker_properties("MTLS", client_auth="required")
+            if sasl_users is not None:
+                listeners.append("SASL_SSL://127.0.0.1:0")
+                props |= material.broker_properties("SASL_SSL")
+        if len(listeners) > 1:
+            props["listeners"] = ",".join(listeners)
         props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
+        props.update(properties or {})
         config = BrokerConfig(props)
         started: queue.Queue = queue.Queue()
         scope = trio.CancelScope()  # cancelled from this thread when the block ends
@@ -89,14 +124,20 @@ def running_broker(
         if isinstance(result, BaseException):
             raise result
         host, port, broker = result
-        sasl = broker.listeners.get("SASL_PLAINTEXT")
         metrics = broker.metrics_address
+
+        def bootstrap_of(name: str) -> str | None:
+            found = broker.listeners.get(name)
+            return f"{found[0]}:{found[1]}" if found else None
+
         try:
             yield RunningBroker(
                 f"{host}:{port}", host, port, Path(data_dir), broker,
-                sasl_bootstrap=f"{sasl[0]}:{sasl[1]}" if sasl else None,
+                sasl_bootstrap=bootstrap_of("SASL_PLAINTEXT"),
                 metrics_url=f"http://{metrics[0]}:{metrics[1]}/metrics" if metrics else None,
                 trio_token=tokens[0],
+                ssl_bootstrap=bootstrap_of("SSL"), mtls_bootstrap=bootstrap_of("MTLS"),
+                sasl_ssl_bootstrap=bootstrap_of("SASL_SSL"), tls=material,
             )
         finally:
             trio.from_thread.run_sync(scope.cancel, trio_token=tokens[0])

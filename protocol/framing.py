@@ -61,7 +61,12 @@ def _cut_to(buffer: bytearray, size: int) -> None:
 
 
 class FrameError(Exception):
-    """The peer sent bytes that cannot be a Kafka frame; the connection must be closed."""
+    """The peer sent bytes that cannot be a Kafka frame; the connection must be closed. `size`: the
+    frame size refused, when a size was (its bytes may say what the peer speaks instead)."""
+
+    def __init__(self, message: str, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 class FrameDecoder:
@@ -252,7 +257,7 @@ class FrameDecoder:
             if size < 0:
                 raise FrameError(f"negative frame size {size}")
             if size > self._max_bytes:
-                raise FrameError(f"frame size {size} exceeds {self._limit_name} ({self._max_bytes})")
+                raise FrameError(f"frame size {size} exceeds {self._limit_name} ({self._max_bytes})", size)
             end = SIZE.size + size
             if len(first) >= end:  # the whole frame in the first chunk (small requests): one slice
                 if len(first) == end:

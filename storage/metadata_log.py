@@ -41,6 +41,7 @@ from minibroker.protocol.records import encode_batch, iter_headers
 from minibroker.protocol.records.codec import decode_records
 from minibroker.protocol.records.validation import CorruptRecordError, InvalidRecordError, check_batch
 from minibroker.storage.config import LogConfig
+from minibroker.storage import acls_image  # noqa: F401  (registers the ACL section and its records)
 from minibroker.storage.errors import DamagedFileError
 from minibroker.storage.file_cache import FileCache
 from minibroker.storage.files import TMP_SUFFIX, unlink_if_exists, write_atomically

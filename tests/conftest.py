@@ -42,13 +42,15 @@ def java(tmp_path_factory):
     except JavaClientError as exc:
         pytest.fail(str(exc))
     client.fail = pytest.fail
-    return client
+    yield client
+    client.close()  # the JVM of `java.call`, if a test started it
 
 
 @pytest.fixture(scope="session")
 def kafka_reference(tmp_path_factory):
     """Apache Kafka 4.4 itself (tests/support/kafka_reference.py): one KRaft node in one JVM for the
-    whole session, with a SASL_PLAINTEXT listener (user alice). Skips when scripts/install_kafka has
+    whole session, with a SASL_PLAINTEXT listener (users alice and bob) and Kafka's authorizer (super users
+    ANONYMOUS and alice: reference.REFERENCE_SECURITY). Skips when scripts/install_kafka has
     not run, unless MINIBROKER_REQUIRE_KAFKA is set (scripts/test sets it after installing): then
     a missing reference fails."""
     from tests.support import kafka_reference as reference
@@ -60,7 +62,7 @@ def kafka_reference(tmp_path_factory):
         pytest.skip(message)
     try:
         kafka = reference.start_kafka(tmp_path_factory.mktemp("kafka-reference"),
-                                      sasl_users=reference.SASL_USERS)
+                                      sasl_users=reference.SASL_USERS, overrides=reference.REFERENCE_SECURITY)
     except reference.KafkaReferenceError as exc:
         pytest.fail(str(exc))
     try:

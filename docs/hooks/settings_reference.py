@@ -52,7 +52,8 @@ def reference() -> str:
         lines.append(f"| `{name}` | {_default(key.default)} | {dynamic(name)} | {_cell(key.doc)} |")
     for name in LISTENER_KEYS:
         lines.append(f"| `{LISTENER_CONFIG_PREFIX}<listener>.{name}` | the value of `{name}` | no | "
-                     f"`{name}` for one listener (`plaintext` or `sasl_plaintext`), as Kafka configures a listener. |")
+                     f"`{name}` for one listener (its name in lower case: `plaintext`, `ssl`, `sasl_ssl`, ...), "
+                     "as Kafka configures a listener. |")
     lines.append(f"| `{CALLBACK_CONFIG_PREFIX}*` | (none) | no | Settings of the quota callback named by "
                  "`client.quota.callback.class`, passed to its `configure` (KIP-257). |")
 

@@ -84,6 +84,9 @@ MODULES = (
     "update_features",
     "get_telemetry_subscriptions",
     "push_telemetry",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
 )
 
 

@@ -8,14 +8,22 @@ version 2 batch, KIP-890 part 2, recorded as such) or, with verify_only, only ch
 partition in the ongoing transaction, TRANSACTION_ABORTABLE for one not in it: INVALID_TXN_STATE in
 v4, which has no TRANSACTION_ABORTABLE). On one broker the leader asks the coordinator in process
 (Produce), so these forms are for tools and tests. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
+
+Authorization (Kafka's handleAddPartitionsToTxnRequest): before v4 (from producers), WRITE on the
+transactional id, else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), and
+WRITE on each topic (never on an internal one), else TOPIC_AUTHORIZATION_FAILED (29) with the others
+OPERATION_NOT_ATTEMPTED; v4+ (from brokers) needs CLUSTER_ACTION on the cluster, else the top-level
+CLUSTER_AUTHORIZATION_FAILED (31).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.config import is_internal
 
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
@@ -32,6 +40,15 @@ def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_
          verify_only: bool = False) -> dict[tuple[str, int], ErrorCode]:
     logs = ctx.logs
     partitions = [(topic.name, p) for topic in topics for p in topic.partitions]
+    if ctx.version < 4:  # (v4+ comes from a broker, authorized as one)
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return {tp: ErrorCode.transactional_id_authorization_failed for tp in partitions}
+        # Kafka's filter leaves the internal topics out: they are never the client's to write.
+        allowed = set(ctx.filter_authorized(AclOperation.WRITE, ResourceType.TOPIC,
+                                            [t for t, _ in partitions if not is_internal(t)]))
+        if any(t not in allowed for t, _ in partitions):
+            return {tp: ErrorCode.topic_authorization_failed if tp[0] not in allowed
+                    else ErrorCode.operation_not_attempted for tp in partitions}
     unknown = {tp for tp in partitions
                if (info := logs.topic(tp[0])) is None or not 0 <= tp[1] < info.num_partitions}
     coordinator = ctx.txns
@@ -61,6 +78,8 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Reply:
         answers = _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                        request.v3_and_below_producer_epoch, request.v3_and_below_topics)
         return Reply({"results_by_topic_v3_and_below": _topic_results(answers)})
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return Reply({"error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []})
     results = []
     for txn in transactions:
         answers = _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)

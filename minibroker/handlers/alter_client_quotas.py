@@ -7,6 +7,9 @@ affected client sees the new limit) and are written to `client-quotas.json` in t
 the response goes out. validate_only checks without applying. Its clients never throttle themselves
 (Kafka's default): a quota throttle holds the response back. With `audit.enable`, the entities
 altered are recorded in the audit stream with their new values (minibroker.storage.audit_format).
+
+Authorization: ALTER_CONFIGS on the cluster, else every entry is answered
+CLUSTER_AUTHORIZATION_FAILED (31).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.audit import quota_settings
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 from minibroker.quotas.callback import ClientQuotaEntity
@@ -31,6 +35,11 @@ async def alter_client_quotas(ctx: RequestContext, request: Any) -> Reply:
         )
         for entry in request.entries
     ]
+    if not ctx.authorize_cluster(AclOperation.ALTER_CONFIGS):
+        denied = ErrorCode.cluster_authorization_failed
+        return Reply({"entries": [{"error_code": denied, "error_message": "Cluster authorization failed.",
+                                   "entity": [{"entity_type": t, "entity_name": n} for t, n in entity]}
+                                  for entity, _ in entries]})
     results = ctx.quotas.alter(entries, bool(request.validate_only))
     audit = ctx.audit
     if audit is not None and not request.validate_only:

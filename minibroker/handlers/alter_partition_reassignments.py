@@ -12,12 +12,16 @@ progress, checked as Kafka's controller checks them (ReplicationControlManager
 
 On one broker the only valid target is this broker, which already holds every partition, so a
 valid request changes nothing; with several brokers the cluster view would start the move here.
+
+Authorization: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED (31), top-level and on each
+partition.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -57,6 +61,12 @@ def check_reassignment(cluster, topic: str, partition: int, replicas, allow_rf_c
 async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Reply:
     cluster = ctx.cluster
     allow_rf_change = getattr(request, "allow_replication_factor_change", True)
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        denied, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        return Reply({"allow_replication_factor_change": allow_rf_change, "error_code": denied, "error_message": message,
+                      "responses": [{"name": t.name, "partitions": [
+                          {"partition_index": p.partition_index, "error_code": denied, "error_message": message}
+                          for p in t.partitions]} for t in request.topics]})
     responses = []
     for topic in request.topics:
         partitions = []

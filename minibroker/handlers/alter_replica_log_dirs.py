@@ -10,12 +10,16 @@ partition answered as Kafka's ReplicaManager.alterReplicaLogDirs answers it:
 
 A partition named twice answers once, for the last directory given (Kafka reads the request into a
 map). v0, which Kafka 4 removed, is not in kio.
+
+Authorization: ALTER on the cluster, else every partition is answered CLUSTER_AUTHORIZATION_FAILED
+(31).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.describe_log_dirs import log_dir
 from minibroker.protocol.errors import ErrorCode
@@ -45,7 +49,8 @@ async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Reply:
             for p in t.partitions:
                 destinations[(t.name, p)] = d.path
     by_topic: dict[str, list[dict]] = {}
+    allowed = ctx.authorize_cluster(AclOperation.ALTER)
     for (topic, partition), destination in destinations.items():
-        by_topic.setdefault(topic, []).append(
-            {"partition_index": partition, "error_code": move_replica(ctx, topic, partition, destination)})
+        code = move_replica(ctx, topic, partition, destination) if allowed else ErrorCode.cluster_authorization_failed
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
     return Reply({"results": [{"topic_name": name, "partitions": parts} for name, parts in by_topic.items()]})

@@ -9,6 +9,11 @@ are named by id and by name; a deleted topic is left out of an assignment, as Ka
 each member's type (1: consumer protocol; classic-protocol members do not exist here). The
 authorized operations (KIP-430) are the group operations minibroker.auth allows: all of them without
 an authorizer. Its clients never throttle themselves (Kafka's AbstractResponse default).
+
+Authorization (Kafka's handleConsumerGroupDescribe): DESCRIBE on each group, else
+GROUP_AUTHORIZATION_FAILED (30) (these come first, as in Kafka); a group with a topic the principal
+may not describe (subscribed, assigned or to be assigned) is answered TOPIC_AUTHORIZATION_FAILED
+(29), its members not shown (KAFKA-18813).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Mapping
 
 from minibroker.handlers import Reply, handler
-from minibroker.auth import NO_AUTHORIZED_OPERATIONS, ResourceType
+from minibroker.auth import AclOperation, NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -36,6 +41,25 @@ def _assignment(logs: LogManager, assignment: Mapping[uuid.UUID, tuple[int, ...]
     return {"topic_partitions": parts}
 
 
+def _refused(group_id: str, code: ErrorCode) -> dict:
+    return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "", "group_epoch": 0,
+            "assignment_epoch": 0, "assignor_name": "", "members": [], "authorized_operations": NO_AUTHORIZED_OPERATIONS}
+
+
+def _topics_describable(ctx: RequestContext, described: Any) -> bool:
+    """KAFKA-18813: a group whose members hold or subscribe to a topic the principal may not describe
+    is answered TOPIC_AUTHORIZATION_FAILED, its members not shown."""
+    names: set[str] = set()
+    for member in described.members:
+        names.update(member.subscribed_topic_names or ())
+        for assignment in (member.assignment, member.target_assignment):
+            for topic_id in assignment:
+                info = ctx.logs.topic_by_id(topic_id)
+                if info is not None:
+                    names.add(info.name)
+    return len(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, sorted(names))) == len(names)
+
+
 @handler(69, 0, 1)
 async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
     groups, logs = ctx.groups, ctx.logs
@@ -44,7 +68,14 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
             {"error_code": ErrorCode.unsupported_version, "group_id": g, "group_state": "", "group_epoch": 0,
              "assignment_epoch": 0, "assignor_name": "", "members": []} for g in request.group_ids]})
     described = []
-    for d in groups.consumer_group_describe(request.group_ids):
+    allowed = ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_ids)
+    for group_id in request.group_ids:
+        if group_id not in allowed:
+            described.append(_refused(group_id, ErrorCode.group_authorization_failed))
+    for d in groups.consumer_group_describe(allowed):
+        if not d.error and not _topics_describable(ctx, d):
+            described.append(_refused(d.group_id, ErrorCode.topic_authorization_failed))
+            continue
         described.append({
             "error_code": d.error,
             "error_message": d.message,

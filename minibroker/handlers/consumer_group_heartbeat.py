@@ -9,6 +9,11 @@ carries the code and Kafka's message only. Without `consumer` in
 group.coordinator.rebalance.protocols the answer is UNSUPPORTED_VERSION, as Kafka's with the protocol
 disabled, which tells Java's consumer to use group.protocol=classic. Its clients never throttle
 themselves (Kafka's AbstractResponse default): a quota throttle holds the response back.
+
+Authorization (Kafka's handleConsumerGroupHeartbeat, KAFKA-18813): READ on the group, else
+GROUP_AUTHORIZATION_FAILED (30); DESCRIBE on each subscribed topic name, else
+TOPIC_AUTHORIZATION_FAILED (29) naming them. (Kafka also leaves the topics the member may not
+describe out of a regex subscription; here a regex subscribes to every topic it matches.)
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.groups.api import ConsumerGroupHeartbeatRequest
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.protocol.errors import ErrorCode
 from minibroker.handlers.join_group import client_host
 from minibroker.protocol.entities import to_ms
 
@@ -24,10 +31,27 @@ if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
 
+def _refused(ctx: RequestContext, request: Any) -> tuple[ErrorCode, str | None] | None:
+    """READ on the group, then DESCRIBE on every subscribed topic name (KAFKA-18813)."""
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ErrorCode.group_authorization_failed, None
+    names = request.subscribed_topic_names
+    if names:
+        allowed = set(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names))
+        unauthorized = [name for name in names if name not in allowed]
+        if unauthorized:
+            return ErrorCode.topic_authorization_failed, f"The following topics are unauthorized: {', '.join(unauthorized)}"
+    return None
+
+
 @handler(68, 0, 1)
 async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     owned = request.topic_partitions
     groups = ctx.groups
+    denied = _refused(ctx, request)
+    if denied is not None:
+        return Reply({"error_code": denied[0], "error_message": denied[1], "member_id": None, "member_epoch": 0,
+                      "heartbeat_interval": 0, "assignment": None})
     result = groups.consumer_group_heartbeat(ctx.clock.monotonic(), ConsumerGroupHeartbeatRequest(
         group_id=request.group_id,
         member_id=request.member_id,

@@ -22,6 +22,8 @@ The controller-mutation quota (KIP-599): a topic that passed its checks is charg
 adds, validate_only included (as KRaft); from v3 a topic over the quota is answered
 THROTTLING_QUOTA_EXCEEDED and not grown (strict), before v3 it is grown and the response throttled
 (permissive).
+
+Authorization: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED (29), without a message.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import logging
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.protocol.errors import ErrorCode
 from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, error_answer
-from minibroker.protocol.errors import ApiError, ErrorCode
+from minibroker.protocol.errors import ApiError
 
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
@@ -110,8 +114,13 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Reply:
         counts[topic.name] = counts.get(topic.name, 0) + 1
     results = [{"name": name, "error_code": ErrorCode.invalid_request, "error_message": "Duplicate topic name."}
                for name, count in counts.items() if count > 1]
+    allowed = set(ctx.filter_authorized(AclOperation.ALTER, ResourceType.TOPIC, [n for n, c in counts.items() if c == 1]))
     for topic in request.topics:
         if counts[topic.name] > 1:
+            continue
+        if topic.name not in allowed:
+            results.append({"name": topic.name, "error_code": ErrorCode.topic_authorization_failed,
+                            "error_message": None})
             continue
         try:
             _create(ctx, topic, bool(request.validate_only), quota)

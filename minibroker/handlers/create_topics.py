@@ -20,12 +20,17 @@ Limits (minibroker.limits): a request asking for more than 10,000 partitions in 
 whole, every topic POLICY_VIOLATION "Excessively large number of partitions per request." (KRaft);
 a topic that would take the broker past max.broker.partitions is POLICY_VIOLATION with a message
 naming the limit, after its other checks (so a bad name is still INVALID_TOPIC_EXCEPTION).
+
+Authorization (Kafka's ControllerApis.createTopics): CREATE on the cluster, or on each topic, else
+the topic is answered TOPIC_AUTHORIZATION_FAILED (29) "Authorization failed."; a topic created
+without DESCRIBE_CONFIGS on it is answered with no configs and topic_config_error_code 29.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, error_answer, log
 from minibroker.handlers.describe_configs import topic_config_entries
@@ -122,6 +127,13 @@ def _requested_partitions(topics, default: int) -> int:
 STRICT_SINCE = 6  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
 
 
+def _authorized_for_create(ctx: RequestContext, names: list[str]) -> set[str]:
+    """CREATE on the cluster allows every topic (not logged when denied), else CREATE on each topic."""
+    if ctx.authorize_cluster(AclOperation.CREATE, log_if_denied=False):
+        return set(names)
+    return set(ctx.filter_authorized(AclOperation.CREATE, ResourceType.TOPIC, names))
+
+
 @handler(19, 2, 7, client_throttles_from=3)
 async def create_topics(ctx: RequestContext, request: Any) -> Reply:
     if _requested_partitions(request.topics, ctx.config["num.partitions"]) > MAX_PARTITIONS_PER_REQUEST:
@@ -132,6 +144,9 @@ async def create_topics(ctx: RequestContext, request: Any) -> Reply:
         counts[topic.name] = counts.get(topic.name, 0) + 1
     in_use = [partitions_in_use(ctx.logs)]
     quota = ctx.quotas.mutation_quota(ctx, STRICT_SINCE)
+    may_create = _authorized_for_create(ctx, list(counts))
+    describable = set(ctx.filter_authorized(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts,
+                                            log_if_denied=False))
     results = []
     answered: set[str] = set()
     for topic in request.topics:
@@ -141,8 +156,14 @@ async def create_topics(ctx: RequestContext, request: Any) -> Reply:
                 answered.add(topic.name)
                 results.append(_result(topic.name, ErrorCode.invalid_request,
                                        "Create topics request from client contains a duplicate topic"))
+        elif topic.name not in may_create:
+            results.append(_result(topic.name, ErrorCode.topic_authorization_failed, "Authorization failed."))
         else:
-            results.append(_create_one(ctx, topic, request.validate_only, in_use, quota))
+            result = _create_one(ctx, topic, request.validate_only, in_use, quota)
+            if topic.name not in describable and result["error_code"] == ErrorCode.none:
+                # Kafka's ControllerApis: created, but its configs are not the principal's to see.
+                result = {**result, "configs": (), "topic_config_error_code": ErrorCode.topic_authorization_failed}
+            results.append(result)
     return Reply({"topics": results}, ctx.quotas.mutation_throttle_ms(ctx, quota))
 
 

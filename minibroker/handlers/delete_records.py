@@ -11,12 +11,16 @@ The new start is written (atomically) to the partition's `log-start-offset` file
 so it holds across restarts; segments wholly below it are deleted at once, and retention deletes the
 one it falls in once the segment is no longer active. From then on a fetch below it answers
 OFFSET_OUT_OF_RANGE and ListOffsets EARLIEST answers it; a fetch parked on the partition is woken.
+
+Authorization: DELETE on each topic, else its partitions are answered TOPIC_AUTHORIZATION_FAILED
+(29).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ApiError, ErrorCode
@@ -53,10 +57,15 @@ def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tup
 @handler(21, 0, 2, client_throttles_from=1)
 async def delete_records(ctx: RequestContext, request: Any) -> Reply:
     topics = []
+    allowed = set(ctx.filter_authorized(AclOperation.DELETE, ResourceType.TOPIC, [t.name for t in request.topics]))
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            code, low_watermark = _delete(ctx, topic.name, p.partition_index, p.offset)
+            code: int
+            if topic.name not in allowed:
+                code, low_watermark = ErrorCode.topic_authorization_failed, -1
+            else:
+                code, low_watermark = _delete(ctx, topic.name, p.partition_index, p.offset)
             partitions.append({"partition_index": p.partition_index, "low_watermark": low_watermark,
                                "error_code": code})
         topics.append({"name": topic.name, "partitions": partitions})

@@ -10,12 +10,17 @@ way, client-side; a KRaft controller would delete them.)
 The controller-mutation quota (KIP-599): a topic about to be deleted is charged its partition count;
 from v5 a topic over the quota is answered THROTTLING_QUOTA_EXCEEDED and kept (strict), before v5
 it is deleted and the response throttled (permissive).
+
+Authorization (Kafka's handleDeleteTopicsRequest): DELETE on each topic, else
+TOPIC_AUTHORIZATION_FAILED (29), whether or not it exists; a topic named by id also needs DESCRIBE,
+else it is answered 29 with a null name.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import THROTTLING_QUOTA_EXCEEDED_MESSAGE, broker_owned, error_answer, log
 from minibroker.protocol.errors import ErrorCode
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
 
 
 STRICT_SINCE = 5  # KIP-599: THROTTLING_QUOTA_EXCEEDED from this version
+DENIED_MESSAGE = "Topic authorization failed."  # Kafka's ApiError(TOPIC_AUTHORIZATION_FAILED)
 
 
 @handler(20, 1, 6, client_throttles_from=2)
@@ -35,9 +41,19 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Reply:
         wanted = [(name, None) for name in request.topic_names]
     else:
         wanted = [(t.name, t.topic_id) for t in request.topics]
-    results = []
+    results: list[dict[str, Any]] = []
     for name, topic_id in wanted:
         info = ctx.logs.resolve(name, topic_id)
+        denied = ErrorCode.topic_authorization_failed
+        if info is not None and name is None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                                                   info.name):
+            results.append({"name": None, "topic_id": topic_id, "error_code": denied, "error_message": DENIED_MESSAGE})
+            continue
+        if (info is not None or name is not None) and not ctx.authorize(
+                AclOperation.DELETE, ResourceType.TOPIC, info.name if info is not None else name):
+            results.append({"name": info.name if info is not None else name, "topic_id": topic_id,
+                            "error_code": denied, "error_message": DENIED_MESSAGE})
+            continue
         if info is None:
             code = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
             # Kafka's controller names an unknown id ("UnknownTopicIdException"), not an unknown name.

@@ -5,12 +5,16 @@ Behaviour (Kafka's ClientQuotasImage.describe, via quotas.config.QuotaConfigStor
 types the filter does not name. Errors are top-level (INVALID_REQUEST, or UNSUPPORTED_VERSION for an
 unknown entity type) with a null entry list. Entity names are null for a default entity. Its clients
 never throttle themselves (Kafka's default): a quota throttle holds the response back.
+
+Authorization: DESCRIBE_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED (31) with a null
+entry list.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -20,6 +24,8 @@ if TYPE_CHECKING:
 
 @handler(48, 0, 1)
 async def describe_client_quotas(ctx: RequestContext, request: Any) -> Reply:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
+        return Reply({"error_code": ErrorCode.cluster_authorization_failed, "error_message": None, "entries": None})
     code, message, found = ctx.quotas.store.describe(
         [(c.entity_type, int(c.match_type), c.match) for c in request.components], bool(request.strict)
     )

@@ -3,6 +3,9 @@
 endpoint_type 2 (controllers, v1+) answers the same single node; fenced brokers do not exist here.
 Its clients never throttle themselves (Kafka's AbstractResponse default): a quota throttle holds the
 response back.
+
+Authorization: none (Kafka checks nothing); the cluster's authorized operations are 0 without
+DESCRIBE on the cluster.
 """
 
 from __future__ import annotations
@@ -10,11 +13,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from minibroker.auth import CLUSTER_RESOURCE, NO_AUTHORIZED_OPERATIONS, ResourceType
+from minibroker.auth import AclOperation, CLUSTER_RESOURCE, NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
+
+
+def _cluster_operations(ctx: RequestContext, asked: bool) -> int:
+    """Kafka's AuthHelper.computeDescribeClusterResponse: 0 without DESCRIBE on the cluster."""
+    if not asked:
+        return NO_AUTHORIZED_OPERATIONS
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE)
 
 
 @handler(60, 0, 2)
@@ -26,7 +38,5 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Reply:
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": ctx.cluster.controller_id,
         "brokers": [{**b, "is_fenced": False} for b in ctx.cluster.brokers(ctx.connection.listener)],
-        "cluster_authorized_operations": ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        if request.include_cluster_authorized_operations
-        else NO_AUTHORIZED_OPERATIONS,
+        "cluster_authorized_operations": _cluster_operations(ctx, request.include_cluster_authorized_operations),
     })

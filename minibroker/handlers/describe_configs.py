@@ -13,13 +13,19 @@ The broker resource named by this broker's id lists every broker setting with it
 (passwords never: is_sensitive with a null value), read_only for those that cannot change at runtime;
 the resource named "" lists the cluster-wide dynamic defaults only, as Kafka. Any other name is
 INVALID_REQUEST. configuration_keys filters (null or empty: everything).
+
+Authorization (Kafka's ConfigHelper): DESCRIBE_CONFIGS on the resource (the cluster for BROKER and
+BROKER_LOGGER), else it is answered CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED or
+GROUP_AUTHORIZATION_FAILED with Kafka's message and no configs.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation
 from minibroker.config import BROKER_CONFIGS
+from minibroker.config_admin import config_authorization_error
 from minibroker.dynamic_config import DYNAMIC_KEYS, STATIC_DEFAULTS
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
@@ -41,6 +47,10 @@ if TYPE_CHECKING:
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 SOURCE_CLIENT_METRICS_CONFIG = 9  # Kafka's DescribeConfigsResponse.ConfigSource.CLIENT_METRICS_CONFIG
 CONFIG_TYPE_INT, CONFIG_TYPE_LIST = 3, 7
+# Kafka's Errors' default messages, which DescribeConfigs answers a refused resource with.
+_DENIED_MESSAGES = {ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+                    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+                    ErrorCode.group_authorization_failed: "Group authorization failed."}
 CONFIG_TYPE_UNKNOWN = 0
 _INT_BROKER_KEYS = {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours"}
 
@@ -156,7 +166,10 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Reply:
         name = resource.resource_name
         result = {"error_code": ErrorCode.none, "error_message": None, "resource_type": resource.resource_type,
                   "resource_name": name, "configs": ()}
-        if resource.resource_type == TOPIC:
+        denied = config_authorization_error(ctx, resource.resource_type, name, AclOperation.DESCRIBE_CONFIGS)
+        if denied is not None:
+            result.update(error_code=denied, error_message=_DENIED_MESSAGES[denied])
+        elif resource.resource_type == TOPIC:
             info = ctx.logs.topic(name)
             try:
                 validate_topic_name(name)

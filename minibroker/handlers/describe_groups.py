@@ -6,6 +6,9 @@ those), is described as Dead with no error before v6 and answered GROUP_ID_NOT_F
 (KIP-1043), as Kafka 4 does. v3+ may ask for the authorized operations (KIP-430): the group
 operations (READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS) minibroker.auth allows, all of
 them without an authorizer.
+
+Authorization: DESCRIBE on each group, else it is answered GROUP_AUTHORIZATION_FAILED (30) (Kafka's
+handleDescribeGroupsRequest).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
-from minibroker.auth import NO_AUTHORIZED_OPERATIONS, ResourceType
+from minibroker.auth import AclOperation, NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -32,6 +35,10 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
     include_operations = getattr(request, "include_authorized_operations", False)
     described = []
     for group_id in request.groups:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            # Kafka's DescribeGroupsResponse.groupError: no state at all.
+            described.append({**_dead(group_id, ErrorCode.group_authorization_failed), "group_state": ""})
+            continue
         if not group_id:
             described.append(_dead(group_id, ErrorCode.invalid_group_id))
             continue

@@ -10,6 +10,9 @@ space); v5's `is_cordoned` is false. v0, which Kafka 4 removed, is not in kio.
 
 kafka-python infers the Kafka release a broker emulates from the versions it serves; DescribeLogDirs
 v5 is its mark of Kafka 4.3.
+
+Authorization: DESCRIBE on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED (31) with no
+results.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ErrorCode
@@ -41,6 +45,8 @@ def _volume_bytes(path: str) -> tuple[int, int]:
 
 @handler(35, 0, 5, client_throttles_from=1)
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> Reply:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return Reply({"error_code": ErrorCode.cluster_authorization_failed, "results": []})
     if request.topics is None:
         wanted = None
     else:

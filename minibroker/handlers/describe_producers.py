@@ -8,12 +8,15 @@ the first offset of its open transaction (-1 when none). Both producer state mod
 mode knows only the latest batch, which is all this API shows). An unknown partition is
 UNKNOWN_TOPIC_OR_PARTITION; a file-system error loading the state KAFKA_STORAGE_ERROR. Loading a
 partition's producer state for this is the same lazy load a produce would do.
+
+Authorization: READ on each topic, else its partitions are answered TOPIC_AUTHORIZATION_FAILED (29).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ErrorCode
@@ -28,8 +31,12 @@ async def describe_producers(ctx: RequestContext, request: Any) -> Reply:
     topics = []
     for topic in request.topics:
         partitions = []
+        allowed = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
             plog = ctx.logs.log(topic.name, index)
+            if not allowed:
+                partitions.append(_partition(index, ErrorCode.topic_authorization_failed, "Topic authorization failed."))
+                continue
             if plog is None:
                 partitions.append(_partition(index, ErrorCode.unknown_topic_or_partition,
                                              f"{topic.name}-{index} does not exist"))

@@ -9,6 +9,8 @@ metadata log's end offset as its log end offset and as the high watermark, no ob
 leader's last fetch and caught-up times are now (Kafka reports the current time for the leader).
 v2 adds each voter's directory id (the zero id, as for a statically configured voter) and the
 voters' endpoints (this broker's listeners: a combined node's controller answers there).
+
+Authorization: DESCRIBE on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED (31).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.cluster import METADATA_PARTITION, METADATA_TOPIC
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -33,6 +36,9 @@ def _asks_for_the_metadata_partition(request) -> bool:
 
 @handler(55, 0, 2)
 async def describe_quorum(ctx: RequestContext, request: Any) -> Reply:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return Reply({"error_code": ErrorCode.cluster_authorization_failed, "error_message": None, "topics": (),
+                      "nodes": ()})
     if not _asks_for_the_metadata_partition(request):
         topics = [{"topic_name": t.topic_name, "partitions": [
             {"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,

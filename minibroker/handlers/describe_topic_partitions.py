@@ -16,6 +16,10 @@ DescribeTopicPartitionsRequestHandler and KRaftMetadataCache.getTopicMetadataFor
 Topics and partitions are described as Metadata describes them (leader, epoch, replicas and ISR
 from the cluster view); the eligible-leader-replica lists (KIP-966) are empty, never null: Kafka
 sends empty ones, and Java's Admin fails on a null one.
+
+Authorization (Kafka's DescribeTopicPartitionsRequestHandler): DESCRIBE on each topic; asked for
+every topic, the ones the principal may not describe are left out; named, they are answered
+TOPIC_AUTHORIZATION_FAILED (29) with a zero topic id, after the page.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.metadata import topic_metadata
-from minibroker.auth import ResourceType
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import InvalidTopicError, is_internal, validate_topic_name
 
@@ -57,12 +61,18 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Reply:
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
     fetch_all = not request.topics
+    unauthorized: list[dict[str, Any]] = []
     if fetch_all:
         names = {info.name for info in ctx.logs.topics() if info.name >= cursor_topic}
     else:
         names = {t.name for t in request.topics if t.name >= cursor_topic}
         if cursor is not None and cursor.topic_name not in names:
             return _error_response(request, ErrorCode.invalid_request)
+    allowed = set(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, sorted(names)))
+    if not fetch_all:
+        unauthorized = [{"error_code": ErrorCode.topic_authorization_failed, "name": name, "topic_id": ZERO_UUID,
+                         "is_internal": False, "partitions": ()} for name in sorted(names - allowed)]
+    names &= allowed
     if cursor is not None and cursor.partition_index < 0:
         return _error_response(request, ErrorCode.invalid_request)
     remaining = max(min(ctx.config["max.request.partition.size.limit"], request.response_partition_limit), 1)
@@ -89,4 +99,4 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Reply:
             next_cursor = {"topic_name": name, "partition_index": upper}
             break
         remaining -= max(upper - start, 0)
-    return Reply({"topics": topics, "next_cursor": next_cursor})
+    return Reply({"topics": topics + unauthorized, "next_cursor": next_cursor})

@@ -10,12 +10,16 @@ controller answers them (ReplicationControlManager.electLeaders):
 
 The cluster view says who leads: on one broker every partition is led by its only, preferred,
 replica, so no election is ever needed.
+
+Authorization: ALTER on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED (31), and on
+each partition named.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -46,6 +50,11 @@ def _result(topic: str, partitions: list[dict]) -> dict:
 @handler(43, 0, 2, client_throttles_from=0)
 async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
     election_type = getattr(request, "election_type", PREFERRED)  # v0 elects the preferred replica
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        denied = ErrorCode.cluster_authorization_failed
+        results = [_result(t.topic, [{"partition_id": p, "error_code": denied, "error_message": None}
+                                     for p in t.partitions]) for t in request.topic_partitions or ()]
+        return Reply({"error_code": denied, "replica_election_results": results})
     if election_type not in (PREFERRED, UNCLEAN):
         unknown = f"Unknown election type {election_type}"
         results = [_result(t.topic, [{"partition_id": p, "error_code": ErrorCode.invalid_request, "error_message": unknown}

@@ -12,12 +12,15 @@ bumped epoch, and the answer carries the producer id and epoch the client goes o
 producer id at epoch 0 once the epoch is exhausted); an abort with nothing added bumps it too; a
 retry is told by its epoch (minibroker.transactions.state). Served at any level of the feature: the
 request's version decides, as in Kafka.
+
+Authorization: WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -27,6 +30,9 @@ if TYPE_CHECKING:
 
 @handler(26, 0, 5, client_throttles_from=1)
 async def end_txn(ctx: RequestContext, request: Any) -> Reply:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return Reply({"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1,
+                      "producer_epoch": -1})
     if ctx.version >= 5:
         code, producer_id, producer_epoch = await ctx.txns.end_txn_v2(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed)

@@ -19,12 +19,18 @@ offset) overlapping the offsets returned, from the segments' `.txnindex` files, 
 their records; READ_UNCOMMITTED returns everything up to the high watermark and a null list. Control
 batches (the COMMIT/ABORT markers) are returned like any batch: clients skip them. A read_committed
 fetch waiting for data is woken by a marker that moves the LSO, not only by new records.
+
+Authorization (Kafka's handleFetchRequest): a consumer needs READ on each topic, else its partitions
+are answered TOPIC_AUTHORIZATION_FAILED (29) whether or not the topic exists (an unknown topic id
+stays UNKNOWN_TOPIC_ID); a follower's fetch (a replica id >= 0) needs CLUSTER_ACTION on the cluster,
+else every partition is answered 29.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import ByteRate, Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.purgatory import DelayedOperation
@@ -48,11 +54,25 @@ class _FetchPlan:
         self.storage_errors = ctx.storage_errors
         self.read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
         self.entries: list[Any] = []  # (topic name or None, topic id or None, info, partition, offset, max_bytes, log)
+        self.denied: set[tuple[str | None, Any]] = set()  # (name, topic_id) of topics it may not read
+        check = ctx.auth.authorizer is not None
+        follower_allowed = None
         resolved: dict = {}
         for name, topic_id, partition, offset, max_bytes in wanted:
             info = resolved.get((name, topic_id), False)
             if info is False:
                 info = resolved[(name, topic_id)] = ctx.logs.resolve(name, topic_id)
+                topic_name = info.name if info is not None else name
+                if check and topic_name is not None:
+                    if _replica_id(request) >= 0:
+                        if follower_allowed is None:
+                            follower_allowed = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
+                        allowed = follower_allowed
+                    else:
+                        allowed = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic_name)
+                    if not allowed:
+                        self.denied.add((name, topic_id))
+                        info = resolved[(name, topic_id)] = None
             log = ctx.logs.log(info.name, partition) if info is not None else None
             self.entries.append((name, topic_id, info, partition, offset, max_bytes, log))
 
@@ -99,6 +119,8 @@ class _FetchPlan:
                 topics.append(by_topic[key])
             if log is None:
                 code = ErrorCode.unknown_topic_or_partition if name is not None or info is not None else ErrorCode.unknown_topic_id
+                if key in self.denied:
+                    code = ErrorCode.topic_authorization_failed
                 # Kafka's FetchResponse.partitionResponse: an empty (not null) aborted list.
                 by_topic[key]["partitions"].append(_partition(part, code, aborted=[]))
                 continue
@@ -123,6 +145,12 @@ class _FetchPlan:
                 _partition(part, 0, log.high_watermark, log.log_start_offset, data, lso, aborted)
             )
         return topics
+
+
+def _replica_id(request: Any) -> int:
+    """The fetching replica (v15+ in replica_state), -1 for a consumer."""
+    state = getattr(request, "replica_state", None)
+    return state.replica_id if state is not None else getattr(request, "replica_id", -1)
 
 
 def _aborted_transactions(log, offset: int, data: bytes) -> list[dict[str, int]]:

@@ -12,12 +12,18 @@ transaction.max.timeout.ms. A producer id without an epoch, or an epoch without 
 INVALID_REQUEST (Kafka's KafkaApis.handleInitProducerIdRequest). PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4. v6's two-phase
 commit (KIP-939: enable_2pc, keep_prepared_txn) is not enabled here
 (transaction.two.phase.commit.enable's default): TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers.
+
+Authorization (Kafka's handleInitProducerIdRequest): with a transactional id, WRITE on it, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53); an idempotent producer needs IDEMPOTENT_WRITE on the
+cluster or WRITE on some topic (KIP-679: any ALLOW for WRITE on a topic that no DENY wholly covers),
+else CLUSTER_AUTHORIZATION_FAILED (31).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.protocol.entities import to_ms
@@ -32,7 +38,14 @@ if TYPE_CHECKING:
 async def init_producer_id(ctx: RequestContext, request: Any) -> Reply:
     now_ms = ctx.clock.now_ms()
     pid_asked, epoch_asked = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
-    if (pid_asked == NO_PRODUCER_ID) != (epoch_asked == NO_PRODUCER_EPOCH):
+    if request.transactional_id is not None and not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        code, pid, epoch = ErrorCode.transactional_id_authorization_failed, -1, -1
+    elif request.transactional_id is None and not (
+            ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE, log_if_denied=False)
+            or ctx.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)):
+        code, pid, epoch = ErrorCode.cluster_authorization_failed, -1, -1
+    elif (pid_asked == NO_PRODUCER_ID) != (epoch_asked == NO_PRODUCER_EPOCH):
         # Kafka's handleInitProducerIdRequest: -1/-1 asks for a fresh id, both set name the current
         # one; one without the other is malformed, whether or not there is a transactional id.
         code, pid, epoch = ErrorCode.invalid_request, -1, -1

@@ -5,6 +5,9 @@ session timeout stands in, as in Kafka); v4+ without a member id gets MEMBER_ID_
 id to rejoin with (KIP-394), unless the member is static (group.instance.id, v5+); v7+ answers the
 protocol type and a nullable protocol name (older versions get "" when there is none); v9+ may tell a
 rejoining static leader to skip the assignment.
+
+Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED (30) (Kafka's
+handleJoinGroupRequest).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.groups.coordinator import DelayedJoin
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.protocol.errors import ErrorCode
 from minibroker.protocol.entities import to_ms
 
 if TYPE_CHECKING:
@@ -28,6 +33,10 @@ def client_host(ctx) -> str:
 async def join_group(ctx: RequestContext, request: Any) -> Reply:
     version = ctx.version
     groups = ctx.groups
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return Reply({"error_code": ErrorCode.group_authorization_failed, "generation_id": -1, "protocol_type": None,
+                      "protocol_name": None if version >= 7 else "", "leader": "", "skip_assignment": False,
+                      "member_id": "", "members": []})
     session_timeout_ms = to_ms(request.session_timeout)
     rebalance_timeout = getattr(request, "rebalance_timeout", None)
     rebalance_timeout_ms = session_timeout_ms if rebalance_timeout is None else to_ms(rebalance_timeout)

@@ -9,12 +9,15 @@ minibroker.telemetry); there are no group configs (a group is listed here only f
 own, which groups cannot have here); the broker lists itself as a broker and as a broker logger, by
 node id, and every topic. Its clients never throttle
 themselves (Kafka's default): a quota throttle holds the response back.
+
+Authorization: DESCRIBE_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED (31).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -39,6 +42,8 @@ def _resources(ctx: RequestContext, resource_type: int) -> list[str]:
 
 @handler(74, 0, 1)
 async def list_config_resources(ctx: RequestContext, request: Any) -> Reply:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
+        return Reply({"error_code": ErrorCode.cluster_authorization_failed, "config_resources": ()})
     if ctx.version == 0:
         wanted = {CLIENT_METRICS}
     else:

@@ -2,12 +2,16 @@
 
 v4+ filters by state (case-insensitive, as Kafka); v5+ by type: "classic", or "consumer" for a
 KIP-848 consumer group (its protocol type is "consumer" too).
+
+Authorization (Kafka's handleListGroupsRequest): with DESCRIBE on the cluster every group is listed,
+else only the groups the principal may DESCRIBE.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -20,6 +24,9 @@ async def list_groups(ctx: RequestContext, request: Any) -> Reply:
     overviews = ctx.groups.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE, log_if_denied=False):
+        overviews = [g for g in overviews
+                     if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_if_denied=False)]
     return Reply({
         "error_code": ErrorCode.none,
         "groups": [

@@ -19,12 +19,15 @@ cache), the current one for LATEST.
 A special timestamp asked at a version older than the one that introduced it, or a negative
 timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partition (Kafka's
 ReplicaManager.isListOffsetsTimestampUnsupported).
+
+Authorization: DESCRIBE on each topic, else its partitions are answered TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ErrorCode
@@ -64,16 +67,19 @@ def _lookup(log, timestamp: int, fetchable_end: int) -> tuple[int, int, int]:
 @handler(2, 1, 11, client_throttles_from=3)
 async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    allowed = set(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, [t.name for t in request.topics]))
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             log = ctx.logs.log(topic.name, p.partition_index)
-            if p.timestamp < 0 and ctx.version < MIN_VERSION.get(p.timestamp, 1 << 15):
+            if topic.name not in allowed:
+                error = ErrorCode.topic_authorization_failed
+            elif p.timestamp < 0 and ctx.version < MIN_VERSION.get(p.timestamp, 1 << 15):
                 error = ErrorCode.unsupported_version
             else:
                 error = ErrorCode.unknown_topic_or_partition if log is None else ErrorCode.none
-            if error or log is None:
+            if error or log is None:  # (an unauthorized topic is not said to exist or not)
                 partitions.append({"partition_index": p.partition_index, "error_code": error,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})
                 continue

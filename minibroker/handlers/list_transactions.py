@@ -1,13 +1,17 @@
 """ListTransactions (key 66), v0-v2: the transactional ids the coordinator knows, filtered by state
 (names as DescribeTransactions gives them; the filters no state has come back in
 unknown_state_filters), producer id, v1 how long they have been running (KIP-994), v2 a regular
-expression the transactional id matches (KIP-1152; a bad one is INVALID_REGULAR_EXPRESSION)."""
+expression the transactional id matches (KIP-1152; a bad one is INVALID_REGULAR_EXPRESSION).
+
+Authorization: only the transactional ids the principal may DESCRIBE are listed.
+"""
 
 from __future__ import annotations
 
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.regex import RegexError
 from minibroker.protocol.errors import ErrorCode
@@ -32,5 +36,6 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Reply:
             {"transactional_id": txn.transactional_id, "producer_id": txn.producer_id,
              "transaction_state": txn.state.kafka_name}
             for txn in found
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn.transactional_id)
         ],
     })

@@ -21,6 +21,12 @@ broker of the future may answer REBOOTSTRAP_REQUIRED, 129, to send clients back 
 servers). An `error` fault rule (minibroker.faults, `Metadata:error:error_code=129`) answers it, so a
 test can see its client rebootstrap; below v13 the rule's code goes to each requested topic.
 
+Authorization (Kafka's handleTopicMetadataRequest): DESCRIBE on each topic. Asked for every topic,
+the ones the principal may not describe are left out; named (or asked for by id), they are answered
+TOPIC_AUTHORIZATION_FAILED (29) with a zero topic id (by id: with the id and a null name, which
+are not secret). Auto-creation also needs CREATE on the cluster or on the topic, else the topic is
+answered 29. The cluster's authorized operations (v8-v10) are 0 without DESCRIBE on the cluster.
+
 Only Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, `__share_group_state`)
 are marked is_internal; the audit topic `__minibroker_audit` is an ordinary topic to clients
 (consumable by name or pattern, as any topic), though only the broker may write it.
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from minibroker.auth import CLUSTER_RESOURCE, NO_AUTHORIZED_OPERATIONS, ResourceType
+from minibroker.auth import CLUSTER_RESOURCE, NO_AUTHORIZED_OPERATIONS, AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import create_topic_or_error
 from minibroker.limits import partitions_in_use
@@ -89,7 +95,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Reply:
         "auto.create.topics.enable"
     ]
     if request.topics is None or (ctx.version == 0 and not request.topics):
-        topics = [topic_metadata(ctx, info, include_ops) for info in ctx.logs.topics()]
+        topics = [topic_metadata(ctx, info, include_ops) for info in ctx.logs.topics()
+                  if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name, log_if_denied=False)]
     else:
         topic_ids = [t.topic_id for t in request.topics if getattr(t, "topic_id", None) is not None]
         if topic_ids and ctx.version < 12:
@@ -103,14 +110,16 @@ async def metadata(ctx: RequestContext, request: Any) -> Reply:
                 topics.append(_by_name(ctx, t.name, creation, include_ops, ctx.version))
                 await creation.maybe_yield()
             creation.log_refused(ctx.connection.peer)
+    cluster_operations = NO_AUTHORIZED_OPERATIONS
+    if getattr(request, "include_cluster_authorized_operations", False):
+        cluster_operations = ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE) \
+            if ctx.authorize_cluster(AclOperation.DESCRIBE) else 0
     return Reply({
         "brokers": ctx.cluster.brokers(ctx.connection.listener),
         "cluster_id": ctx.cluster.cluster_id,
         "controller_id": ctx.cluster.controller_id,
         "topics": topics,
-        "cluster_authorized_operations": ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        if getattr(request, "include_cluster_authorized_operations", False)
-        else NO_AUTHORIZED_OPERATIONS,
+        "cluster_authorized_operations": cluster_operations,
         "error_code": ErrorCode.none,
     })
 
@@ -138,9 +147,16 @@ class _AutoCreation:
         self.ctx = ctx
         self.max_partitions: int = ctx.config["max.broker.partitions"]
         self.allowed = allowed
+        self.create_on_cluster: bool | None = None  # asked at the first topic to create
         self.in_use: int | None = None  # partitions the broker holds, counted at the first creation
         self.refused = 0
         self.since_yield = 0
+
+    def may_create(self, name: str) -> bool:
+        """CREATE on the cluster (asked once, not logged when denied) or on the topic."""
+        if self.create_on_cluster is None:
+            self.create_on_cluster = self.ctx.authorize_cluster(AclOperation.CREATE, log_if_denied=False)
+        return self.create_on_cluster or self.ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)
 
     def create(self, name: str):
         """(info, 0), or (None, error code) when the topic cannot or may not be created."""
@@ -182,17 +198,23 @@ def _by_id(ctx: RequestContext, topic_id, include_ops: bool) -> dict:
     info = ctx.logs.topic_by_id(topic_id)
     if info is None:
         return _error_topic(None, topic_id, ErrorCode.unknown_topic_id)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name):
+        return _error_topic(None, topic_id, ErrorCode.topic_authorization_failed)
     return topic_metadata(ctx, info, include_ops)
 
 
 def _by_name(ctx: RequestContext, name: str | None, creation: _AutoCreation, include_ops: bool, version: int) -> dict:
     if name is None:  # v10+: neither a name nor an id
         return _error_topic(None, None, ErrorCode.unknown_topic_or_partition, version)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+        return _error_topic(name, None, ErrorCode.topic_authorization_failed)  # exists or not: not said
     info = ctx.logs.topic(name)
     if info is None:
         if not creation.allowed:
             # Kafka's KafkaApis: an illegal name is INVALID_TOPIC_EXCEPTION, a legal one unknown.
             return _error_topic(name, None, _refused_code(name), operations=_operations(ctx, name, include_ops))
+        if not creation.may_create(name):
+            return {**_error_topic(name, None, ErrorCode.topic_authorization_failed), "is_internal": is_internal(name)}
         info, code = creation.create(name)
         if info is None:
             return _error_topic(name, None, code, operations=_operations(ctx, name, include_ops))

@@ -9,12 +9,17 @@ and UNSUPPORTED_VERSION below v9, as Kafka). Partitions of unknown topics get
 UNKNOWN_TOPIC_OR_PARTITION (v10 names topics by id: UNKNOWN_TOPIC_ID). v2-v4 retention_time sets
 the offsets' own expiry; v6+ carries the leader epoch; v7+ group.instance.id. Errors are per
 partition, as in Kafka.
+
+Authorization (Kafka's handleOffsetCommitRequest): READ on the group, else every partition is
+answered GROUP_AUTHORIZATION_FAILED (30); READ on each topic, else its partitions are answered
+TOPIC_AUTHORIZATION_FAILED (29).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.entities import to_ms
 from minibroker.protocol.errors import ErrorCode
@@ -26,6 +31,12 @@ if TYPE_CHECKING:
 @handler(8, 2, 10, client_throttles_from=4)
 async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.logs
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        code = ErrorCode.group_authorization_failed
+        return Reply({"topics": [
+            {"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None),
+             "partitions": [{"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
+            for t in request.topics]})
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     answers = []  # (topic entry, [(partition, name or None, error or None)])
     for topic in request.topics:
@@ -33,6 +44,9 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
         topic_id = getattr(topic, "topic_id", None)
         info = logs.resolve(name, topic_id)
         missing = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+        topic_name = info.name if info is not None else name
+        if topic_name is not None and not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic_name):
+            missing, info = ErrorCode.topic_authorization_failed, None
         rows: list[tuple[int, ErrorCode | tuple[str, int]]] = []  # an error, or the offset's key
         for p in topic.partitions:
             if info is None or not 0 <= p.partition_index < info.num_partitions:

@@ -7,12 +7,17 @@ GROUP_ID_NOT_FOUND for an unknown group, NON_EMPTY_GROUP for a group with member
 consumer group. A consumer group with members keeps the offsets of the topics they subscribe to:
 those partitions answer GROUP_SUBSCRIBED_TO_TOPIC. Every other partition answers NONE, whether it
 had an offset (now removed, by a tombstone in __consumer_offsets) or not.
+
+Authorization (Kafka's handleOffsetDeleteRequest): DELETE on the group, else the top-level
+GROUP_AUTHORIZATION_FAILED (30); READ on each topic, else its partitions TOPIC_AUTHORIZATION_FAILED
+(29).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -23,12 +28,17 @@ if TYPE_CHECKING:
 @handler(47, 0, 0, client_throttles_from=0)
 async def offset_delete(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.logs
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return Reply({"error_code": ErrorCode.group_authorization_failed, "topics": ()})
+    allowed = set(ctx.filter_authorized(AclOperation.READ, ResourceType.TOPIC, [t.name for t in request.topics]))
     errors: dict[tuple[str, int], int] = {}
     wanted: dict[str, list[int]] = {}
     for topic in request.topics:
         info = logs.topic(topic.name)
         for p in topic.partitions:
-            if info is None or not 0 <= p.partition_index < info.num_partitions:
+            if topic.name not in allowed:
+                errors[(topic.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info.num_partitions:
                 errors[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.setdefault(topic.name, []).append(p.partition_index)

@@ -8,12 +8,18 @@ read_committed consumer) answers UNSTABLE_OFFSET_COMMIT for the partitions an op
 offsets pending for (KIP-447; the client retries), the committed offsets elsewhere. v9+ names the
 fetching member of a KIP-848 consumer group, whose epoch must be current (STALE_MEMBER_EPOCH,
 UNKNOWN_MEMBER_ID, for the group).
+
+Authorization (Kafka's handleOffsetFetchRequest): DESCRIBE on the group, else the group is answered
+GROUP_AUTHORIZATION_FAILED (30) with no topics; DESCRIBE on each topic asked for, else its
+partitions are answered TOPIC_AUTHORIZATION_FAILED (29); asked for all of a group's offsets, the
+topics it may not describe are left out.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.protocol.errors import ErrorCode
 
@@ -37,6 +43,8 @@ def fetch_group(ctx: RequestContext, group_id: str, topics, by_id: bool, member_
                 member_epoch: int = -1, require_stable: bool = False) -> tuple[ErrorCode, list[dict]]:
     """(group error, topic entries) for one group; `topics` None means all."""
     groups, logs = ctx.groups, ctx.logs
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, []
     error = ErrorCode.invalid_group_id if not group_id else ErrorCode.none
     if not error and (member_error := groups.validate_offset_fetch(group_id, member_id, member_epoch)):
         return member_error, []
@@ -47,9 +55,10 @@ def fetch_group(ctx: RequestContext, group_id: str, topics, by_id: bool, member_
         for (topic, partition), om in groups.fetch_offsets(group_id, None):
             by_topic.setdefault(topic, []).append(_partition(partition, om))
         entries = []
+        visible = set(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, by_topic, log_if_denied=False))
         for topic, partitions in by_topic.items():
             info = logs.topic(topic)
-            if by_id and info is None:
+            if by_id and info is None or topic not in visible:
                 continue
             entries.append({"name": topic, "topic_id": info.topic_id if info else None,
                             "partitions": partitions})
@@ -61,6 +70,10 @@ def fetch_group(ctx: RequestContext, group_id: str, topics, by_id: bool, member_
         if name is None:
             info = logs.resolve(None, topic_id)
             name = info.name if info is not None else None
+        if name is not None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            entries.append({"name": name, "topic_id": topic_id, "partitions": [
+                _partition(p, None, ErrorCode.topic_authorization_failed) for p in topic.partition_indexes]})
+            continue
         wanted = [(name, p) for p in topic.partition_indexes]
         found = groups.fetch_offsets(group_id, wanted) if name is not None and not error else [
             ((name, p), None) for p in topic.partition_indexes]

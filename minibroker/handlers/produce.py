@@ -11,6 +11,11 @@ appended; the next produce tries the disk again, so the broker recovers by itsel
 response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
 v13 names topics by id. Producing never creates a topic (Metadata does).
 
+Authorization (Kafka's handleProduceRequest): a request holding transactional batches needs WRITE on
+its transactional id, else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53);
+each topic needs WRITE, else its partitions are answered TOPIC_AUTHORIZATION_FAILED (29), whether or
+not the topic exists. Without an authorizer neither check costs anything.
+
 Transactional batches (KIP-98) go through the same checks and the same producer state as
 idempotent ones (minibroker.storage.producer_state: a non-transactional batch of a producer with a transaction
 open is INVALID_TXN_STATE), after the producer-id quota (they count like any batch with a producer
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import ByteRate, Reply, handler
 from minibroker.handlers.common import broker_owned, error_answer
 from minibroker.protocol.errors import ErrorCode
@@ -230,12 +236,22 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
     injected = faults.before_request(ctx.handler.api_name, ctx.client_id) if faults.rules else None
     throttle_ms = 0
     responses = []
+    denied = _denied_topics(ctx, request) if ctx.auth.authorizer is not None else None
+    if denied is ALL_DENIED:
+        code = ErrorCode.transactional_id_authorization_failed
+        return Reply({"responses": [
+            {"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None),
+             "partition_responses": [_partition_result(p.index, code) for p in t.partition_data]}
+            for t in request.topic_data]}) if acks != 0 else None
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
         topic = logs.resolve(name, topic_id)
         if injected is not None:
             partitions = [_partition_result(p.index, injected.error_code, "injected fault") for p in topic_data.partition_data]
+        elif denied and (topic.name if topic is not None else name) in denied:
+            code = ErrorCode.topic_authorization_failed
+            partitions = [_partition_result(p.index, code) for p in topic_data.partition_data]
         elif acks not in (0, 1, -1):
             partitions = [_partition_result(p.index, ErrorCode.invalid_required_acks) for p in topic_data.partition_data]
         elif topic is None and name is None:
@@ -257,3 +273,26 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
     if acks == 0:
         return None
     return Reply({"responses": responses}, throttle_ms)
+
+
+ALL_DENIED: frozenset[str] = frozenset({"<all>"})
+_TRANSACTIONAL = 0x10  # the attributes bit of a transactional batch
+_ATTRIBUTES_AT = 21  # base offset 8, length 4, leader epoch 4, magic 1, crc 4
+
+
+def _denied_topics(ctx: RequestContext, request: Any) -> frozenset[str]:
+    """The topics of the request its principal may not write to; ALL_DENIED when it holds
+    transactional batches and may not write to its transactional id."""
+    transactional = any(len(p.records or b"") > _ATTRIBUTES_AT + 1 and p.records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL
+                        for t in request.topic_data for p in t.partition_data)
+    if transactional and (request.transactional_id is None or not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
+        return ALL_DENIED
+    names = []
+    for topic_data in request.topic_data:
+        topic = ctx.logs.resolve(getattr(topic_data, "name", None), getattr(topic_data, "topic_id", None))
+        name = topic.name if topic is not None else getattr(topic_data, "name", None)
+        if name is not None:
+            names.append(name)
+    allowed = set(ctx.filter_authorized(AclOperation.WRITE, ResourceType.TOPIC, names))
+    return frozenset(name for name in names if name not in allowed)

@@ -9,14 +9,19 @@ not found.") or one of another type ("Group g is not a streams group."). With th
 off (group.coordinator.rebalance.protocols, streams.version) every group is UNSUPPORTED_VERSION. The
 authorized operations (KIP-430) are those minibroker.auth allows. Its clients never throttle
 themselves.
+
+Authorization (Kafka's handleStreamsGroupDescribe, KAFKA-18819): DESCRIBE on each group, else
+GROUP_AUTHORIZATION_FAILED (30); a group whose topology names a topic the principal may not describe
+is answered TOPIC_AUTHORIZATION_FAILED (29) with Kafka's message, its members not shown.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from minibroker.auth import NO_AUTHORIZED_OPERATIONS, ResourceType
+from minibroker.auth import NO_AUTHORIZED_OPERATIONS, AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.groups.streams_topics import required_topics
 from minibroker.handlers.streams_group_heartbeat import streams_enabled, streams_manager
 from minibroker.protocol.errors import ErrorCode
 
@@ -62,6 +67,14 @@ def _topology(group: StreamsGroup) -> dict | None:
         for s in sorted(group.topology.subtopologies, key=lambda s: s.subtopology_id)]}
 
 
+TOPICS_REFUSED = "The described group uses topics that the client is not authorized to describe."
+
+
+def _refused(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "", "group_epoch": 0,
+            "assignment_epoch": 0, "members": [], "authorized_operations": NO_AUTHORIZED_OPERATIONS}
+
+
 @handler(89, 0, 0)
 async def streams_group_describe(ctx: RequestContext, request: Any) -> Reply:
     if not streams_enabled(ctx):
@@ -69,8 +82,17 @@ async def streams_group_describe(ctx: RequestContext, request: Any) -> Reply:
             {"error_code": ErrorCode.unsupported_version, "group_id": g, "group_state": "", "group_epoch": 0,
              "assignment_epoch": 0, "members": []} for g in request.group_ids]})
     described: list[dict] = []
-    for d in streams_manager(ctx).describe(request.group_ids):
+    allowed = ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_ids)
+    for group_id in request.group_ids:
+        if group_id not in allowed:
+            described.append(_refused(group_id, ErrorCode.group_authorization_failed))
+    for d in streams_manager(ctx).describe(allowed):
         group = d.group
+        if group is not None and group.topology is not None:
+            names = required_topics(group.topology)
+            if len(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)) < len(names):
+                described.append(_refused(group.group_id, ErrorCode.topic_authorization_failed, TOPICS_REFUSED))
+                continue
         if group is None:
             described.append({"error_code": d.error, "error_message": d.message, "group_id": d.group_id,
                               "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "members": [],

@@ -18,6 +18,12 @@ part around it:
 
 v1 (TopologyDescriptionRequired, with StreamsGroupTopologyDescriptionUpdate) is not served: kio has
 no schema for it; Kafka Streams uses v0. Its clients never throttle themselves.
+
+Authorization (Kafka's handleStreamsGroupHeartbeat, KAFKA-18819 and KAFKA-19412): READ on the group,
+else GROUP_AUTHORIZATION_FAILED (30); DESCRIBE on every topic of the topology sent, else
+TOPIC_AUTHORIZATION_FAILED (29), no message; an internal topic is created only with CREATE on the
+cluster or on the topic, else the status MISSING_INTERNAL_TOPICS says "Unauthorized to CREATE on
+topics ..." and the request does not fail.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import logging
 
 from minibroker.groups.api import STREAMS
 from minibroker.groups.streams_manager import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResult
-from minibroker.groups.streams_topics import MISSING_INTERNAL_TOPICS
+from minibroker.groups.streams_topics import MISSING_INTERNAL_TOPICS, java_hash_order, required_topics
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.join_group import client_host
 from minibroker.protocol.entities import to_ms
@@ -98,10 +105,31 @@ def _topology_error(topology: StoredTopology) -> str | None:
     return None
 
 
+def _refused(ctx: RequestContext, group_id: str, topology: StoredTopology | None) -> tuple[ErrorCode, str | None] | None:
+    """READ on the group, then DESCRIBE on every topic of a topology sent (KAFKA-18819)."""
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, None
+    if topology is not None:
+        names = required_topics(topology)
+        allowed = set(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names))
+        if any(name not in allowed for name in names):
+            return ErrorCode.topic_authorization_failed, None  # Kafka names none of them
+    return None
+
+
 def _create_internal_topics(ctx: RequestContext, result: StreamsGroupHeartbeatResult) -> None:
-    """Create the topics the coordinator found missing; name those that failed in the status."""
+    """Create the topics the coordinator found missing, those the principal may CREATE (on the
+    cluster or on the topic); name those that failed or were not allowed in the status (KAFKA-19412)."""
     failed = []
-    for topic in result.to_create.values():
+    wanted = list(result.to_create.values())
+    if ctx.authorize_cluster(AclOperation.CREATE, log_if_denied=False):
+        allowed = {topic.name for topic in wanted}
+    else:
+        allowed = set(ctx.filter_authorized(AclOperation.CREATE, ResourceType.TOPIC, [t.name for t in wanted]))
+    unauthorized = [topic.name for topic in wanted if topic.name not in allowed]
+    for topic in wanted:
+        if topic.name not in allowed:
+            continue
         try:
             info = ctx.logs.create_topic(topic.name, topic.partitions, dict(topic.configs), ctx.clock.now_ms())
         except TopicExistsError:
@@ -114,6 +142,14 @@ def _create_internal_topics(ctx: RequestContext, result: StreamsGroupHeartbeatRe
         for i, (code, detail) in enumerate(result.status):
             if code == MISSING_INTERNAL_TOPICS:
                 result.status[i] = (code, f"{detail}; Creating the topics failed: {', '.join(failed)}")
+    if unauthorized and result.status is not None:
+        refusal = f"Unauthorized to CREATE on topics {', '.join(java_hash_order(unauthorized))}."
+        for i, (code, detail) in enumerate(result.status):
+            if code == MISSING_INTERNAL_TOPICS:
+                result.status[i] = (code, f"{detail}; {refusal}")
+                break
+        else:
+            result.status.append((MISSING_INTERNAL_TOPICS, refusal))
 
 
 @handler(88, 0, 0)
@@ -124,6 +160,12 @@ async def streams_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
                       "endpoint_information_epoch": 0, "status": [], "active_tasks": None, "standby_tasks": None,
                       "warmup_tasks": None, "partitions_by_user_endpoint": None})
     topology = topology_of(request.topology)
+    refused = _refused(ctx, request.group_id, topology)
+    if refused is not None:
+        return Reply({"error_code": refused[0], "error_message": refused[1], "member_id": "", "member_epoch": 0,
+                      "heartbeat_interval": 0, "acceptable_recovery_lag": 0, "task_offset_interval": 0,
+                      "endpoint_information_epoch": 0, "status": [], "active_tasks": None, "standby_tasks": None,
+                      "warmup_tasks": None, "partitions_by_user_endpoint": None})
     problem = _topology_error(topology) if topology is not None else None
     if problem is not None:
         result = StreamsGroupHeartbeatResult(ErrorCode.streams_invalid_topology, problem)

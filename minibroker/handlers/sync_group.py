@@ -3,6 +3,8 @@
 A follower that arrives before the leader is parked (DelayedSync) until the assignment arrives or the
 group starts another rebalance (REBALANCE_IN_PROGRESS). v5+ requests carry the protocol type and
 name, checked against the group's (INCONSISTENT_GROUP_PROTOCOL), and responses echo them.
+
+Authorization: READ on the group, else GROUP_AUTHORIZATION_FAILED (30).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.groups.coordinator import DelayedSync
+from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from minibroker.context import RequestContext
@@ -19,6 +23,9 @@ if TYPE_CHECKING:
 @handler(14, 0, 5, client_throttles_from=2)
 async def sync_group(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.groups
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return Reply({"error_code": ErrorCode.group_authorization_failed, "protocol_type": None, "protocol_name": None,
+                      "assignment": b""})
     pending = groups.sync_group(
         ctx.clock.monotonic(),
         group_id=request.group_id,

@@ -10,6 +10,9 @@ NONE (v0-v1; v2 has no per-feature results). validate_only (v1+) checks without 
 directory before it is answered; a file-system error is KAFKA_STORAGE_ERROR, nothing changed. Its
 clients never throttle themselves (Kafka's AbstractResponse default): a quota throttle holds the
 response back.
+
+Authorization: ALTER on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED (31) (Kafka's
+ControllerApis).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.features import UPGRADE, FeatureUpdate
+from minibroker.auth import AclOperation
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.common import error_answer
 from minibroker.protocol.errors import ErrorCode
@@ -27,6 +31,9 @@ if TYPE_CHECKING:
 
 @handler(57, 0, 2)
 async def update_features(ctx: RequestContext, request: Any) -> Reply:
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        return Reply({"error_code": ErrorCode.cluster_authorization_failed,
+                      "error_message": "Cluster authorization failed.", "results": []})
     updates = [
         FeatureUpdate(u.feature, u.max_version_level,
                       getattr(u, "upgrade_type", UPGRADE if not getattr(u, "allow_downgrade", False) else 2))

@@ -220,7 +220,9 @@ def test_listeners_and_users_config():
 
 
 @pytest.mark.parametrize("props, key", [
-    ({"listeners": "SSL://127.0.0.1:9092"}, "listeners"),
+    ({"listeners": "FOO://127.0.0.1:9092"}, "listener.security.protocol.map"),
+    ({"listeners": "NOT-A-NAME://127.0.0.1:9092"}, "listeners"),
+    ({"advertised.listeners": "SSL://h:1"}, "advertised.listeners"),
     ({"listeners": "PLAINTEXT://a:1,PLAINTEXT://a:2"}, "listeners"),
     ({"listeners": ""}, "listeners"),
     ({"sasl.users": "alice"}, "sasl.users"),

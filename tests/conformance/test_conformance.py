@@ -14,7 +14,7 @@ import pytest
 from minibroker.handlers import load_all
 from minibroker.testing import running_broker
 from tests.support import conformance as cf
-from tests.support.kafka_reference import SASL_USERS
+from tests.support.kafka_reference import REFERENCE_SECURITY, SASL_USERS
 
 pytestmark = pytest.mark.interop
 
@@ -24,7 +24,8 @@ CORPUS = cf.load_corpus()
 @pytest.fixture(scope="module")
 def outcomes(kafka_reference, tmp_path_factory):
     differences = cf.load_differences()
-    with running_broker(tmp_path_factory.mktemp("conformance"), sasl_users=SASL_USERS) as mini:
+    with running_broker(tmp_path_factory.mktemp("conformance"), sasl_users=SASL_USERS,
+                        properties=REFERENCE_SECURITY) as mini:
         results = list(cf.run_corpus(
             cf.Target("kafka", kafka_reference.bootstrap, kafka_reference.sasl_bootstrap),
             cf.Target("minibroker", mini.bootstrap, mini.sasl_bootstrap),

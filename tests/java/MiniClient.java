@@ -79,6 +79,15 @@
 //   list-transactions BOOTSTRAP                    Admin.listTransactions, then describeTransactions
 //   consume-isolation BOOTSTRAP TOPIC PARTITIONS read_committed|read_uncommitted   up to the end offsets
 //   consume-transform-produce BOOTSTRAP IN OUT GROUP TXN_ID COUNT   the exactly-once loop
+//   create-acls BOOTSTRAP SPEC[;SPEC...]           Admin.createAcls; SPEC is TYPE|NAME|PATTERN|PRINCIPAL|HOST|OP|PERM
+//                                                  (Kafka's enum names); one acl-created line per binding
+//   describe-acls BOOTSTRAP [FILTER]               Admin.describeAcls (FILTER as SPEC, "null" and ANY allowed)
+//   delete-acls BOOTSTRAP FILTER[;FILTER...]       Admin.deleteAcls: one acl-deleted line per binding removed
+//   produce-check BOOTSTRAP TOPIC [KEY=VALUE...]   one record; its offset or the exception that refused it
+//   consume-check BOOTSTRAP TOPIC GROUP            subscribe() and poll until a record or an exception
+//   produce-for BOOTSTRAP TOPIC MS                 one record at a time for MS ms: how many acked, the first error
+// Every client takes the properties of the file -Dminibroker.client.config names (security.protocol,
+// ssl.*, sasl.*): tests/support/java_client.py's `client_config`.
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null.
 // payload(LABEL, SIZE) (tests/support/payloads.py computes the same bytes): the SHA-256 digests of the
@@ -141,19 +150,56 @@ public final class MiniClient {
             StandardCharsets.UTF_8);
     static final Duration TIMEOUT = Duration.ofSeconds(60);
 
+    /** The client properties of the current run (a properties file's path: -Dminibroker.client.config, or
+     *  the first field of a --serve line). */
+    static String clientConfig = System.getProperty("minibroker.client.config");
+
+    /** --serve: one JVM for many runs (a test session's). Each stdin line is a run: the client config
+     *  file (or nothing), then the arguments, tab-separated ("--" between commands); it ends with an
+     *  {"type":"end"} line whose "error" says whether a command threw. EOF ends the JVM. */
+    static void serve() throws Exception {
+        java.io.BufferedReader in = new java.io.BufferedReader(
+                new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] fields = line.split("\t", -1);
+            clientConfig = fields[0].isEmpty() ? null : fields[0];
+            String error = "null";
+            try {
+                runAll(Arrays.copyOfRange(fields, 1, fields.length));
+            } catch (Throwable t) {
+                error = str(t.toString());
+                OUT.println("{\"type\":\"error\",\"error\":" + error + "}");
+                t.printStackTrace();
+            }
+            OUT.println("{\"type\":\"end\",\"error\":" + error + "}");
+            OUT.flush();
+        }
+        OUT.flush();
+        System.exit(0);
+    }
+
+    static void runAll(String[] args) throws Exception {
+        List<String> command = new ArrayList<>();
+        for (String arg : args) {
+            if (arg.equals("--")) {
+                run(command);
+                command.clear();
+            } else {
+                command.add(arg);
+            }
+        }
+        if (!command.isEmpty()) run(command);
+    }
+
     public static void main(String[] args) throws Exception {
+        if (args.length == 1 && args[0].equals("--serve")) {
+            serve();
+            return;
+        }
         int exit = 0;
         try {
-            List<String> command = new ArrayList<>();
-            for (String arg : args) {
-                if (arg.equals("--")) {
-                    run(command);
-                    command.clear();
-                } else {
-                    command.add(arg);
-                }
-            }
-            if (!command.isEmpty()) run(command);
+            runAll(args);
         } catch (Throwable t) {
             OUT.println("{\"type\":\"error\",\"error\":" + str(t.toString()) + "}");
             OUT.flush();
@@ -215,11 +261,176 @@ public final class MiniClient {
             case "list-transactions" -> listTransactions(a[1]);
             case "consume-isolation" -> consumeIsolation(a[1], a[2], Integer.parseInt(a[3]), a[4]);
             case "consume-transform-produce" -> consumeTransformProduce(a[1], a[2], a[3], a[4], a[5], Long.parseLong(a[6]));
+            case "create-acls" -> createAcls(a[1], a[2]);
+            case "describe-acls" -> describeAcls(a[1], a.length > 2 ? a[2] : "ANY|null|ANY|null|null|ANY|ANY");
+            case "delete-acls" -> deleteAcls(a[1], a[2]);
+            case "produce-check" -> produceCheck(a[1], a[2], Arrays.copyOfRange(a, 3, a.length));
+            case "consume-check" -> consumeCheck(a[1], a[2], a[3]);
+            case "produce-for" -> produceFor(a[1], a[2], Long.parseLong(a[3]));
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
         }
         OUT.println("{\"type\":\"done\",\"command\":" + str(a[0]) + ",\"ms\":"
                 + (System.nanoTime() - started) / 1_000_000 + "}");
         OUT.flush();
+    }
+
+    // --- Security: the client properties of -Dminibroker.client.config, ACLs, authorization -----
+
+    /** Adds the properties of the file -Dminibroker.client.config names (security.protocol, ssl.*,
+     *  sasl.*) to a client's: how the tests run every command over SSL, mTLS or SASL_SSL. */
+    static Properties secured(Properties p) {
+        String file = clientConfig;
+        if (file == null) return p;
+        try (java.io.Reader r = java.nio.file.Files.newBufferedReader(java.nio.file.Path.of(file))) {
+            Properties extra = new Properties();
+            extra.load(r);
+            p.putAll(extra);
+        } catch (java.io.IOException e) {
+            throw new RuntimeException(e);
+        }
+        return p;
+    }
+
+    static String nullable(String s) {
+        return s.equals("null") ? null : s;
+    }
+
+    /** TYPE|NAME|PATTERN|PRINCIPAL|HOST|OPERATION|PERMISSION, enum names as Kafka's, "null" for null. */
+    static org.apache.kafka.common.acl.AclBindingFilter aclFilter(String spec) {
+        String[] f = spec.split("\\|", -1);
+        return new org.apache.kafka.common.acl.AclBindingFilter(
+                new org.apache.kafka.common.resource.ResourcePatternFilter(
+                        org.apache.kafka.common.resource.ResourceType.valueOf(f[0]), nullable(f[1]),
+                        org.apache.kafka.common.resource.PatternType.valueOf(f[2])),
+                new org.apache.kafka.common.acl.AccessControlEntryFilter(nullable(f[3]), nullable(f[4]),
+                        org.apache.kafka.common.acl.AclOperation.valueOf(f[5]),
+                        org.apache.kafka.common.acl.AclPermissionType.valueOf(f[6])));
+    }
+
+    static String aclJson(org.apache.kafka.common.acl.AclBinding b) {
+        return "{\"type\":\"acl\",\"resource_type\":" + str(b.pattern().resourceType().name())
+                + ",\"name\":" + str(b.pattern().name()) + ",\"pattern_type\":" + str(b.pattern().patternType().name())
+                + ",\"principal\":" + str(b.entry().principal()) + ",\"host\":" + str(b.entry().host())
+                + ",\"operation\":" + str(b.entry().operation().name())
+                + ",\"permission\":" + str(b.entry().permissionType().name()) + "}";
+    }
+
+    /** Admin.createAcls of SPEC;SPEC... (each as aclFilter's, concrete values): one line per binding. */
+    static void createAcls(String bootstrap, String specs) throws Exception {
+        List<org.apache.kafka.common.acl.AclBinding> bindings = new ArrayList<>();
+        for (String spec : specs.split(";")) {
+            var filter = aclFilter(spec);
+            bindings.add(new org.apache.kafka.common.acl.AclBinding(
+                    new org.apache.kafka.common.resource.ResourcePattern(filter.patternFilter().resourceType(),
+                            filter.patternFilter().name(), filter.patternFilter().patternType()),
+                    new org.apache.kafka.common.acl.AccessControlEntry(filter.entryFilter().principal(),
+                            filter.entryFilter().host(), filter.entryFilter().operation(),
+                            filter.entryFilter().permissionType())));
+        }
+        try (Admin admin = admin(bootstrap)) {
+            var values = admin.createAcls(bindings).values();
+            for (var b : bindings) {
+                OUT.println("{\"type\":\"acl-created\",\"acl\":" + aclJson(b) + "," + outcome(values.get(b)) + "}");
+            }
+        }
+    }
+
+    static void describeAcls(String bootstrap, String filter) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            var result = admin.describeAcls(aclFilter(filter)).values();
+            try {
+                for (var b : result.get()) OUT.println(aclJson(b));
+            } catch (java.util.concurrent.ExecutionException e) {
+                OUT.println("{\"type\":\"acl-error\",\"error\":" + str(e.getCause().getClass().getSimpleName()) + "}");
+            }
+        }
+    }
+
+    static void deleteAcls(String bootstrap, String filters) throws Exception {
+        List<org.apache.kafka.common.acl.AclBindingFilter> list = new ArrayList<>();
+        for (String spec : filters.split(";")) list.add(aclFilter(spec));
+        try (Admin admin = admin(bootstrap)) {
+            var values = admin.deleteAcls(list).values();
+            for (var f : list) {
+                try {
+                    for (var r : values.get(f).get().values()) {
+                        OUT.println("{\"type\":\"acl-deleted\",\"acl\":" + aclJson(r.binding()) + "}");
+                    }
+                } catch (java.util.concurrent.ExecutionException e) {
+                    OUT.println("{\"type\":\"acl-error\",\"error\":" + str(e.getCause().getClass().getSimpleName()) + "}");
+                }
+            }
+        }
+    }
+
+    /** One record to partition 0 (KEY=VALUE producer settings over producerProps'): its offset, or the
+     *  simple class name of what refused it (TopicAuthorizationException, ...), from send() or its future. */
+    static void produceCheck(String bootstrap, String topic, String[] settings) throws Exception {
+        Properties p = producerProps(bootstrap, "none", "0");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "20000");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        for (String kv : settings) {
+            String[] pair = kv.split("=", 2);
+            p.put(pair[0], pair[1]);
+        }
+        String error = "null";
+        long offset = -1;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            try {
+                offset = producer.send(new ProducerRecord<>(topic, 0, null, "checked".getBytes(StandardCharsets.UTF_8)))
+                        .get().offset();
+            } catch (java.util.concurrent.ExecutionException e) {
+                error = str(e.getCause().getClass().getSimpleName());
+            } catch (org.apache.kafka.common.KafkaException e) {
+                error = str(e.getClass().getSimpleName());
+            }
+        }
+        OUT.println("{\"type\":\"produce-result\",\"offset\":" + offset + ",\"error\":" + error + "}");
+    }
+
+    /** Records to partition 0 for MS milliseconds, one in flight at a time: how many were acked, and
+     *  the first failure's class name (a long-lived connection, as KIP-368's re-authentication needs). */
+    static void produceFor(String bootstrap, String topic, long ms) throws Exception {
+        Properties p = producerProps(bootstrap, "none", "0");
+        int acked = 0;
+        String error = "null";
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            long end = System.currentTimeMillis() + ms;
+            while (System.currentTimeMillis() < end) {
+                try {
+                    producer.send(new ProducerRecord<>(topic, 0, null, value(acked))).get();
+                    acked++;
+                } catch (java.util.concurrent.ExecutionException e) {
+                    error = str(e.getCause().getClass().getSimpleName());
+                    break;
+                }
+                Thread.sleep(20);
+            }
+        }
+        OUT.println("{\"type\":\"produced-for\",\"acked\":" + acked + ",\"error\":" + error + "}");
+    }
+
+    /** subscribe() in GROUP and poll until a record comes or an exception is thrown (30 s at most):
+     *  the records seen and the simple class name of the exception (GroupAuthorizationException, ...). */
+    static void consumeCheck(String bootstrap, String topic, String group) throws Exception {
+        Properties p = consumerProps(bootstrap, "mb-java-consume-check");
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        String error = "null";
+        int records = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (records == 0 && System.currentTimeMillis() < deadline) {
+                try {
+                    records += consumer.poll(Duration.ofMillis(500)).count();
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    error = str(e.getClass().getSimpleName());
+                    break;
+                }
+            }
+        }
+        OUT.println("{\"type\":\"consume-result\",\"records\":" + records + ",\"error\":" + error + "}");
     }
 
     // --- Admin -------------------------------------------------------------------------------
@@ -229,7 +440,7 @@ public final class MiniClient {
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(AdminClientConfig.CLIENT_ID_CONFIG, "mb-java-admin");
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
-        return Admin.create(p);
+        return Admin.create(secured(p));
     }
 
     static void createTopic(String bootstrap, String topic, int partitions, String configs) throws Exception {
@@ -695,7 +906,7 @@ public final class MiniClient {
         p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        return p;
+        return secured(p);
     }
 
     static void produce(String bootstrap, String topic, int count, String compression) throws Exception {
@@ -784,6 +995,7 @@ public final class MiniClient {
         if (batchSize != null) p.put(ProducerConfig.BATCH_SIZE_CONFIG, batchSize);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        secured(p);
         List<Future<RecordMetadata>> sent = new ArrayList<>(count);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             for (int i = 0; i < count; i++) {
@@ -912,7 +1124,7 @@ public final class MiniClient {
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        return p;
+        return secured(p);
     }
 
     static void printRecord(ConsumerRecord<byte[], byte[]> r, String member) {

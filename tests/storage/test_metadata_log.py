@@ -35,6 +35,7 @@ from minibroker.storage.metadata_image import (
     replay,
 )
 from minibroker.storage.metadata_log import METADATA_DIR, MetadataLog
+from minibroker.storage.acls_image import AccessControlEntryRecord, RemoveAccessControlEntryRecord
 
 ID = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
 
@@ -54,6 +55,8 @@ EXAMPLES = [
     RegisterBrokerRecord(3, 10, "rack-a", True),
     FenceBrokerRecord(3, 10),
     UnfenceBrokerRecord(3, 10),
+    AccessControlEntryRecord(ID, 2, "orders-", 4, "User:alice", "*", 4, 3),
+    RemoveAccessControlEntryRecord(ID),
 ]
 
 

@@ -317,8 +317,8 @@ def normalise(observations: list[dict[str, Any]], started_ms: int, ended_ms: int
 
 
 # Lists whose order carries no meaning and whose items have no name to sort by: sorted as they are
-# (SaslHandshake's mechanisms, DescribeClientQuotas' entries).
-UNORDERED = {"mechanisms", "entries"}
+# (SaslHandshake's mechanisms, DescribeClientQuotas' entries, the ACLs of DescribeAcls and DeleteAcls).
+UNORDERED = {"mechanisms", "entries", "acls", "matching_acls"}
 
 
 def _order(value: Any, *, keyed: bool, name: str = "") -> Any:
@@ -341,6 +341,10 @@ def _order(value: Any, *, keyed: bool, name: str = "") -> Any:
             continue
         if not keyed:
             if any(isinstance(v[key], Ref) for v in items):
+                # Ids each broker allocates in increasing order (producer ids) sort by their value:
+                # the order a broker lists them in may follow its hash map's (Kafka's).
+                if all(isinstance(v[key], Ref) and v[key].kind == "pid" and v[key].isdigit() for v in items):
+                    return sorted(items, key=lambda v: int(v[key]))
                 continue
             return sorted(items, key=lambda v: (str(type(v[key])), str(v[key])))
         names = [f"[{v[key]}]" for v in items]

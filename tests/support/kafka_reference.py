@@ -35,7 +35,13 @@ CACHE = Path(os.environ.get("MINIBROKER_KAFKA_REFERENCE", ROOT / ".cache" / "kaf
 LIBS = CACHE / "libs"
 HOW_TO_GET = "run scripts/install_kafka (scripts/test runs it) to resolve Kafka's jars from Maven Central"
 NODE_ID = 1  # minibroker's default node.id, so ids need no normalising
-SASL_USERS = {"alice": "alice-secret"}  # the `kafka_reference` fixture's and the corpus's SASL users
+# The `kafka_reference` fixture's and the corpus's SASL users.
+SASL_USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+# Both brokers of the corpus run Kafka's authorizer with the principals of the other scenarios (PLAINTEXT
+# is User:ANONYMOUS, SASL's alice) as super users, so that ACLs change nothing for them; bob is no super
+# user: the acls/ scenarios show what each API refuses him.
+REFERENCE_SECURITY = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "super.users": "User:ANONYMOUS;User:alice"}
 
 JVM_PROFILES = {
     # Start-up dominates a test session: a serial GC, no C2, a small heap (Kafka's own tests run

@@ -29,9 +29,17 @@ def encode_request(request, correlation_id: int = 1, client_id: str = "wire-test
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 30.0, ssl_context=None, server_hostname: str | None = None) -> None:
+        """`ssl_context`: talk TLS (an SSL or SASL_SSL listener), checking the name `server_hostname`
+        (the bootstrap's host by default) when the context checks names."""
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if ssl_context is not None:
+            try:
+                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=server_hostname or host)
+            except BaseException:
+                self.sock.close()
+                raise
         self.correlation_id = 0
 
     def close(self) -> None:
