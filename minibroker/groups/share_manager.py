@@ -80,15 +80,13 @@ class ShareGroupSettings:
     heartbeat_interval_ms: int = 5_000
     max_size: int = 200
     assignors: tuple[str, ...] = (SIMPLE,)
-    enabled: bool = True  # the share.version feature is finalized at 1 or more
 
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> ShareGroupSettings:
         return cls(session_timeout_ms=config["group.share.session.timeout.ms"],
                    heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
                    max_size=config["group.share.max.size"],
-                   assignors=config["group.share.assignors"],
-                   enabled=config["share.version"] >= 1)
+                   assignors=config["group.share.assignors"])
 
 
 @dataclass(frozen=True)
@@ -248,9 +246,6 @@ class ShareGroupManager:
     # -- ShareGroupHeartbeat ----------------------------------------------------------------------------
 
     def heartbeat(self, now: float, now_ms: int, request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResult:
-        if not self.settings.enabled:
-            return ShareGroupHeartbeatResult(ErrorCode.unsupported_version, "The share group protocol is not enabled: "
-                                                                            "share.version is 0.")
         self.start_timers(now)
         try:
             self._validate(request)
