@@ -30,8 +30,9 @@ def test_api_versions_advertise_the_share_apis_and_the_share_version_feature(tmp
         ranges = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         assert {k: ranges[k] for k in (76, 77, 78, 79, 90, 91, 92)} == {
             76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 90: (0, 1), 91: (0, 0), 92: (0, 0)}
-        assert [(f.name, f.min_version, f.max_version) for f in versions.supported_features] == [("share.version", 0, 1)]
-        assert [(f.name, f.max_version_level) for f in versions.finalized_features] == [("share.version", 1)]
+        supported = {f.name: (f.min_version, f.max_version) for f in versions.supported_features}
+        assert supported["share.version"] == (0, 1)
+        assert {f.name: f.max_version_level for f in versions.finalized_features}["share.version"] == 1
 
     run(main)
     shell.broker.close()
@@ -42,7 +43,7 @@ def test_api_versions_advertise_the_share_apis_and_the_share_version_feature(tmp
         assert (await off.fetch(G, A, 0)).error_code == ErrorCode.unsupported_version
         versions = await off.call(18, {"client_software_name": "t", "client_software_version": "1"})
         assert 78 in {k.api_key for k in versions.api_keys}  # still advertised, as Kafka does
-        assert not versions.finalized_features
+        assert "share.version" not in {f.name for f in versions.finalized_features}
 
     run(disabled)
     off.broker.close()
@@ -323,3 +324,29 @@ def test_share_group_configs_are_described_and_checked(tmp_path):
 
     run(main)
     shell.broker.close()
+
+
+def test_update_features_turns_share_groups_off_and_on(tmp_path):
+    """share.version through UpdateFeatures (kafka-features downgrade/upgrade): at 0 the share APIs
+    answer UNSUPPORTED_VERSION and every share session is gone (Kafka's onShareVersionToggle); the
+    level is kept in the data directory."""
+    shell = ShareShell(tmp_path)
+
+    def update(level: int, upgrade_type: int):
+        return shell.call(57, {"timeout": 5000, "validate_only": False, "feature_updates": [
+            {"feature": "share.version", "max_version_level": level, "upgrade_type": upgrade_type}]}, version=1)
+
+    async def main():
+        await shell.set_group_config(G, share_auto_offset_reset="earliest")
+        shell.produce([b"x"])
+        await shell.heartbeat(G, A)
+        assert acquired(await shell.fetch(G, A, 0)) == [(0, 0, 1)]
+        assert (await update(0, 2)).error_code == 0  # a safe downgrade
+        assert (await shell.fetch(G, A, 1)).error_code == ErrorCode.unsupported_version
+        assert (await update(1, 1)).error_code == 0
+        assert (await shell.fetch(G, A, 1)).error_code == ErrorCode.share_session_not_found
+        assert acquired(await shell.fetch(G, A, 0)) == [(0, 0, 1)]  # reloaded: the acquisition was never written
+
+    run(main)
+    shell.broker.close()
+    assert '"share.version": 1' in (tmp_path / "data" / "features.json").read_text()

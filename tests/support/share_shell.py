@@ -19,7 +19,7 @@ from tests.support.batches import make_batch
 from tests.support.broker_shell import decode
 from tests.support.wire import encode_request, schema
 
-VERSIONS = {76: 1, 77: 1, 78: 2, 79: 2, 90: 1, 91: 0, 92: 0, 44: 1, 32: 4, 18: 4, 16: 5, 42: 2, 3: 12}
+VERSIONS = {57: 1, 76: 1, 77: 1, 78: 2, 79: 2, 90: 1, 91: 0, 92: 0, 44: 1, 32: 4, 18: 4, 16: 5, 42: 2, 3: 12}
 
 
 class ShareShell:
