@@ -1,5 +1,5 @@
-"""`minibroker` command line: `serve` runs a broker; `topics` and `configs` manage a running one, as
-kafka-topics.sh and kafka-configs.sh do. Each subcommand is one line of `minibroker --help`."""
+"""`minibroker` command line: `serve` runs a broker; `topics`, `configs` and `share-groups` manage a
+running one, as kafka-topics.sh, kafka-configs.sh and kafka-share-groups.sh do. Each subcommand is one line of `minibroker --help`."""
 
 from __future__ import annotations
 
@@ -96,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     topics_cli.add_arguments(topics)
+    from minibroker import share_groups_cli
+
+    share_groups = sub.add_parser(
+        "share-groups",
+        help="list, describe, delete share groups, reset their offsets, as kafka-share-groups.sh",
+        description="List, describe or delete share groups (KIP-932), and reset or delete their offsets, on a "
+                    "running broker, as kafka-share-groups.sh does.",
+        epilog=share_groups_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    share_groups_cli.add_arguments(share_groups)
     return parser
 
 
@@ -124,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         from minibroker import acls_cli
 
         return acls_cli.run(args)
+    if args.command == "share-groups":
+        from minibroker import share_groups_cli
+
+        return share_groups_cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
