@@ -10,16 +10,19 @@ A heartbeat does, as Kafka's shareGroupHeartbeat:
 3. find or create the member: GROUP_MAX_SIZE_REACHED (`group.share.max.size`), UNKNOWN_MEMBER_ID,
    FENCED_MEMBER_EPOCH (an epoch ahead of the member's, or behind it and not its previous one);
 4. update the member; bump the group epoch when the group is new, a subscription changed, the
-   subscribed topics changed (the metadata hash), or share partitions became initialized;
-5. initialize the share partitions of subscribed topics that have none yet, with the share
-   coordinator (start offset -1, so `share.auto.offset.reset` decides at the first fetch; 0 for
-   partitions added to a topic the group already reads), and record them (type 15). Kafka does this
-   after the heartbeat, asynchronously, and assigns the partitions at a later heartbeat; in process
-   it is synchronous, and the joining member's first heartbeat already carries them;
-6. recompute the target assignment with the simple assignor (share_assignor.py) over the initialized
+   subscribed topics changed (the metadata hash), or initialized share partitions are not all
+   assigned (Kafka's initializedAssignmentPending);
+5. recompute the target assignment with the simple assignor (share_assignor.py) over the initialized
    partitions when the group epoch is ahead of the assignment epoch;
-7. move the member to its target (no revocation in a share group), schedule its session timeout
+6. move the member to its target (no revocation in a share group), schedule its session timeout
    (`share.session.timeout.ms`, the group's or the broker's);
+7. initialize the share partitions of subscribed topics that have none yet, with the share
+   coordinator (start offset -1, so `share.auto.offset.reset` decides at the first fetch; 0 for
+   partitions added to a topic the group already reads), and record them (type 15). Kafka sends
+   the InitializeShareGroupState after the answer and records the partitions initialized when it
+   completes; here it is a call in process that completes at once. Either way a new topic's
+   partitions are assigned from the member's next heartbeat on (with a new group epoch): a
+   joining member's first answer has no partitions;
 8. answer its id, epoch, the heartbeat interval (`share.heartbeat.interval.ms`) and its assignment
    when it joined, sent a full request (subscribed topics) or its assignment changed;
 9. persist what changed as Kafka's records (storage/share_group_records.py).
@@ -325,10 +328,6 @@ class ShareGroupManager:
         # Nothing was refused: apply it all.
         if self.shard.groups.get(group.group_id) is not group:
             self.shard.register(group)
-        if self._initialize_share_partitions(group, subscribed, group_epoch, now_ms):
-            if not bump:
-                group_epoch += 1
-                bump = True
         if bump:
             group.group_epoch = group_epoch
             group.metadata_hash = metadata_hash
@@ -345,6 +344,10 @@ class ShareGroupManager:
         group.update_member(reconciled)
         self._schedule_session(group, reconciled.member_id, now)
         group.refresh_state(now_ms)
+        # Share partitions of subscribed topics without state are initialized now; they are
+        # assigned from the next heartbeat on, which bumps the group epoch (as in Kafka, where the
+        # initialization completes after this heartbeat's answer).
+        self._initialize_share_partitions(group, subscribed, group_epoch, now_ms)
         self._persist(group, now_ms)
 
         send = req.member_epoch == 0 or req.subscribed_topic_names is not None or reconciled.assigned != member.assigned

@@ -89,18 +89,26 @@ class Harness:
         return {names[t]: ps for t, ps in (result.assignment or {}).items()}
 
 
-def test_joining_initializes_the_share_partitions_and_assigns_them():
+def test_joining_initializes_the_share_partitions_and_assigns_them_at_the_next_heartbeat():
     h = Harness()
     joined = h.heartbeat(A, 0)
     assert (joined.error, joined.member_epoch, joined.heartbeat_interval_ms) == (ErrorCode.none, 1, 1000)
-    assert h.assignment(joined) == {"t": (0, 1)}
+    assert h.assignment(joined) == {}  # nothing is initialized yet when the target is computed
     tid = h.topics.id("t")
     # A new topic's share partitions start at -1: share.auto.offset.reset decides at the first fetch.
     assert h.state.initialized == {ShareStateKey(GROUP, tid, 0): (1, -1), ShareStateKey(GROUP, tid, 1): (1, -1)}
     assert h.group.state_name == "Stable" and h.group.initialized == {tid: ("t", frozenset({0, 1}))}
+    # The next heartbeat finds initialized partitions nobody has: a new group epoch assigns them.
+    again = h.heartbeat(A, 1, None)
+    assert (again.member_epoch, h.assignment(again)) == (2, {"t": (0, 1)})
     # A heartbeat with nothing new sends no assignment; a full one (topics named) does.
-    assert h.heartbeat(A, 1, None).assignment is None
-    assert h.assignment(h.heartbeat(A, 1)) == {"t": (0, 1)}
+    assert h.heartbeat(A, 2, None).assignment is None
+    assert h.assignment(h.heartbeat(A, 2)) == {"t": (0, 1)}
+    # Partitions added to the topic start at 0 (the group already reads it).
+    h.topics.by_name["t"].num_partitions = 3
+    h.heartbeat(A, 2, None)
+    assert h.state.initialized[ShareStateKey(GROUP, tid, 2)] == (3, 0)
+    assert h.known[A] == {"t": (0, 1)} and h.assignment(h.heartbeat(A, 3, None)) == {"t": (0, 1, 2)}
 
 
 def test_members_share_partitions_one_partition_among_three():
@@ -109,7 +117,7 @@ def test_members_share_partitions_one_partition_among_three():
         h.heartbeat(member, 0)
     epochs = {m: h.heartbeat(m, h.group.members[m].member_epoch, None) for m in (A, B, C)}
     assert h.known == {A: {"t": (0,)}, B: {"t": (0,)}, C: {"t": (0,)}}
-    assert all(r.member_epoch == h.group.group_epoch == 3 for r in epochs.values())
+    assert all(r.member_epoch == h.group.group_epoch for r in epochs.values())
 
 
 def test_partitions_are_split_when_there_are_more_than_members():

@@ -56,7 +56,9 @@ def test_a_share_consumers_cycle_and_a_release_seen_by_another_member(tmp_path):
         await shell.set_group_config(G, share_auto_offset_reset="earliest")
         shell.produce([b"a", b"b", b"c"])
         joined = await shell.heartbeat(G, A)
-        assert joined.error_code == 0 and joined.assignment.topic_partitions[0].partitions == (0,)
+        assert joined.error_code == 0 and joined.assignment.topic_partitions == ()
+        assigned = await shell.heartbeat(G, A, joined.member_epoch)
+        assert assigned.assignment.topic_partitions[0].partitions == (0,)
         first = await shell.fetch(G, A, 0)
         assert first.error_code == 0 and first.acquisition_lock_timeout.total_seconds() == 10.0
         assert acquired(first) == [(0, 2, 1)] and partition_of(first).records
