@@ -368,7 +368,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("group.share.partition.max.record.locks", _int, "2000", "Most records of one share partition in flight (between its start and end offsets) at once (the group's share.partition.max.record.locks overrides it; Kafka's default).", lambda v: None if 100 <= v <= 10000 else "must be between 100 and 10000"),
         Key("group.share.min.partition.max.record.locks", _int, "100", "The smallest share.partition.max.record.locks a group may set (Kafka's default).", lambda v: None if 100 <= v <= 2000 else "must be between 100 and 2000"),
         Key("group.share.max.partition.max.record.locks", _int, "4000", "The largest share.partition.max.record.locks a group may set (Kafka's default).", lambda v: None if 2000 <= v <= 10000 else "must be between 2000 and 10000"),
-        Key("group.share.assignment.interval.ms", _int, "1000", "Accepted for Kafka's sake (the group's share.assignment.interval.ms is bounded by the two below): a share group's target assignment is computed at the heartbeat that needs it, not by Kafka's offloaded assignor (KIP-1263).", _at_least(0)),
+        Key("group.share.assignment.interval.ms", _int, "0", "The least time between two target assignments of one share group (KIP-1263; the group's share.assignment.interval.ms overrides it): a heartbeat that would assign sooner leaves the members on the last assignment and a later one assigns. Kafka's default is 1000; 0 assigns at once, so a test's second share consumer gets its partitions at its join.", _at_least(0)),
         Key("group.share.min.assignment.interval.ms", _int, "0", "The smallest share.assignment.interval.ms a group may set (Kafka's default).", _at_least(0)),
         Key("group.share.max.assignment.interval.ms", _int, "15000", "The largest share.assignment.interval.ms a group may set (Kafka's default).", _at_least(0)),
         Key("group.share.max.share.sessions", _int, "2000", "Most share sessions open at once; one more ShareFetch opening a session waits its max wait and gets SHARE_SESSION_LIMIT_REACHED (Kafka's default).", _at_least(1)),
@@ -547,7 +547,8 @@ class BrokerConfig:
                                 ("record.lock.duration.ms", "min.record.lock.duration.ms", "max.record.lock.duration.ms"),
                                 ("delivery.count.limit", "min.delivery.count.limit", "max.delivery.count.limit"),
                                 ("partition.max.record.locks", "min.partition.max.record.locks",
-                                 "max.partition.max.record.locks")):
+                                 "max.partition.max.record.locks"),
+                                ("assignment.interval.ms", "min.assignment.interval.ms", "max.assignment.interval.ms")):
             value, minimum, maximum = (self[f"group.share.{n}"] for n in (name, low, high))
             if not minimum <= value <= maximum:
                 raise ConfigError(f"group.share.{name}", f"{value} must be between group.share.{low} ({minimum}) and "

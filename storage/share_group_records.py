@@ -10,7 +10,7 @@ assignments and the share partitions it has initialized:
                               clientHost string, subscribedTopicNames [string]
     11        group           ShareGroupMetadataValue: epoch int32, metadataHash int64
     12        group           ShareGroupTargetAssignmentMetadataValue: assignmentEpoch int32,
-                              tag 0: assignmentTimestamp int64 (default 0, not written here)
+                              tag 0: assignmentTimestamp int64 (written when not 0)
     13        group, member   ShareGroupTargetAssignmentMemberValue: topicPartitions [topicId uuid,
                               partitions [int32]]
     14        group, member   ShareGroupCurrentMemberAssignmentValue: memberEpoch int32,
@@ -27,6 +27,7 @@ Every length is checked before anything is read (ValueError otherwise). Pure: no
 
 from __future__ import annotations
 
+import struct
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, TypeVar
@@ -97,14 +98,14 @@ class StoredShareGroup:
     map) while no record for it exists."""
 
     epoch: tuple[int, int] | None = None  # (group epoch, metadata hash)
-    assignment_epoch: int | None = None
+    assignment: tuple[int, int] | None = None  # (assignment epoch, assignment timestamp ms)
     members: dict[str, StoredShareMember] = field(default_factory=dict)
     target_assignments: dict[str, Assignment] = field(default_factory=dict)
     current_assignments: dict[str, StoredShareAssignment] = field(default_factory=dict)
     state_partitions: StoredStatePartitions | None = None
 
     def is_empty(self) -> bool:
-        return (self.epoch is None and self.assignment_epoch is None and self.state_partitions is None
+        return (self.epoch is None and self.assignment is None and self.state_partitions is None
                 and not self.members and not self.target_assignments and not self.current_assignments)
 
 
@@ -167,19 +168,24 @@ def parse_group_metadata_value(value: bytes) -> tuple[int, int]:
     return epoch, metadata_hash
 
 
-def assignment_metadata_value(epoch: int) -> bytes:
+def assignment_metadata_value(assignment: tuple[int, int]) -> bytes:
+    """(assignment epoch, assignment timestamp ms); the timestamp is tag 0, left out at 0 (its default)."""
+    epoch, timestamp_ms = assignment
     w = FlexibleWriter(VALUE_VERSION)
     w.int32(epoch)
-    w.tags()  # tag 0, assignmentTimestamp, is left at its default (0)
+    w.tags({0: struct.pack(">q", timestamp_ms)} if timestamp_ms else None)
     return w.done()
 
 
-def parse_assignment_metadata_value(value: bytes) -> int:
+def parse_assignment_metadata_value(value: bytes) -> tuple[int, int]:
     r = start_value(value, "ShareGroupTargetAssignmentMetadataValue")
     epoch = r.int32()
-    r.tags()
+    tags = r.tags()
     r.end()
-    return epoch
+    timestamp = tags.get(0)
+    if timestamp is not None and len(timestamp) != 8:
+        raise ValueError(f"ShareGroupTargetAssignmentMetadataValue: assignmentTimestamp of {len(timestamp)} bytes")
+    return epoch, struct.unpack(">q", timestamp)[0] if timestamp is not None else 0
 
 
 def _write_assignment(w: FlexibleWriter, assignment: Assignment) -> None:
@@ -294,7 +300,7 @@ def apply_record(group: StoredShareGroup, record_type: int, member: str | None, 
     if record_type == SHARE_GROUP_METADATA:
         group.epoch = None if value is None else parse_group_metadata_value(value)
     elif record_type == SHARE_GROUP_TARGET_ASSIGNMENT_METADATA:
-        group.assignment_epoch = None if value is None else parse_assignment_metadata_value(value)
+        group.assignment = None if value is None else parse_assignment_metadata_value(value)
     elif record_type == SHARE_GROUP_STATE_PARTITION_METADATA:
         group.state_partitions = None if value is None else parse_state_partitions_value(value)
     else:
@@ -352,8 +358,7 @@ def diff_records(group_id: str, old: StoredShareGroup | None, new: StoredShareGr
     single(SHARE_GROUP_STATE_PARTITION_METADATA, old.state_partitions, new.state_partitions, state_partitions_value)
     members(SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, old.target_assignments, new.target_assignments,
             target_assignment_value)
-    single(SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, old.assignment_epoch, new.assignment_epoch,
-           assignment_metadata_value)
+    single(SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, old.assignment, new.assignment, assignment_metadata_value)
     members(SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, old.current_assignments, new.current_assignments,
             current_assignment_value)
     tombstones.sort(key=lambda item: _TOMBSTONE_ORDER[item[0]])

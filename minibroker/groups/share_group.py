@@ -102,9 +102,12 @@ class ShareGroup:
 
     def __init__(self, group_id: str, now_ms: int = -1) -> None:
         self.group_id = group_id
-        self.group_epoch = 0
+        # A new group is at epoch 1 with an empty target assignment at epoch 1, as Kafka 4.4's
+        # (KAFKA-20268): a first join makes the group epoch 2.
+        self.group_epoch = 1
         self.metadata_hash = 0
-        self.assignment_epoch = 0
+        self.assignment_epoch = 1
+        self.assignment_timestamp_ms = 0  # when the target assignment was last computed (0: never)
         self.members: dict[str, ShareGroupMember] = {}
         self.target_assignment: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
         # Share partitions the share coordinator holds state for, by topic id: (name, partitions).
@@ -207,11 +210,11 @@ class ShareGroup:
                 tuple(TopicPartitionsInfo(t, name, ps) for t, (name, ps) in self.initializing.items()),
                 tuple(TopicPartitionsInfo(t, name, ps) for t, (name, ps) in self.initialized.items()),
                 tuple(self.deleting.items()))
-        if self.group_epoch == 0 and not self.members and state_partitions is None:
-            return StoredShareGroup()
+        if self.group_epoch <= 1 and not self.members and state_partitions is None:
+            return StoredShareGroup()  # nothing happened to it yet: no records
         return StoredShareGroup(
             epoch=(self.group_epoch, self.metadata_hash),
-            assignment_epoch=self.assignment_epoch,
+            assignment=(self.assignment_epoch, self.assignment_timestamp_ms),
             members={m.member_id: m.stored_metadata() for m in members},
             target_assignments={m: dict(a) for m, a in self.target_assignment.items() if m in self.members},
             current_assignments={m.member_id: m.stored_assignment() for m in members},
@@ -225,7 +228,7 @@ class ShareGroup:
         group = cls(group_id, now_ms)
         if stored.epoch is not None:
             group.group_epoch, group.metadata_hash = stored.epoch
-        group.assignment_epoch = stored.assignment_epoch or 0
+        group.assignment_epoch, group.assignment_timestamp_ms = stored.assignment or (0, 0)
         for member_id in sorted(set(stored.members) | set(stored.current_assignments)):
             metadata = stored.members.get(member_id)
             current = stored.current_assignments.get(member_id)

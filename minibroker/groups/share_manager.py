@@ -9,11 +9,14 @@ A heartbeat does, as Kafka's shareGroupHeartbeat:
    GROUP_ID_NOT_FOUND ("Group g is not a share group."), as Kafka keeps one type per id;
 3. find or create the member: GROUP_MAX_SIZE_REACHED (`group.share.max.size`), UNKNOWN_MEMBER_ID,
    FENCED_MEMBER_EPOCH (an epoch ahead of the member's, or behind it and not its previous one);
-4. update the member; bump the group epoch when the group is new, a subscription changed, the
-   subscribed topics changed (the metadata hash), or initialized share partitions are not all
-   assigned (Kafka's initializedAssignmentPending);
+4. update the member; bump the group epoch when a subscription changed, the subscribed topics
+   changed (the metadata hash), or initialized share partitions are not all assigned (Kafka's
+   initializedAssignmentPending). A new group's epoch is 1, as Kafka 4.4's (KAFKA-20268), so a
+   first join makes it 2;
 5. recompute the target assignment with the simple assignor (share_assignor.py) over the initialized
-   partitions when the group epoch is ahead of the assignment epoch;
+   partitions when the group epoch is ahead of the assignment epoch and `share.assignment.interval.ms`
+   has passed since the last computation (KIP-1263; a group's first is at once); until then the
+   members keep the last target and its epoch (a new member: none, at the assignment epoch);
 6. move the member to its target (no revocation in a share group), schedule its session timeout
    (`share.session.timeout.ms`, the group's or the broker's);
 7. initialize the share partitions of subscribed topics that have none yet, with the share
@@ -83,13 +86,15 @@ class ShareGroupSettings:
     heartbeat_interval_ms: int = 5_000
     max_size: int = 200
     assignors: tuple[str, ...] = (SIMPLE,)
+    assignment_interval_ms: int = 1_000
 
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> ShareGroupSettings:
         return cls(session_timeout_ms=config["group.share.session.timeout.ms"],
                    heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
                    max_size=config["group.share.max.size"],
-                   assignors=config["group.share.assignors"])
+                   assignors=config["group.share.assignors"],
+                   assignment_interval_ms=config["group.share.assignment.interval.ms"])
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,17 @@ class ShareGroupManager:
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return self._group_value(group_id, "share.heartbeat.interval.ms", self.settings.heartbeat_interval_ms)
 
+    def assignment_interval_ms(self, group_id: str) -> int:
+        return self._group_value(group_id, "share.assignment.interval.ms", self.settings.assignment_interval_ms)
+
+    def _can_compute_assignment(self, group: ShareGroup, now_ms: int) -> bool:
+        """Kafka's canComputeNextTargetAssignment: never computed yet, no interval, or the interval
+        (`share.assignment.interval.ms`) since the last computation has passed."""
+        if group.assignment_timestamp_ms == 0:
+            return True
+        interval = self.assignment_interval_ms(group.group_id)
+        return interval == 0 or now_ms >= group.assignment_timestamp_ms + interval
+
     def _schedule_session(self, group: ShareGroup, member_id: str, now: float) -> None:
         deadline = now + self.session_timeout_ms(group.group_id) / 1000
         group.session_deadlines[member_id] = deadline
@@ -314,7 +330,7 @@ class ShareGroupManager:
         updated = replace(member, rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
                           subscribed_topic_names=names, client_id=req.client_id, client_host=req.client_host)
         subscription_changed = names != member.subscribed_topic_names
-        bump = group.group_epoch == 0 or subscription_changed
+        bump = subscription_changed
         members_after = dict(group.members)
         members_after[updated.member_id] = updated
         subscribed = {name for m in members_after.values() for name in m.subscribed_topic_names}
@@ -334,9 +350,10 @@ class ShareGroupManager:
             self.rebalances += 1
             log.info("group %s: group epoch %d", group.group_id, group_epoch)
         group.update_member(updated)
-        if group.group_epoch > group.assignment_epoch:
+        if group.group_epoch > group.assignment_epoch and self._can_compute_assignment(group, now_ms):
             group.target_assignment = self._compute_target(group)
             group.assignment_epoch = group.group_epoch
+            group.assignment_timestamp_ms = now_ms
             log.info("group %s: target assignment for epoch %d computed with the simple assignor", group.group_id,
                      group.group_epoch)
         reconciled = updated.with_target(group.assignment_epoch, group.target_assignment.get(updated.member_id, {}),
@@ -449,8 +466,8 @@ class ShareGroupManager:
         group.remove_member(member.member_id)
         group.metadata_hash = self._metadata_hash(group.subscribed_topic_names())
         group.group_epoch += 1
-        if not group.members:
-            group.assignment_epoch = group.group_epoch
+        if not group.members:  # an empty group's next member is assigned at once
+            group.assignment_epoch, group.assignment_timestamp_ms = group.group_epoch, 0
         self.rebalances += 1
         group.refresh_state(now_ms)
         self._persist(group, now_ms)

@@ -54,8 +54,9 @@ class Harness:
         self.shard = GroupCoordinatorShard(GroupConfig(), self.store, self.now_ms, self.topics)
         self.state = FakeShareState()
         self.known: dict[str, dict[str, tuple[int, ...]]] = {}
-        self.manager.configure(ShareGroupSettings(session_timeout_ms=10_000, heartbeat_interval_ms=1000, **settings),
-                               self.state)
+        settings = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1000, "assignment_interval_ms": 0,
+                    **settings}
+        self.manager.configure(ShareGroupSettings(**settings), self.state)
 
     @property
     def manager(self) -> ShareGroupManager:
@@ -92,23 +93,42 @@ class Harness:
 def test_joining_initializes_the_share_partitions_and_assigns_them_at_the_next_heartbeat():
     h = Harness()
     joined = h.heartbeat(A, 0)
-    assert (joined.error, joined.member_epoch, joined.heartbeat_interval_ms) == (ErrorCode.none, 1, 1000)
+    # A new group is at epoch 1 (Kafka 4.4's KAFKA-20268): the first join makes it 2.
+    assert (joined.error, joined.member_epoch, joined.heartbeat_interval_ms) == (ErrorCode.none, 2, 1000)
     assert h.assignment(joined) == {}  # nothing is initialized yet when the target is computed
     tid = h.topics.id("t")
     # A new topic's share partitions start at -1: share.auto.offset.reset decides at the first fetch.
-    assert h.state.initialized == {ShareStateKey(GROUP, tid, 0): (1, -1), ShareStateKey(GROUP, tid, 1): (1, -1)}
+    assert h.state.initialized == {ShareStateKey(GROUP, tid, 0): (2, -1), ShareStateKey(GROUP, tid, 1): (2, -1)}
     assert h.group.state_name == "Stable" and h.group.initialized == {tid: ("t", frozenset({0, 1}))}
     # The next heartbeat finds initialized partitions nobody has: a new group epoch assigns them.
-    again = h.heartbeat(A, 1, None)
-    assert (again.member_epoch, h.assignment(again)) == (2, {"t": (0, 1)})
+    again = h.heartbeat(A, 2, None)
+    assert (again.member_epoch, h.assignment(again)) == (3, {"t": (0, 1)})
     # A heartbeat with nothing new sends no assignment; a full one (topics named) does.
-    assert h.heartbeat(A, 2, None).assignment is None
-    assert h.assignment(h.heartbeat(A, 2)) == {"t": (0, 1)}
+    assert h.heartbeat(A, 3, None).assignment is None
+    assert h.assignment(h.heartbeat(A, 3)) == {"t": (0, 1)}
     # Partitions added to the topic start at 0 (the group already reads it).
     h.topics.by_name["t"].num_partitions = 3
-    h.heartbeat(A, 2, None)
-    assert h.state.initialized[ShareStateKey(GROUP, tid, 2)] == (3, 0)
-    assert h.known[A] == {"t": (0, 1)} and h.assignment(h.heartbeat(A, 3, None)) == {"t": (0, 1, 2)}
+    h.heartbeat(A, 3, None)
+    assert h.state.initialized[ShareStateKey(GROUP, tid, 2)] == (4, 0)
+    assert h.known[A] == {"t": (0, 1)} and h.assignment(h.heartbeat(A, 4, None)) == {"t": (0, 1, 2)}
+
+
+def test_the_assignment_interval_keeps_members_on_the_last_target_assignment():
+    h = Harness(FakeTopics(t=1), assignment_interval_ms=1000)
+    h.heartbeat(A, 0)  # epoch 2, computed at once (the group's first)
+    h.advance(1.0)
+    assert h.assignment(h.heartbeat(A, 2, None)) == {"t": (0,)}  # epoch 3: the initialized partition
+    # B joins 0.5 s after the last computation: the group epoch moves, the target does not; B waits
+    # at the assignment epoch with nothing, as Kafka answers (KIP-1263).
+    h.advance(0.5)
+    joined = h.heartbeat(B, 0)
+    assert (joined.member_epoch, h.assignment(joined), h.group.group_epoch, h.group.assignment_epoch) == (3, {}, 4, 3)
+    assert h.heartbeat(A, 3, None).assignment is None
+    h.advance(0.5)  # the interval has passed: the next heartbeat computes epoch 4's target
+    again = h.heartbeat(B, 3, None)
+    assert (again.member_epoch, h.assignment(again)) == (4, {"t": (0,)})
+    # The group's share.assignment.interval.ms overrides the broker's.
+    assert h.manager.assignment_interval_ms(GROUP) == 1000
 
 
 def test_members_share_partitions_one_partition_among_three():
@@ -124,7 +144,7 @@ def test_partitions_are_split_when_there_are_more_than_members():
     h = Harness(FakeTopics(t=4))
     h.heartbeat(A, 0)
     h.heartbeat(B, 0)
-    h.heartbeat(A, 1, None)
+    h.heartbeat(A, 2, None)
     a, b = h.known[A], h.known[B]
     assert sorted(a["t"] + b["t"]) == [0, 1, 2, 3] and len(a["t"]) == len(b["t"]) == 2
 
@@ -135,7 +155,7 @@ def test_kafkas_errors_and_messages():
     assert (first.error, first.message) == (ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request.")
     assert h.heartbeat("", 0).message == "Invalid member id in the request."
     assert h.heartbeat(A, -2).message == "MemberEpoch is invalid."
-    unknown = h.heartbeat(A, 1)
+    unknown = h.heartbeat(A, 2)
     assert (unknown.error, unknown.message) == (ErrorCode.group_id_not_found, f"Share group {GROUP} not found.")
     h.heartbeat(A, 0)
     ahead = h.heartbeat(A, 5)
@@ -163,7 +183,7 @@ def test_leaving_and_session_expiry_fence_members_and_bump_the_epoch():
     h.heartbeat(B, 0)
     left = h.heartbeat(B, -1, None)
     assert (left.error, left.member_epoch) == (ErrorCode.none, -1)
-    assert list(h.group.members) == [A] and h.group.group_epoch == 3
+    assert list(h.group.members) == [A] and h.group.group_epoch == 4
     h.advance(9.0)
     h.heartbeat(A, h.group.members[A].member_epoch, None)
     h.advance(9.0)
@@ -202,8 +222,9 @@ def test_a_restart_replays_the_group_from_its_records(tmp_path):
     logs = LogManager.open(tmp_path / "data", LogConfig.from_broker({}), 0)
     again = Harness(h.topics, OffsetsStore.open(logs, 0))
     after = again.group
-    assert (after.group_epoch, after.assignment_epoch, after.initialized) == (
-        before.group_epoch, before.assignment_epoch, before.initialized)
+    assert (after.group_epoch, after.assignment_epoch, after.assignment_timestamp_ms, after.initialized) == (
+        before.group_epoch, before.assignment_epoch, before.assignment_timestamp_ms, before.initialized)
+    assert after.assignment_timestamp_ms == h.now_ms
     assert after.members == before.members and after.target_assignment == before.target_assignment
     # Loaded members' sessions start with the timers: one that does not come back is fenced.
     again.shard.start_timers(again.now)

@@ -23,7 +23,7 @@ def join_and_fetch(admin, group: str, member: str, topic_id) -> None:
     joined = admin.call(76, {"group_id": group, "member_id": member, "member_epoch": 0, "rack_id": None,
                              "subscribed_topic_names": [admin_topic(admin, topic_id)]})
     assert joined.error_code == 0
-    again = admin.call(76, {"group_id": group, "member_id": member, "member_epoch": 1, "rack_id": None,
+    again = admin.call(76, {"group_id": group, "member_id": member, "member_epoch": joined.member_epoch, "rack_id": None,
                             "subscribed_topic_names": None})
     assert again.assignment is not None  # the share partitions, initialized at the join
     fetched = admin.call(78, {"group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait": 0,
@@ -67,7 +67,7 @@ def test_list_describe_reset_delete(broker, admin, unique):
     code, out, _ = cli(broker.bootstrap, "--describe", "--group", group, "--members", "--verbose")
     header, row = out.splitlines()[1:3]
     assert header.split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-EPOCH", "ASSIGNMENT"]
-    assert row.split() == [group, member, "/127.0.0.1", "minibroker-admin", "2", "2", f"{topic}:0,1"]
+    assert row.split() == [group, member, "/127.0.0.1", "minibroker-admin", "2", "3", f"{topic}:0,1"]
 
     code, out, _ = cli(broker.bootstrap, "--describe", "--group", group, "--state")
     header, row = out.splitlines()[1:3]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import trio
 
 from minibroker.protocol.errors import ErrorCode
-from tests.support.broker_shell import run
+from tests.support.clock import run
 from tests.support.share_shell import ShareShell, acquired, partition_of, with_background
 import trio.lowlevel
 
