@@ -27,7 +27,8 @@ def _top_level(code: ErrorCode, message: str | None = None) -> Reply:
     return Reply({"error_code": code, "error_message": message, "responses": []})
 
 
-@handler(91, 0, 0)
+# KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
+@handler(91, 0, 0, client_throttles_from=0)
 async def alter_share_group_offsets(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return _top_level(ErrorCode.unsupported_version, "The version of API is not supported.")

@@ -77,6 +77,7 @@ def _describe(ctx: RequestContext, group: Any) -> dict[str, Any]:
     return {"group_id": group_id, "topics": topics, "error_code": ErrorCode.none, "error_message": None}
 
 
-@handler(90, 0, 1)
+# KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
+@handler(90, 0, 1, client_throttles_from=0)
 async def describe_share_group_offsets(ctx: RequestContext, request: Any) -> Reply:
     return Reply({"groups": [_describe(ctx, group) for group in request.groups]})

@@ -98,7 +98,8 @@ def _top_level(ctx: RequestContext, code: ErrorCode, message: str | None = None,
                   "responses": [], "node_endpoints": []})
 
 
-@handler(79, 1, 2)
+# KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
+@handler(79, 1, 2, client_throttles_from=1)
 async def share_acknowledge(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return _top_level(ctx, ErrorCode.unsupported_version)

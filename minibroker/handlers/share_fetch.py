@@ -78,7 +78,8 @@ def _partition(index: int, code: ErrorCode = ErrorCode.none, message: str | None
                                   "delivery_count": a.delivery_count} for a in acquired or ()]}
 
 
-@handler(78, 1, 2, byte_rate=ByteRate.FETCH, throttled_body=empty_response)
+# KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
+@handler(78, 1, 2, client_throttles_from=1, byte_rate=ByteRate.FETCH, throttled_body=empty_response)
 async def share_fetch(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return _top_level(ErrorCode.unsupported_version)

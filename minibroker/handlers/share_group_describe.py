@@ -29,7 +29,8 @@ def _group(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
             "authorized_operations": NO_AUTHORIZED_OPERATIONS}
 
 
-@handler(77, 1, 1)
+# KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
+@handler(77, 1, 1, client_throttles_from=1)
 async def share_group_describe(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return Reply({"groups": [_group(g, ErrorCode.unsupported_version) for g in request.group_ids]})

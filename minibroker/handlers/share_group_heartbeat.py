@@ -41,7 +41,8 @@ def _error(code: ErrorCode, message: str | None = None) -> Reply:
                   "heartbeat_interval": 0, "assignment": None})
 
 
-@handler(76, 1, 1)
+# KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
+@handler(76, 1, 1, client_throttles_from=1)
 async def share_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return _error(ErrorCode.unsupported_version)
