@@ -114,10 +114,10 @@ def test_release_reject_and_the_delivery_count_limit(broker, admin, unique):
                     ack=lambda m: kinds.get(m.offset() % 2))
     assert sorted(o for o, _, _ in first) == list(range(10))
     second = consume(consumer(broker.bootstrap, group, "explicit"), topic, 5, ack=lambda m: AcknowledgeType.RELEASE,
-                     timeout=5.0, linger=1.0)
+                     timeout=5.0, linger=0.5)
     assert sorted((o, c) for o, c, _ in second) == [(o, 2) for o in range(0, 10, 2)]  # the released ones only
     third = consume(consumer(broker.bootstrap, group, "explicit"), topic, 1, ack=lambda m: AcknowledgeType.ACCEPT,
-                    timeout=3.0)
+                    timeout=2.0)
     assert third == []  # released at the limit: archived
     assert lag(admin, group) == {0: 0}
 

@@ -29,8 +29,8 @@ def test_kill_9_of_the_broker_mid_stream_loses_no_acknowledgement(tmp_path, shar
             setup(admin, topic, group, **{"share.record.lock.duration.ms": "3000"})
         produce(bootstrap, topic, COUNT)
         run = share_java.start(["consume", bootstrap, topic, group, 1, COUNT, "mode=explicit", "ack=accept",
-                                "max.records=10", "commit.delay.ms=200", "timeout.ms=90000",
-                                "linger.ms=1500"])
+                                "max.records=10", "commit.delay.ms=100", "timeout.ms=90000",
+                                "linger.ms=500"])
         # Killed while the consumer holds records it acknowledged but has not committed yet.
         run.wait_for(lambda lines: len(records(lines)) >= 60 and lines[-1]["type"] == "record")
         broker.kill()

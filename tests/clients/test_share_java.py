@@ -70,7 +70,7 @@ def test_rejected_records_are_never_delivered_again(broker, admin, share_java, u
     produce(broker.bootstrap, topic, 20)
     lines = share_java.run(["consume", broker.bootstrap, topic, group, 1, 20, "mode=explicit", "ack=reject-odd"],
                            ["consume", broker.bootstrap, topic, group, 1, 1, "mode=explicit", "ack=accept",
-                            "timeout.ms=3000"])
+                            "timeout.ms=2000"])
     first, second = split_commands(lines)
     assert {r["offset"]: r["ack"] for r in records(first)} == {
         i: "REJECT" if i % 2 else "ACCEPT" for i in range(20)}
@@ -114,7 +114,7 @@ def test_the_delivery_count_limit_archives_a_record(broker, admin, share_java, u
     setup(admin, topic, group, **{"share.delivery.count.limit": "3"})
     produce(broker.bootstrap, topic, 4, per_batch=4)
     lines = share_java.run(["consume", broker.bootstrap, topic, group, 1, 4, "mode=explicit", "ack=release",
-                            "timeout.ms=5000"])
+                            "timeout.ms=3000"])
     deliveries: dict[int, list[int]] = {}
     for r in records(lines):
         deliveries.setdefault(r["offset"], []).append(r["delivery_count"])

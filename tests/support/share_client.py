@@ -127,11 +127,16 @@ def produce(bootstrap: str, topic: str, count: int, per_batch: int = 10, start: 
     producer.flush()
 
 
+# Every test group reads from the start, and heartbeats every 200 ms: a joining member's partitions
+# come with its second heartbeat (the first initializes them), so this is its wait for them.
+FAST = {"share.auto.offset.reset": "earliest", "share.heartbeat.interval.ms": "200"}
+
+
 def setup(admin: AdminClient, topic: str, group: str, partitions: int = 1, **configs: str) -> None:
     created = admin.call(19, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
                                           "assignments": [], "configs": []}], "timeout_ms": 5000, "validate_only": False})
     assert created.topics[0].error_code == 0
-    configs = {"share.auto.offset.reset": "earliest", **configs}
+    configs = {**FAST, **configs}
     altered = admin.call(44, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
         {"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]}], "validate_only": False})
     assert altered.responses[0].error_code == 0, altered.responses[0].error_message
@@ -144,8 +149,8 @@ def lag(admin: AdminClient, group: str) -> dict[int, int]:
 
 def setup_group(admin: AdminClient, group: str) -> None:
     altered = admin.call(44, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
-        {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}], "validate_only": False})
-    assert altered.responses[0].error_code == 0
+        {"name": k, "config_operation": 0, "value": v} for k, v in FAST.items()]}], "validate_only": False})
+    assert altered.responses[0].error_code == 0, altered.responses[0].error_message
 
 
 def split_commands(lines: list[dict]) -> list[list[dict]]:
