@@ -7,6 +7,10 @@ GROUP_ID_NOT_FOUND for an unknown group ("Group g not found.") or one of another
 not a share group."). With share.version below 1 every group is answered UNSUPPORTED_VERSION. A
 deleted topic is left out of an assignment. The authorized operations (KIP-430) are the group
 operations minibroker.auth allows.
+
+Authorization (Kafka's handleShareGroupDescribe): DESCRIBE on each group, else
+GROUP_AUTHORIZATION_FAILED (30); a group with a topic the principal may not describe (subscribed or
+assigned) is answered TOPIC_AUTHORIZATION_FAILED (29), its members not shown (KAFKA-18813).
 """
 
 from __future__ import annotations
@@ -29,6 +33,17 @@ def _group(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
             "authorized_operations": NO_AUTHORIZED_OPERATIONS}
 
 
+def _topics_describable(ctx: RequestContext, described: Any) -> bool:
+    names: set[str] = set()
+    for member in described.members:
+        names.update(member.subscribed_topic_names or ())
+        for topic_id in member.assignment:
+            info = ctx.logs.topic_by_id(topic_id)
+            if info is not None:
+                names.add(info.name)
+    return len(ctx.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, sorted(names))) == len(names)
+
+
 # KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
 @handler(77, 1, 1, client_throttles_from=1)
 async def share_group_describe(ctx: RequestContext, request: Any) -> Reply:
@@ -44,6 +59,9 @@ async def share_group_describe(ctx: RequestContext, request: Any) -> Reply:
             continue
         if d.error:
             groups.append(_group(group_id, d.error, d.message))
+            continue
+        if not _topics_describable(ctx, d):
+            groups.append(_group(group_id, ErrorCode.topic_authorization_failed))
             continue
         groups.append({
             "error_code": ErrorCode.none, "error_message": None, "group_id": group_id, "group_state": d.state,
