@@ -40,6 +40,8 @@ from minibroker.dynamic_config import DynamicBrokerConfigs, apply as apply_dynam
 from minibroker.errors import StartupError, StorageErrorLog
 from minibroker.groups.coordinator import GroupCoordinator
 from minibroker.groups.registry import DEFAULT_GROUP_TYPES
+from minibroker.groups.share_group import SHARE
+from minibroker.groups.share_manager import ShareGroupManager, ShareGroupSettings
 from minibroker.groups.types import GroupTypes
 from minibroker.handlers import ByteRate, Reply, SaslPhase, api_version_list, load_all
 from minibroker.limits import ConnectionQuotas, RequestMemoryPool
@@ -57,6 +59,8 @@ from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.txn_markers import MarkerResult, TxnMarker
 from minibroker.sasl import UserStore
+from minibroker.share.coordinator import ShareCoordinator
+from minibroker.share.manager import ShareGroupConfigsView, SharePartitionManager
 from minibroker.scram_credentials import ScramCredentialStore
 from minibroker.protocol.entities import build
 from minibroker.protocol.records import BatchHeader
@@ -309,6 +313,20 @@ class Broker:
         self.groups = GroupCoordinator.open(config, self.logs, clock, types=self.group_types,
                                             append_transactional=self.replicas.append_transactional_offsets,
                                             group_configs=self.group_configs)
+        # Share groups (KIP-932): the share coordinator's state in __share_group_state, the share
+        # partitions and sessions, and the share group type's settings and share coordinator.
+        self.share_coordinator = ShareCoordinator.open(
+            self.logs, now_ms=clock.now_ms,
+            updates_per_snapshot=lambda: self.config["share.coordinator.snapshot.update.records.per.snapshot"])
+        self.shares = SharePartitionManager(
+            self.logs, self.replicas, self.share_coordinator, clock, self.fetch_purgatory,
+            ShareGroupConfigsView(self.group_configs.get),
+            max_sessions=lambda: self.config["group.share.max.share.sessions"],
+            prune_interval_ms=lambda: self.config["share.coordinator.state.topic.prune.interval.ms"])
+        if SHARE in self.groups.shard.managers:
+            share_groups = self.groups.manager(SHARE)
+            assert isinstance(share_groups, ShareGroupManager)
+            share_groups.configure(ShareGroupSettings.from_broker(config), self.share_coordinator)
         # Compaction of cleanup.policy=compact topics.
         self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
         # KIP-227: incremental fetch sessions (Kafka's FetchSessionCache; its 2-minute eviction time).
@@ -320,14 +338,16 @@ class Broker:
         # by the replica manager.
         # Client telemetry (KIP-714): CLIENT_METRICS subscriptions and the metrics clients push.
         self.client_metrics = ClientMetrics.open(self.data_dir, config["telemetry.max.bytes"])
-        # Finalized features (KIP-584): transaction.version and streams.version, kept in the data dir once
-        # UpdateFeatures changed them.
-        self.features = Features.open(self.data_dir, config["transaction.version"], config["streams.version"])
+        # Finalized features (KIP-584): transaction.version, streams.version and share.version, kept in
+        # the data dir once UpdateFeatures changed them.
+        self.features = Features.open(self.data_dir, config["transaction.version"], config["streams.version"],
+                                      config["share.version"])
         self.transactions = TransactionCoordinator.open(
             config, self.logs, allocate=self.producer_ids.allocate, clock=clock, groups=self.groups,
             markers=self.replicas.write_markers, transaction_version=self.features.transaction_version)
         self.features.on_change.append(
             lambda levels: setattr(self.transactions, "transaction_version", self.features.transaction_version))
+        self.features.on_change.append(lambda levels: self.shares.share_version_changed(self.features.share_version))
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.metadata, clock)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
@@ -361,7 +381,8 @@ class Broker:
         self.services = BrokerServices(
             node_id=self.node_id, clock=clock, configs=self.dynamic_configs, logs=self.logs, cluster=self.cluster,
             replicas=self.replicas, producer_states=self.producer_states, producer_ids=self.producer_ids,
-            groups=self.groups, group_configs=self.group_configs, txns=self.transactions, quotas=self.quotas, auth=self.auth, audit=self.audit,
+            groups=self.groups, group_configs=self.group_configs, shares=self.shares, txns=self.transactions,
+            quotas=self.quotas, auth=self.auth, audit=self.audit,
             faults=self.faults, purgatory=self.fetch_purgatory, metrics=self.metrics,
             storage_errors=self.storage_errors, handlers=load_all(), features=self.features,
             fetch_sessions=self.fetch_sessions, client_metrics=self.client_metrics,
@@ -379,10 +400,11 @@ class Broker:
 
     def run(self, nursery: trio.Nursery) -> None:
         """Start the broker's background tasks in `nursery`: retention, flushes and producer-id
-        expiry, the group coordinator's timers, the log cleaner, the transaction coordinator's
-        timers, and the client quotas' housekeeping. They run until the nursery is cancelled."""
+        expiry, the group coordinator's timers, the share partitions' acquisition locks, the log
+        cleaner, the transaction coordinator's timers, and the client quotas' housekeeping. They run until the nursery is cancelled."""
         nursery.start_soon(self.run_background)
         nursery.start_soon(self.groups.run)
+        nursery.start_soon(self.shares.run)
         nursery.start_soon(self.cleaner.run)
         nursery.start_soon(self.transactions.run)
         nursery.start_soon(self.quotas.run_housekeeping)
@@ -410,6 +432,7 @@ class Broker:
 
     def connection_closed(self, conn: Connection) -> None:
         self.metrics.connections -= 1
+        self.shares.connection_closed(conn.id)  # its share sessions end: their records are released
         self.quotas.forget_current_task()
 
     def close(self) -> None:

@@ -1,5 +1,5 @@
-"""`minibroker` command line: `serve` runs a broker; `topics` and `configs` manage a running one, as
-kafka-topics.sh and kafka-configs.sh do. Each subcommand is one line of `minibroker --help`."""
+"""`minibroker` command line: `serve` runs a broker; `topics`, `configs` and `share-groups` manage a
+running one, as kafka-topics.sh, kafka-configs.sh and kafka-share-groups.sh do. Each subcommand is one line of `minibroker --help`."""
 
 from __future__ import annotations
 
@@ -40,9 +40,21 @@ def _parse_override(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+class _CommandsFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's help, with the help column past the longest command name: argparse measures the
+    commands one indent short of where it prints them, so `share-groups` would sit alone on its line."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._get_subactions():
+                length = len(self._format_action_invocation(choice)) + self._current_indent + self._indent_increment
+                self._action_max_length = max(self._action_max_length, length)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="minibroker", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="minibroker", description=DESCRIPTION, formatter_class=_CommandsFormatter,
         epilog="`minibroker COMMAND --help` shows a command's options and examples.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -90,12 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     topics = sub.add_parser(
         "topics",
-        help="create, list, describe, alter, delete topics, as kafka-topics.sh",
+        help="create, list, describe, alter, delete, as kafka-topics.sh",
         description="Create, list, describe, alter or delete topics on a running broker, as kafka-topics.sh does.",
         epilog=topics_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     topics_cli.add_arguments(topics)
+    from minibroker import share_groups_cli
+
+    share_groups = sub.add_parser(
+        "share-groups",
+        help="list, describe, reset, delete, as kafka-share-groups.sh",
+        description="List, describe or delete share groups (KIP-932), and reset or delete their offsets, on a "
+                    "running broker, as kafka-share-groups.sh does.",
+        epilog=share_groups_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    share_groups_cli.add_arguments(share_groups)
     return parser
 
 
@@ -124,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         from minibroker import acls_cli
 
         return acls_cli.run(args)
+    if args.command == "share-groups":
+        from minibroker import share_groups_cli
+
+        return share_groups_cli.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

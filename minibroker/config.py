@@ -198,6 +198,16 @@ def _streams_assignors(value: str) -> tuple[str, ...]:
     return names
 
 
+def _share_assignors(value: str) -> tuple[str, ...]:
+    """`simple`, the one server-side assignor of share groups (Kafka's class name is accepted too)."""
+    names = tuple("simple" if a.strip() == "org.apache.kafka.coordinator.group.assignor.SimpleAssignor" else a.strip()
+                  for a in value.split(",") if a.strip())
+    unknown = [a for a in names if a != "simple"]
+    if unknown or not names:
+        raise ValueError(f"unknown share group assignor(s) {', '.join(unknown) or '(none)'}; available: simple")
+    return names
+
+
 def _non_empty(v: Any) -> str | None:
     return None if v else "must name at least one listener"
 
@@ -340,6 +350,30 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("group.streams.acceptable.recovery.lag", _int, "10000", "The lag (offsets) under which a Streams instance counts as caught up on a task, told to members (Kafka's default).", _at_least(0)),
         Key("group.streams.assignors", _streams_assignors, "sticky", "The server-side task assignors of streams groups: sticky, Kafka's only built-in one (its class name is accepted too)."),
         Key("streams.version", _int, "1", "The streams.version feature (KIP-1071) a new data directory is finalized at, as `kafka-storage format --feature` sets it: 1 serves streams groups (Kafka 4.4's default on a new cluster), 0 answers StreamsGroupHeartbeat and StreamsGroupDescribe UNSUPPORTED_VERSION. UpdateFeatures changes it later, kept in the data directory.", _one_of(0, 1)),
+        Key("share.version", _int, "1", "The share.version feature (KIP-932) a new data directory is finalized at, as `kafka-storage format --feature` sets it: 1 serves share groups (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge, the share admin APIs); 0 answers them UNSUPPORTED_VERSION. UpdateFeatures changes it later, kept in the data directory. Kafka 4.4 finalizes 2 on a new cluster (2 adds the dead-letter queue of KIP-1191, not served here).", lambda v: None if v in (0, 1) else "must be 0 or 1 (2, the dead-letter queue, is not supported)"),
+        Key("group.share.session.timeout.ms", _int, "10000", "A share group member that sends no heartbeat for this long is fenced (the group's share.session.timeout.ms overrides it). Kafka's default is 45000; 10000 lets a test's crashed share consumer leave its group quickly.", _at_least(1)),
+        Key("group.share.min.session.timeout.ms", _int, "1000", "The smallest share.session.timeout.ms a group may set. Kafka's default is 45000; 1000 lets tests use short sessions.", _at_least(1)),
+        Key("group.share.max.session.timeout.ms", _int, "60000", "The largest share.session.timeout.ms a group may set (Kafka's default).", _at_least(1)),
+        Key("group.share.heartbeat.interval.ms", _int, "1000", "How often share consumers heartbeat (the coordinator tells them; the group's share.heartbeat.interval.ms overrides it). Kafka's default is 5000; 1000 lets a test's share group rebalance in about a second.", _at_least(1)),
+        Key("group.share.min.heartbeat.interval.ms", _int, "100", "The smallest share.heartbeat.interval.ms a group may set. Kafka's default is 5000.", _at_least(1)),
+        Key("group.share.max.heartbeat.interval.ms", _int, "15000", "The largest share.heartbeat.interval.ms a group may set (Kafka's default).", _at_least(1)),
+        Key("group.share.max.size", _int, "200", "Most members of one share group; one more gets GROUP_MAX_SIZE_REACHED (Kafka's default).", lambda v: None if 1 <= v <= 1000 else "must be between 1 and 1000"),
+        Key("group.share.assignors", _share_assignors, "simple", "The server-side assignors of share groups: simple, Kafka's only one (its class name is accepted too)."),
+        Key("group.share.record.lock.duration.ms", _int, "10000", "How long a share consumer holds the records it acquired before they become available to others again (the group's share.record.lock.duration.ms overrides it). Kafka's default is 30000; 10000 brings a test's stalled consumer's records back in seconds.", _at_least(1000)),
+        Key("group.share.min.record.lock.duration.ms", _int, "1000", "The smallest share.record.lock.duration.ms a group may set. Kafka's default is 15000; 1000 lets tests see a lock expire quickly.", lambda v: None if 1000 <= v <= 30000 else "must be between 1000 and 30000"),
+        Key("group.share.max.record.lock.duration.ms", _int, "60000", "The largest share.record.lock.duration.ms a group may set (Kafka's default).", lambda v: None if 30000 <= v <= 3600000 else "must be between 30000 and 3600000"),
+        Key("group.share.delivery.count.limit", _int, "5", "Delivery attempts of a record before it is archived instead of made available again (the group's share.delivery.count.limit overrides it; Kafka's default).", lambda v: None if 2 <= v <= 10 else "must be between 2 and 10"),
+        Key("group.share.min.delivery.count.limit", _int, "2", "The smallest share.delivery.count.limit a group may set (Kafka's default).", lambda v: None if 2 <= v <= 5 else "must be between 2 and 5"),
+        Key("group.share.max.delivery.count.limit", _int, "10", "The largest share.delivery.count.limit a group may set (Kafka's default).", lambda v: None if 5 <= v <= 25 else "must be between 5 and 25"),
+        Key("group.share.partition.max.record.locks", _int, "2000", "Most records of one share partition in flight (between its start and end offsets) at once (the group's share.partition.max.record.locks overrides it; Kafka's default).", lambda v: None if 100 <= v <= 10000 else "must be between 100 and 10000"),
+        Key("group.share.min.partition.max.record.locks", _int, "100", "The smallest share.partition.max.record.locks a group may set (Kafka's default).", lambda v: None if 100 <= v <= 2000 else "must be between 100 and 2000"),
+        Key("group.share.max.partition.max.record.locks", _int, "4000", "The largest share.partition.max.record.locks a group may set (Kafka's default).", lambda v: None if 2000 <= v <= 10000 else "must be between 2000 and 10000"),
+        Key("group.share.assignment.interval.ms", _int, "0", "The least time between two target assignments of one share group (KIP-1263; the group's share.assignment.interval.ms overrides it): a heartbeat that would assign sooner leaves the members on the last assignment and a later one assigns. Kafka's default is 1000; 0 assigns at once, so a test's second share consumer gets its partitions at its join.", _at_least(0)),
+        Key("group.share.min.assignment.interval.ms", _int, "0", "The smallest share.assignment.interval.ms a group may set (Kafka's default).", _at_least(0)),
+        Key("group.share.max.assignment.interval.ms", _int, "15000", "The largest share.assignment.interval.ms a group may set (Kafka's default).", _at_least(0)),
+        Key("group.share.max.share.sessions", _int, "2000", "Most share sessions open at once; one more ShareFetch opening a session waits its max wait and gets SHARE_SESSION_LIMIT_REACHED (Kafka's default).", _at_least(1)),
+        Key("share.coordinator.snapshot.update.records.per.snapshot", _int, "500", "Updates of a share partition's state written to __share_group_state before a whole snapshot is written again (Kafka's default).", lambda v: None if 0 <= v <= 500 else "must be between 0 and 500"),
+        Key("share.coordinator.state.topic.prune.interval.ms", _int, "300000", "How often the records of __share_group_state no state needs any more are deleted (Kafka's default).", _at_least(1)),
         Key("offsets.retention.minutes", _int, "10080", "Committed offsets of a group Empty this long (or of a simple group, this long after the commit) expire (KIP-211).", _at_least(1)),
         Key("offsets.retention.check.interval.ms", _int, "600000", "How often committed offsets are checked for expiry.", _at_least(1)),
         Key("transaction.max.timeout.ms", _int, "900000", "Longest transaction.timeout.ms a transactional producer may ask for; InitProducerId with a longer one is answered INVALID_TRANSACTION_TIMEOUT.", _at_least(1)),
@@ -503,6 +537,22 @@ class BrokerConfig:
                 bound = f"group.streams.{low} ({low_value}) and " if low is not None else "0 and "
                 raise ConfigError(f"group.streams.{name}", f"{value} must be between {bound}group.streams.{high} "
                                                            f"({high_value})")
+        interval, session = self["group.share.heartbeat.interval.ms"], self["group.share.session.timeout.ms"]
+        if interval >= session:
+            raise ConfigError("group.share.heartbeat.interval.ms",
+                              f"{interval} must be less than group.share.session.timeout.ms ({session})")
+        # Kafka's GroupCoordinatorConfig and ShareGroupConfig: each default within its own bounds.
+        for name, low, high in (("session.timeout.ms", "min.session.timeout.ms", "max.session.timeout.ms"),
+                                ("heartbeat.interval.ms", "min.heartbeat.interval.ms", "max.heartbeat.interval.ms"),
+                                ("record.lock.duration.ms", "min.record.lock.duration.ms", "max.record.lock.duration.ms"),
+                                ("delivery.count.limit", "min.delivery.count.limit", "max.delivery.count.limit"),
+                                ("partition.max.record.locks", "min.partition.max.record.locks",
+                                 "max.partition.max.record.locks"),
+                                ("assignment.interval.ms", "min.assignment.interval.ms", "max.assignment.interval.ms")):
+            value, minimum, maximum = (self[f"group.share.{n}"] for n in (name, low, high))
+            if not minimum <= value <= maximum:
+                raise ConfigError(f"group.share.{name}", f"{value} must be between group.share.{low} ({minimum}) and "
+                                                         f"group.share.{high} ({maximum})")
         protocols = self["listener.security.protocol.map"]
         for entry in self["listeners"]:
             if entry.name not in protocols:

@@ -4,7 +4,7 @@ by name.
 A handler is `async def handle(ctx: RequestContext, request) -> Reply | None` (minibroker.handlers
 has the registry). `RequestContext` is one request: the connection it came on, its header and
 schema, the handler's facts, when it arrived, and the broker's services by name (`ctx.logs`,
-`ctx.cluster`, `ctx.groups`, `ctx.txns`, `ctx.quotas`, `ctx.clock`, `ctx.auth`, `ctx.audit`, ...),
+`ctx.cluster`, `ctx.groups`, `ctx.shares`, `ctx.txns`, `ctx.quotas`, `ctx.clock`, `ctx.auth`, `ctx.audit`, ...),
 so that a reader sees at the top of this module everything the API layer may touch (Kafka's
 `KafkaApis` constructor does the same: `replicaManager`, `groupCoordinator`, `txnCoordinator`,
 `authorizer`, `quotas`, `time`). The services are one `BrokerServices` per broker, built by
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from minibroker.protocol.messages import ApiSchema, RequestHeader
     from minibroker.purgatory import Purgatory
     from minibroker.replica_manager import ReplicaManager
+    from minibroker.share.manager import SharePartitionManager
     from minibroker.storage.manager import LogManager
     from minibroker.transactions.coordinator import TransactionCoordinator
 
@@ -186,6 +187,7 @@ class BrokerServices:
     producer_ids: ProducerIds
     groups: GroupCoordinator
     group_configs: GroupConfigs  # Kafka 4's GROUP config resource
+    shares: SharePartitionManager  # KIP-932's share partitions and share sessions
     txns: TransactionCoordinator
     quotas: BrokerQuotas
     auth: AuthHelper
@@ -311,6 +313,10 @@ class RequestContext:
     @property
     def group_configs(self) -> GroupConfigs:
         return self.services.group_configs
+
+    @property
+    def shares(self) -> SharePartitionManager:
+        return self.services.shares
 
     @property
     def txns(self) -> TransactionCoordinator:

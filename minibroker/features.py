@@ -1,19 +1,22 @@
 """Finalized features (KIP-584): what ApiVersions advertises beside the API ranges, and UpdateFeatures.
 
-Two features are served: `transaction.version` (KIP-890 part 2), levels 0-2, finalized at 2 as
-Kafka 4 finalizes it on a new cluster, and `streams.version` (KIP-1071), levels 0-1, finalized at 1
+Three features are served: `transaction.version` (KIP-890 part 2), levels 0-2, finalized at 2 as
+Kafka 4 finalizes it on a new cluster; `streams.version` (KIP-1071), levels 0-1, finalized at 1
 as Kafka 4.4 does: at 1 streams groups are served (StreamsGroupHeartbeat, StreamsGroupDescribe), at 0
 they answer UNSUPPORTED_VERSION, which is how Kafka Streams with group.protocol=streams learns the
-broker does not serve them. Kafka 4 clients choose their protocol from it: at 2 the Java producer
+broker does not serve them; and `share.version` (KIP-932), levels 0-1, finalized at 1: at 1 share
+groups are served (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge, the share admin APIs), at 0
+they answer UNSUPPORTED_VERSION (Kafka 4.4 finalizes 2, which adds the dead-letter queue of KIP-1191,
+not served here). Kafka 4 clients choose their protocol from it: at 2 the Java producer
 sends EndTxn v5 (an epoch bump at every end), Produce v12+ without AddPartitionsToTxn and
 TxnOffsetCommit v5 without AddOffsetsToTxn; below 2 they keep transactions version 1 (EndTxn v4,
 Produce v11 at most for a transactional producer). The broker serves both at any level: what a
 request means follows its own version, as in Kafka. The level decides what clients are told, and
 from 2 the transaction coordinator writes TransactionLogValue v1.
 
-Where the level comes from: the broker settings `transaction.version` (default 2) and
-`streams.version` (default 1) are the levels a data directory starts at, as `kafka-storage format --feature transaction.version=N` sets it on a Kafka
-node; UpdateFeatures (Kafka's `kafka-features upgrade|downgrade`, Admin.updateFeatures) changes it at
+Where the level comes from: the broker settings `transaction.version` (default 2),
+`streams.version` and `share.version` (default 1) are the levels a data directory starts at, as
+`kafka-storage format --feature transaction.version=N` sets it on a Kafka node; UpdateFeatures (Kafka's `kafka-features upgrade|downgrade`, Admin.updateFeatures) changes it at
 runtime, and that change is kept in `features.json` in the data directory, which wins over the
 setting at the next start (Kafka keeps it in its metadata log), with a log line saying so; a
 feature the file does not name (one added after it was written) starts at its setting.
@@ -42,7 +45,9 @@ log = logging.getLogger(__name__)
 FEATURES_FILE = "features.json"
 TRANSACTION_VERSION = "transaction.version"
 STREAMS_VERSION = "streams.version"
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), STREAMS_VERSION: (0, 1)}  # name -> (min, max)
+SHARE_VERSION = "share.version"  # KIP-932: 1 serves share groups (Kafka 4.4's 2, the DLQ, is not served)
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), STREAMS_VERSION: (0, 1),
+                                         SHARE_VERSION: (0, 1)}  # name -> (min, max)
 
 # UpdateFeatures' upgrade types (Kafka's FeatureUpdate.UpgradeType).
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -65,10 +70,12 @@ class Features:
         self.on_change: list = []  # callables(levels) run after a change is applied
 
     @classmethod
-    def open(cls, data_dir: Path, transaction_version: int, streams_version: int = 1) -> Features:
+    def open(cls, data_dir: Path, transaction_version: int, streams_version: int = 1,
+             share_version: int = 1) -> Features:
         """The levels kept in `data_dir` by an earlier UpdateFeatures, else the configured ones."""
         path = data_dir / FEATURES_FILE
-        configured = {TRANSACTION_VERSION: transaction_version, STREAMS_VERSION: streams_version}
+        configured = {TRANSACTION_VERSION: transaction_version, STREAMS_VERSION: streams_version,
+                      SHARE_VERSION: share_version}
         if not path.exists():
             return cls(configured, 1, path)
         try:
@@ -83,6 +90,7 @@ class Features:
             if not low <= level <= high:
                 raise DamagedFileError(path, f"holds {name}={level}, which this broker does not support",
                                        "set a supported level in it, or remove it")
+        levels.setdefault(SHARE_VERSION, share_version)
         kept = levels.get(TRANSACTION_VERSION, 0)
         if kept != transaction_version:
             log.info("%s=%d as UpdateFeatures left it (%s), not the configured %d", TRANSACTION_VERSION, kept, path,
@@ -101,6 +109,10 @@ class Features:
     @property
     def streams_version(self) -> int:
         return self.level(STREAMS_VERSION)
+
+    @property
+    def share_version(self) -> int:
+        return self.level(SHARE_VERSION)
 
     def api_versions_fields(self, version: int) -> dict:
         """ApiVersions' supported_features, finalized_features_epoch and finalized_features."""

@@ -45,6 +45,7 @@ from minibroker.protocol.records.codec import CONTROL_ABORT, CONTROL_COMMIT
 from minibroker.protocol.records.validation import CorruptRecordError
 from minibroker.storage.consumer_group_records import ConsumerGroupRecords, StoredConsumerGroup
 from minibroker.storage.coordinator_log import INTERNAL_TOPIC_CONFIGS, CoordinatorLog
+from minibroker.storage.share_group_records import ShareGroupRecords
 from minibroker.storage.group_records import (
     OFFSET_KEY,
     RECORD_KEY,
@@ -105,11 +106,11 @@ class GroupRecords(Protocol):
 
 
 def default_group_records() -> list[GroupRecords]:
-    """The records of the group types every broker has: classic, KIP-848 consumer and KIP-1071
-    streams groups (storage/streams_group_records.py)."""
+    """The records of the group types every broker has: classic, KIP-848 consumer, KIP-1071 streams
+    (storage/streams_group_records.py) and KIP-932 share groups (storage/share_group_records.py)."""
     from minibroker.storage.streams_group_records import StreamsGroupRecords
 
-    return [ClassicGroupRecords(), ConsumerGroupRecords(), StreamsGroupRecords()]
+    return [ClassicGroupRecords(), ConsumerGroupRecords(), StreamsGroupRecords(), ShareGroupRecords()]
 
 
 # --- the store ---------------------------------------------------------------------------------

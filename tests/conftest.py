@@ -112,6 +112,18 @@ def streams(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def share_java(tmp_path_factory):
+    """The Java share consumer (tests/support/share_client.py), ShareClient compiled once per session."""
+    from tests.support.java_client import JavaClientError
+    from tests.support.share_client import compile_share_client
+
+    try:
+        return compile_share_client(tmp_path_factory.mktemp("share-classes"))
+    except JavaClientError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One small local Spark (2 cores, 1 GB) for every pipeline test of the run."""
     from minibroker.pipeline.session import spark_session

@@ -5,8 +5,9 @@ is answered UNSUPPORTED_VERSION with our ranges in v0 form (see Broker._api_vers
 clients that start high (kafka-python v4, librdkafka v3) can retry lower. aiokafka sends v0 only.
 From v3 (flexible), in lean producer-state mode, the response also carries the lean producer state proposal's duplicate
 window in tagged field 19778 (protocol.extensions; added by Broker._encode, as on InitProducerId).
-From v3 the finalized features (KIP-584) ride in tagged fields too: `transaction.version`
-(minibroker.features), which decides whether Kafka 4 clients use transactions version 2.
+From v3 the finalized features (KIP-584) ride in tagged fields too (minibroker.features):
+`transaction.version`, which decides whether Kafka 4 clients use transactions version 2, and
+`share.version`, whether share groups (KIP-932) are served.
 """
 
 from __future__ import annotations

@@ -138,6 +138,16 @@ REQUIRED: dict[str, tuple[Check, ...]] = {
                                      of="each internal topic")),
     "StreamsGroupDescribe": (_group(Op.DESCRIBE, of="each group"),
                              _topic(Op.DESCRIBE, when="each topic of the group's topology")),
+    # KIP-932's share groups (Kafka 4.4's handleShareGroupHeartbeat ... handleDeleteShareGroupOffsetsRequest).
+    "ShareGroupHeartbeat": (_group(Op.READ), _topic(Op.DESCRIBE, when="each subscribed topic name")),
+    "ShareGroupDescribe": (_group(Op.DESCRIBE, of="each group"),
+                           _topic(Op.DESCRIBE, when="each topic its members subscribe to or are assigned")),
+    "ShareFetch": (_group(Op.READ), _topic(Op.READ)),
+    "ShareAcknowledge": (_group(Op.READ), _topic(Op.READ)),
+    "DescribeShareGroupOffsets": (_group(Op.DESCRIBE, of="each group"),
+                                  _topic(Op.DESCRIBE, when="named (all of a group's: left out)")),
+    "AlterShareGroupOffsets": (_group(Op.READ), _topic(Op.READ)),
+    "DeleteShareGroupOffsets": (_group(Op.DELETE), _topic(Op.READ)),
     "GetTelemetrySubscriptions": (),  # KIP-714: every client may ask (Kafka checks nothing)
     "PushTelemetry": (),
 }

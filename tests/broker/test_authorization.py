@@ -28,6 +28,7 @@ from tests.support.conformance import request as make_request
 from tests.support.wire import encode_request
 
 TOPIC, GROUP, TXN = "t", "g", "tx"
+SHARE_MEMBER = str(uuid.uuid4())
 
 
 class Recording:
@@ -152,6 +153,23 @@ def requests(broker: Broker) -> list[tuple[int, int, dict]]:
                  "active_tasks": [], "standby_tasks": [], "warmup_tasks": [], "process_id": "p", "user_endpoint": None,
                  "client_tags": [], "task_offsets": None, "task_end_offsets": None, "shutdown_application": False}),
         (89, 0, {"group_ids": [streams], "include_authorized_operations": False}),
+        (76, 1, {"group_id": "shg", "member_id": SHARE_MEMBER, "member_epoch": 0, "rack_id": None,
+                 "subscribed_topic_names": [TOPIC]}),
+        (76, 1, {"group_id": "shg", "member_id": SHARE_MEMBER, "member_epoch": 1, "rack_id": None,
+                 "subscribed_topic_names": None}),
+        (77, 1, {"group_ids": ["shg"], "include_authorized_operations": False}),
+        (78, 1, {"group_id": "shg", "member_id": SHARE_MEMBER, "share_session_epoch": 0, "max_wait": 0,
+                 "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500,
+                 "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}],
+                 "forgotten_topics_data": []}),
+        (79, 1, {"group_id": "shg", "member_id": SHARE_MEMBER, "share_session_epoch": 1, "topics": [
+            {"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]}]}]}),
+        (90, 1, {"groups": [{"group_id": "shg", "topics": [{"topic_name": TOPIC, "partitions": [0]}]}]}),
+        (90, 1, {"groups": [{"group_id": "shg", "topics": None}]}),
+        (91, 0, {"group_id": "shg-idle", "topics": [{"topic_name": TOPIC, "partitions": [
+            {"partition_index": 0, "start_offset": 0}]}]}),
+        (92, 0, {"group_id": "shg-idle", "topics": [{"topic_name": TOPIC}]}),
         (74, 1, {"resource_types": []}),
         (75, 0, {"topics": [{"name": TOPIC}], "response_partition_limit": 100, "cursor": None}),
         (57, 1, {"feature_updates": [], "validate_only": True}),

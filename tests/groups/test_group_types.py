@@ -45,10 +45,10 @@ def acquire(c: GroupCoordinator, group_id: str, member_id: str) -> ErrorCode:
 
 
 def test_the_registry_holds_the_third_type_beside_the_built_in_ones():
-    assert [t.name for t in WITH_LEASE_GROUPS.types] == ["classic", "consumer", "streams", LEASE]
+    assert [t.name for t in WITH_LEASE_GROUPS.types] == ["classic", "consumer", "streams", "share", LEASE]
     assert WITH_LEASE_GROUPS.simple == "classic"  # an OffsetCommit's group is still classic
     store = OffsetsStore(group_records=WITH_LEASE_GROUPS.records())
-    assert sorted(store.records) == sorted(["classic", "consumer", "streams", LEASE])
+    assert sorted(store.records) == sorted(["classic", "consumer", "streams", "share", LEASE])
     # A type twice, a record key type taken twice, a store without a type's records: refused.
     with pytest.raises(AssertionError):
         WITH_LEASE_GROUPS.with_type(LEASE_GROUP_TYPE)

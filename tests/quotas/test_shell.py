@@ -42,6 +42,13 @@ from tests.support.clock import run
     (48, 1, False), (49, 1, False),               # Describe/AlterClientQuotas: never
     (68, 1, False), (69, 1, False),               # ConsumerGroupHeartbeat/Describe (KIP-848): never
     (88, 0, False), (89, 0, False),               # StreamsGroupHeartbeat/Describe (KIP-1071): never
+    # The share APIs (KIP-932): Kafka 4.4's AbstractResponse throttles on the client whenever the
+    # response has a throttle time (KAFKA-20828), which each of theirs has at every version.
+    (76, 1, True), (77, 1, True),                 # ShareGroupHeartbeat/Describe
+    (78, 1, True), (78, 2, True),                 # ShareFetch
+    (79, 1, True), (79, 2, True),                 # ShareAcknowledge
+    (90, 0, True), (90, 1, True),                 # DescribeShareGroupOffsets
+    (91, 0, True), (92, 0, True),                 # Alter/DeleteShareGroupOffsets
 ])
 def test_which_versions_throttle_themselves(api_key, version, expected):
     """Kafka's shouldClientThrottle per response: from those versions the broker answers at once."""
