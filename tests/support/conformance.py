@@ -406,9 +406,10 @@ class Target:
 
 
 class Connection:
-    def __init__(self, address: str, client_id: str, timeout: float) -> None:
+    def __init__(self, address: str, client_id: str, timeout: float, source_ip: str | None = None) -> None:
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source_ip, 0) if source_ip else None)
         self.client_id = client_id
         self.correlation_id = 0
         self.pending: list[tuple[int, Any]] = []
@@ -490,10 +491,13 @@ class Run:
         base = "cf-" + self.scenario.name.replace("/", "-")
         return f"{base}-{suffix}" if suffix else base
 
-    def conn(self, name: str = "main", *, sasl: bool = False, client_id: str = "conformance") -> Connection:
+    def conn(self, name: str = "main", *, sasl: bool = False, client_id: str = "conformance",
+             source_ip: str | None = None) -> Connection:
+        """The connection `name`, opened on first use (from `source_ip`, another loopback address
+        such as 127.0.0.2, for a scenario whose IP quotas must not touch the others')."""
         if name not in self.connections:
             address = self.sasl_bootstrap if sasl else self.bootstrap
-            self.connections[name] = Connection(address, client_id, self.timeout)
+            self.connections[name] = Connection(address, client_id, self.timeout, source_ip)
         return self.connections[name]
 
     def close(self, name: str = "main") -> None:
