@@ -110,9 +110,10 @@ class Handler:
     audited: bool = False  # its decisions are audit events (minibroker.audit)
 
     def client_throttles(self, version: int) -> bool:
-        """Whether a client honours throttle_time in this version's response itself (else the broker
-        holds the response back). Kafka's shouldClientThrottle; APIs that never throttle themselves
-        keep Kafka's AbstractResponse default, False."""
+        """Whether a client honours throttle_time in this version's response itself (else its next
+        request just waits in the muted connection). Kafka's shouldClientThrottle, which only
+        clients read; APIs that never throttle themselves keep Kafka's AbstractResponse default,
+        False."""
         return self.client_throttles_from is not None and version >= self.client_throttles_from
 
 

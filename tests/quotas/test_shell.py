@@ -1,6 +1,6 @@
 """The quota path in the broker shell, on trio's MockClock: what `Broker.handle_frame` charges and
-returns, and what the connection loop does with it (KIP-219 muting, delayed responses for old
-clients). Quotas here use Kafka's default window (11 samples of 1 s), so a first request of S bytes
+returns, and what the connection loop does with it (KIP-219: the response at once, then the
+connection muted, for every version as Kafka does). Quotas here use Kafka's default window (11 samples of 1 s), so a first request of S bytes
 against a quota of Q B/s is measured over the padded 10 s: throttle = (S / 10 - Q) / Q * 10 000 ms,
 which for Q = 1000 is exactly S - 10 000 ms.
 """
@@ -51,7 +51,7 @@ from tests.support.clock import run
     (91, 0, True), (92, 0, True),                 # Alter/DeleteShareGroupOffsets
 ])
 def test_which_versions_throttle_themselves(api_key, version, expected):
-    """Kafka's shouldClientThrottle per response: from those versions the broker answers at once."""
+    """Kafka's shouldClientThrottle per response: from those versions the client waits by itself."""
     assert load_all()[api_key].client_throttles(version) is expected
 
 
@@ -61,7 +61,7 @@ def test_every_api_the_broker_serves_with_a_throttle_time_registers_when_its_cli
     from minibroker.protocol.messages import api_schema
 
     broker = new_broker(tmp_path)
-    # Kafka's AbstractResponse default: the broker always delays these.
+    # Kafka's AbstractResponse default: the clients never wait by themselves.
     never = {60, 48, 49, 74, 68, 69, 88, 89, 61, 65, 66, 57, 71, 72}
     for key, h in broker.handlers.items():
         fields = {f.name for f in dataclasses.fields(api_schema(key, h.max_version).response)}
@@ -84,7 +84,7 @@ def test_produce_over_its_byte_rate_is_appended_then_throttled(tmp_path):
         frame = produce_frame("slow", 12_000)
         response = await broker.handle_frame(frame, Connection("test"))
         assert response.throttle_ms == len(frame) - 10_000 > 0
-        assert response.client_throttles and not response.close
+        assert not response.delay_response and not response.close
         body = decode(response.data, 0, 9)
         assert throttle_of(body) == response.throttle_ms
         assert body.responses[0].partition_responses[0].error_code == 0
@@ -108,7 +108,6 @@ def test_acks_0_has_no_response_but_still_mutes_the_connection(tmp_path):
         assert response.data is None
         # Only the byte rate: the request quota is skipped for acks=0, as in Kafka.
         assert response.throttle_ms == len(frame) - 10_000
-        assert response.client_throttles
         snapshot = {(g, n): v for g, n, _, v in broker.quotas.request.metrics_snapshot(trio.current_time())}
         assert ("Request", "request-time") not in snapshot
 
@@ -116,7 +115,7 @@ def test_acks_0_has_no_response_but_still_mutes_the_connection(tmp_path):
     broker.close()
 
 
-def test_old_produce_versions_are_delayed_by_the_broker(tmp_path):
+def test_old_produce_versions_are_throttled_alike(tmp_path):
     broker = new_broker(tmp_path)
     set_quota(broker, [("client-id", "old")], "producer_byte_rate", 1000)
 
@@ -124,7 +123,7 @@ def test_old_produce_versions_are_delayed_by_the_broker(tmp_path):
         frame = produce_frame("old", 12_000, version=5)
         response = await broker.handle_frame(frame, Connection("test"))
         assert response.throttle_ms == len(frame) - 10_000
-        assert not response.client_throttles
+        assert not response.delay_response
 
     run(main)
     broker.close()
@@ -174,11 +173,11 @@ def test_request_percentage_throttles_any_api_and_is_capped_at_one_window(tmp_pa
         meta = await broker.handle_frame(
             simple_frame(3, 12, "busy", topics=[], allow_auto_topic_creation=False,
                          include_topic_authorized_operations=False), Connection("test"))
-        assert meta.throttle_ms == 1000 and meta.client_throttles  # capped at quota.window.size.seconds
+        assert meta.throttle_ms == 1000 and not meta.delay_response  # capped at quota.window.size.seconds
         assert throttle_of(decode(meta.data, 3, 12)) == 1000
         cluster = await broker.handle_frame(
             simple_frame(60, 0, "busy", include_cluster_authorized_operations=False), Connection("test"))
-        assert cluster.throttle_ms == 1000 and not cluster.client_throttles  # DescribeCluster: delayed
+        assert cluster.throttle_ms == 1000 and not cluster.delay_response  # DescribeCluster too
         versions = await broker.handle_frame(simple_frame(18, 3, "busy", client_software_name="t",
                                                           client_software_version="1"), Connection("test"))
         assert versions.throttle_ms == 1000  # ApiVersions is throttled too, as in Kafka (after authentication)
@@ -300,14 +299,18 @@ def test_kip_219_response_at_once_then_the_connection_is_muted(tmp_path):
     broker.close()
 
 
-def test_old_clients_get_their_response_held_back(tmp_path):
+def test_old_clients_get_their_response_at_once_too_and_their_next_request_waits(tmp_path):
+    # Kafka sends every throttled response at once and mutes the channel, whatever the version
+    # (RequestHandlerHelper.throttle; shouldClientThrottle is read by clients only): an old
+    # client, which does not wait by itself, finds its next request waiting instead.
     broker = new_broker(tmp_path)
     set_quota(broker, [("client-id", "old")], "producer_byte_rate", 1000)
 
     async def main():
         frame = produce_frame("old", 12_000, version=5)
-        arrivals = await _exchange(broker, [frame])
-        assert arrivals[0] == pytest.approx((len(frame) - 10_000) / 1000, abs=0.002)
+        arrivals = await _exchange(broker, [frame, frame])
+        assert arrivals[0] == pytest.approx(0, abs=0.001)
+        assert arrivals[1] >= (len(frame) - 10_000) / 1000
 
     run(main)
     broker.close()
