@@ -469,10 +469,11 @@ class Undecodable:
 class Run:
     """One scenario against one broker: its connections, names and recording."""
 
-    def __init__(self, scenario: Scenario, target: Target, timeout: float = 30.0) -> None:
+    def __init__(self, scenario: Scenario, target: Target, timeout: float = 30.0, java: Any = None) -> None:
         self.scenario = scenario
         self.target = target
         self.timeout = timeout
+        self._java = java
         self.observations: list[dict[str, Any]] = []
         self.connections: dict[str, Connection] = {}
         self.vars: dict[str, Any] = {}
@@ -480,6 +481,14 @@ class Run:
     @property
     def bootstrap(self) -> str:
         return self.target.bootstrap
+
+    @property
+    def java(self) -> Any:
+        """The Java client (tests.support.java_client.JavaClient) for a scenario that drives it."""
+        if self._java is None:
+            raise RuntimeError("this scenario drives the Java client, and none was given: run_corpus(java=...) "
+                               "(scripts/fetch_java_clients installs the jars)")
+        return self._java
 
     @property
     def sasl_bootstrap(self) -> str:
@@ -699,10 +708,11 @@ class Outcome:
 OBSERVABLE_FAILURES = (ConnectionError, OSError, StepFailed)
 
 
-def _observe(scenario: Scenario, target: Target) -> tuple[list[dict[str, Any]], int, int, str | None]:
+def _observe(scenario: Scenario, target: Target, java: Any = None
+             ) -> tuple[list[dict[str, Any]], int, int, str | None]:
     """The scenario's recording against one broker, its start and end (ms), and the traceback of a
     harness error (a bug in the scenario, which fails it whatever the brokers answered)."""
-    run = Run(scenario, target)
+    run = Run(scenario, target, java=java)
     started = time.time_ns() // 1_000_000
     error = None
     try:
@@ -717,10 +727,11 @@ def _observe(scenario: Scenario, target: Target) -> tuple[list[dict[str, Any]], 
     return run.observations, started, time.time_ns() // 1_000_000, error
 
 
-def run_scenario(scenario: Scenario, kafka: Target, mini: Target, differences: list[Difference]) -> Outcome:
+def run_scenario(scenario: Scenario, kafka: Target, mini: Target, differences: list[Difference],
+                 java: Any = None) -> Outcome:
     started = time.monotonic()
-    kafka_raw, k0, k1, kafka_error = _observe(scenario, kafka)
-    mini_raw, m0, m1, mini_error = _observe(scenario, mini)
+    kafka_raw, k0, k1, kafka_error = _observe(scenario, kafka, java)
+    mini_raw, m0, m1, mini_error = _observe(scenario, mini, java)
     kafka_obs = normalise(kafka_raw, k0, k1)
     mini_obs = normalise(mini_raw, m0, m1)
     diffs = compare(_by_step(kafka_obs), _by_step(mini_obs))
@@ -745,10 +756,12 @@ def _by_step(observations: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_corpus(kafka: Target, mini: Target, scenarios: list[Scenario] | None = None,
-               differences: list[Difference] | None = None) -> Iterator[Outcome]:
+               differences: list[Difference] | None = None, java: Any = None) -> Iterator[Outcome]:
+    """Each scenario against both brokers; `java`, a tests.support.java_client.JavaClient, for the
+    scenarios that drive the Java client (they fail without it)."""
     differences = load_differences() if differences is None else differences
     for s in scenarios if scenarios is not None else list(load_corpus().values()):
-        yield run_scenario(s, kafka, mini, differences)
+        yield run_scenario(s, kafka, mini, differences, java)
 
 
 def summary(outcomes: list[Outcome]) -> str:
