@@ -285,6 +285,15 @@ class KafkaPython:
                 "headers": [[k, v] for k, v in r.headers], "timestamp_type": r.timestamp_type,
                 "timestamp": r.timestamp, "leader_epoch": r.leader_epoch}
 
+    @staticmethod
+    def _subscribe(consumer, topic: str) -> None:
+        """Subscribe once the consumer knows the topic's partitions. Joining first, a kafka-python
+        3.0 leader assigns nothing, rejoins when the metadata comes, and now and then never reads
+        the SyncGroup answer of that second generation (its session then expires): seen against
+        both brokers, 1 run in 10 or so; a client's race, not a broker's answer."""
+        consumer.partitions_for_topic(topic)
+        consumer.subscribe([topic])
+
     def produce(self, topic: str, messages, idempotent: bool = True) -> list:
         from kafka import KafkaProducer
 
@@ -309,7 +318,7 @@ class KafkaPython:
 
         consumer = self._consumer(group_id=group)
         try:
-            consumer.subscribe([topic])
+            self._subscribe(consumer, topic)
             records: Records = []
             deadline = _deadline()
             while len(records) < count and time.monotonic() < deadline:
@@ -328,7 +337,8 @@ class KafkaPython:
         try:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
             consumer.assign(tps)
-            consumer.seek_to_beginning()
+            for tp in tps:  # from offset 0, the log's start: no reset policy involved
+                consumer.seek(tp, 0)
             end = consumer.end_offsets(tps)
             records: Records = []
             deadline = _deadline()
@@ -340,21 +350,49 @@ class KafkaPython:
             consumer.close()
 
     def group_of_two(self, topic: str, group: str, partitions: int) -> list[list[int]]:
-        members = [self._consumer(group_id=group) for _ in range(2)]
+        """Each member polls in a thread of its own, as applications run them (a member's poll
+        blocks while its group rebalances), the second started once the first has its partitions;
+        each knows the topic's partitions before it joins (`_subscribe`)."""
+        import threading
+
+        stop = threading.Event()
+        members: list[Any] = []
+        failures: list[BaseException] = []
+
+        def poll(member) -> None:
+            try:
+                self._subscribe(member, topic)
+                while not stop.is_set():
+                    member.poll(timeout_ms=50)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads: list[threading.Thread] = []
+
+        def start() -> None:
+            members.append(self._consumer(group_id=group))
+            threads.append(threading.Thread(target=poll, args=(members[-1],), daemon=True))
+            threads[-1].start()
+
+        owned: list[list[int]] = []
         try:
-            members[0].subscribe([topic])
             deadline = _deadline()
-            while not members[0].assignment() and time.monotonic() < deadline:
-                members[0].poll(timeout_ms=100)
-            members[1].subscribe([topic])
-            while time.monotonic() < deadline:
-                for m in members:
-                    m.poll(timeout_ms=50)
+            start()
+            while not members[0].assignment() and time.monotonic() < deadline and not failures:
+                time.sleep(0.02)
+            start()
+            while time.monotonic() < deadline and not failures:
                 owned = [[tp.partition for tp in m.assignment()] for m in members]
                 if all(owned) and sorted(p for ps in owned for p in ps) == list(range(partitions)):
                     return _halves(owned)
-            raise TimeoutError("the group of two did not settle")
+                time.sleep(0.02)
+            if failures:
+                raise failures[0]
+            raise TimeoutError(f"the group of two did not settle: {owned}")
         finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
             for m in members:
                 m.close()
 
@@ -498,7 +536,8 @@ class AioKafka:
             try:
                 tps = [TopicPartition(topic, p) for p in range(partitions)]
                 consumer.assign(tps)
-                await consumer.seek_to_beginning(*tps)
+                for tp in tps:  # from offset 0, the log's start: no reset policy involved
+                    consumer.seek(tp, 0)
                 end = await consumer.end_offsets(tps)
                 records: Records = []
                 deadline = _deadline()
