@@ -28,7 +28,8 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
 - KIP-219: the response goes out at once with its throttle time, and the broker mutes the
   connection (reads nothing more from it) for that long, whatever the version: Kafka 4.4 answers a
   throttled Metadata v4 at once too (the conformance corpus's quotas/request-time). From the
-  version each handler registers (`client_throttles_from`, Kafka's shouldClientThrottle) the client
+  version each handler registers (`client_throttles_from`, where Kafka's response overrides
+  shouldClientThrottle; else from its first version with a throttle time, Kafka 4.4's default) the client
   also waits by itself; an older client's next request simply waits in the muted connection.
 - Which byte-rate quota an API is charged to is registered with its handler too
   (minibroker.handlers.ByteRate): Produce's request size, Fetch's response size.

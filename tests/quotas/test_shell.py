@@ -38,12 +38,14 @@ from tests.support.clock import run
     (18, 1, False), (18, 2, True),                # ApiVersions
     (22, 0, False), (22, 1, True),                # InitProducerId
     (11, 2, False), (11, 3, True),                # JoinGroup
-    (60, 0, False), (60, 1, False),               # DescribeCluster: Kafka's default, never
-    (48, 1, False), (49, 1, False),               # Describe/AlterClientQuotas: never
-    (68, 1, False), (69, 1, False),               # ConsumerGroupHeartbeat/Describe (KIP-848): never
-    (88, 0, False), (89, 0, False),               # StreamsGroupHeartbeat/Describe (KIP-1071): never
-    # The share APIs (KIP-932): Kafka 4.4's AbstractResponse throttles on the client whenever the
-    # response has a throttle time (KAFKA-20828), which each of theirs has at every version.
+    # Kafka 4.4's AbstractResponse default (KAFKA-20828; 4.3's was never): the client throttles
+    # whenever the response has a throttle time, which each of these has at every version.
+    (60, 0, True), (60, 1, True),                 # DescribeCluster
+    (48, 1, True), (49, 1, True),                 # Describe/AlterClientQuotas
+    (68, 1, True), (69, 1, True),                 # ConsumerGroupHeartbeat/Describe (KIP-848)
+    (88, 0, True), (89, 0, True),                 # StreamsGroupHeartbeat/Describe (KIP-1071)
+    (57, 1, True), (61, 0, True), (65, 0, True), (66, 1, True), (71, 0, True), (72, 0, True), (74, 0, True),
+    # The share APIs (KIP-932)
     (76, 1, True), (77, 1, True),                 # ShareGroupHeartbeat/Describe
     (78, 1, True), (78, 2, True),                 # ShareFetch
     (79, 1, True), (79, 2, True),                 # ShareAcknowledge
@@ -55,19 +57,21 @@ def test_which_versions_throttle_themselves(api_key, version, expected):
     assert load_all()[api_key].client_throttles(version) is expected
 
 
-def test_every_api_the_broker_serves_with_a_throttle_time_registers_when_its_clients_throttle(tmp_path):
-    """Every served API with a throttle_time field registers the version from which its clients
-    throttle themselves, or is deliberately left at Kafka's default."""
+def test_every_served_version_with_a_throttle_time_throttles_on_the_client_unless_kafka_overrides_it(tmp_path):
+    """Kafka 4.4's clients (kafka-clients 4.4.0's AbstractResponse, read with javap): a response
+    throttles on the client when its schema has throttle_time_ms at that version, except in the
+    responses that override shouldClientThrottle with a first version, registered here as
+    `client_throttles_from` (Produce, Fetch, Metadata, the group and transaction APIs ...)."""
     from minibroker.protocol.messages import api_schema
 
     broker = new_broker(tmp_path)
-    # Kafka's AbstractResponse default: the clients never wait by themselves.
-    never = {60, 48, 49, 74, 68, 69, 88, 89, 61, 65, 66, 57, 71, 72}
     for key, h in broker.handlers.items():
-        fields = {f.name for f in dataclasses.fields(api_schema(key, h.max_version).response)}
-        if "throttle_time" not in fields:
-            continue  # SASL, DescribeQuorum: their responses carry no throttle time
-        assert h.client_throttles_from is not None or key in never, h.name
+        for version in range(h.min_version, h.max_version + 1):
+            fields = {f.name for f in dataclasses.fields(api_schema(key, version).response)}
+            if "throttle_time" not in fields:  # SASL, DescribeQuorum: no throttle time
+                assert not h.client_throttles(version), (h.name, version)
+            elif h.client_throttles_from is None:
+                assert h.client_throttles(version), (h.name, version)
     broker.close()
 
 
