@@ -38,6 +38,8 @@ from tests.support.clock import run
     (18, 1, False), (18, 2, True),                # ApiVersions
     (22, 0, False), (22, 1, True),                # InitProducerId
     (11, 2, False), (11, 3, True),                # JoinGroup
+    (44, 0, False), (44, 1, True),                # IncrementalAlterConfigs
+    (47, 0, False),                               # OffsetDelete: from v1, which is not served
     # Kafka 4.4's AbstractResponse default (KAFKA-20828; 4.3's was never): the client throttles
     # whenever the response has a throttle time, which each of these has at every version.
     (60, 0, True), (60, 1, True),                 # DescribeCluster
