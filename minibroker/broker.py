@@ -108,7 +108,9 @@ class Response:
 
     data: bytes | FrameParts | None  # the response frame; None when there is none (acks=0)
     throttle_ms: int = 0  # quota throttle: read nothing more from the connection for this long
-    client_throttles: bool = True  # KIP-219 client: send at once; else hold the response back
+    # Hold the response back for throttle_ms (a failed authentication's delay) instead of sending it
+    # at once and then muting the connection (a quota throttle, for every version, as Kafka does).
+    delay_response: bool = False
     close: bool = False  # close the connection once the response is sent
 
 
@@ -602,7 +604,7 @@ class Broker:
                 quota = byte_rate.value if charged is not quotas.request and byte_rate else "request_percentage"
                 self.audit.amend(audit_mark, throttle_ms, quota, emptied=handler.throttled_body is not None)
         if reply is None:  # acks=0: no response, but the connection still waits out its byte rate
-            return Response(None, bandwidth_ms, True, ctx.close_connection)
+            return Response(None, bandwidth_ms, close=ctx.close_connection)
         # A throttle the handler set itself (a quota it enforces, e.g. producer ids) counts too.
         throttle_ms = max(throttle_ms, reply.throttle_ms)
         if data is None or throttle_ms:
@@ -626,10 +628,9 @@ class Broker:
 
     def _response(self, ctx: RequestContext, data: bytes | FrameParts, throttle_ms: int = 0) -> Response:
         self.metrics.bytes_out += len(data)
-        schema = ctx.schema
         if ctx.close_connection:  # a failed SASL exchange: answer late, then close (Kafka)
-            return Response(data, self.config["connection.failed.authentication.delay.ms"], False, True)
-        return Response(data, throttle_ms, ctx.handler.client_throttles(schema.version))
+            return Response(data, self.config["connection.failed.authentication.delay.ms"], True, True)
+        return Response(data, throttle_ms)
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """KIP-511: UNSUPPORTED_VERSION plus our ranges, in ApiVersions v0 (header v0) form."""

@@ -6,7 +6,7 @@ the broker: the Produce, Fetch and Request managers sharing one callback (Kafka'
 follows the client quotas of the cluster's metadata log (ClientQuotaRecords): read into the managers
 at start and on every change published, whichever broker took the AlterClientQuotas. The limits
 are enforced by each broker on its own traffic, as Kafka's are. `Broker.handle_frame` asks it for throttle times; the connection loop in
-`server.py` mutes the connection (or, for old clients, delays the response) for them.
+`server.py` sends the response at once and mutes the connection for them (every version).
 
 Kafka facts followed (core/.../server/KafkaApis.scala, RequestHandlerHelper.scala,
 clients/.../requests/*Response.java `shouldClientThrottle`):
@@ -25,11 +25,12 @@ clients/.../requests/*Response.java `shouldClientThrottle`):
   outside KafkaApis) and acks=0 produces (Kafka skips their request quota). ApiVersions on an
   authenticated connection is throttled as in Kafka (KafkaApis.handleApiVersionsRequest uses
   sendResponseMaybeThrottle).
-- KIP-219: from the version each handler registers (`client_throttles_from`, Kafka's
-  shouldClientThrottle) the response goes out at once and the client waits by itself (the broker
-  mutes the connection anyway); for older versions, and for APIs whose clients never throttle
-  themselves (Kafka's AbstractResponse default), the broker holds the response back for the
-  throttle time.
+- KIP-219: the response goes out at once with its throttle time, and the broker mutes the
+  connection (reads nothing more from it) for that long, whatever the version: Kafka 4.4 answers a
+  throttled Metadata v4 at once too (the conformance corpus's quotas/request-time). From the
+  version each handler registers (`client_throttles_from`, where Kafka's response overrides
+  shouldClientThrottle; else from its first version with a throttle time, Kafka 4.4's default) the client
+  also waits by itself; an older client's next request simply waits in the muted connection.
 - Which byte-rate quota an API is charged to is registered with its handler too
   (minibroker.handlers.ByteRate): Produce's request size, Fetch's response size.
 """

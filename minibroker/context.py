@@ -26,6 +26,7 @@ it (tests/broker/test_import_graph.py keeps the shell's imports free of cycles).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections import Counter
@@ -102,7 +103,9 @@ class Handler:
     min_version: int
     max_version: int
     handle: HandleFn
-    client_throttles_from: int | None = None  # KIP-219: first version whose client waits by itself
+    # KIP-219: the first version whose client waits by itself, where Kafka's response overrides
+    # shouldClientThrottle; None: Kafka 4.4's default (from the first version with a throttle time).
+    client_throttles_from: int | None = None
     byte_rate: ByteRate | None = None
     # The response a byte-rate throttle leaves, from the handler's body (ByteRate.FETCH's empty one).
     throttled_body: Callable[[dict[str, Any]], dict[str, Any]] | None = None
@@ -110,10 +113,16 @@ class Handler:
     audited: bool = False  # its decisions are audit events (minibroker.audit)
 
     def client_throttles(self, version: int) -> bool:
-        """Whether a client honours throttle_time in this version's response itself (else the broker
-        holds the response back). Kafka's shouldClientThrottle; APIs that never throttle themselves
-        keep Kafka's AbstractResponse default, False."""
-        return self.client_throttles_from is not None and version >= self.client_throttles_from
+        """Whether a client honours throttle_time in this version's response itself (else its next
+        request just waits in the muted connection). Kafka's shouldClientThrottle, which only
+        clients read: the version registered where Kafka's response overrides it, else Kafka
+        4.4's AbstractResponse default, whether the response has a throttle time at this version
+        (KAFKA-20828; 4.3's default was never)."""
+        if self.client_throttles_from is not None:
+            return version >= self.client_throttles_from
+        from minibroker.protocol.messages import api_schema
+
+        return any(f.name == "throttle_time" for f in dataclasses.fields(api_schema(self.api_key, version).response))
 
 
 # ---- a connection and its requests --------------------------------------------------------------

@@ -108,6 +108,8 @@ def _client_metrics(out: _Families, broker: Broker) -> None:
     are counters (`_total`); everything else gauges."""
     instances = broker.client_metrics.instances
     for instance in sorted(instances.values(), key=lambda i: str(i.instance_id)):
+        if instance.terminating:  # its last push is in; kept only to refuse what comes after
+            continue
         base = {"client_id": instance.selectors.get("client_id", ""), "client_instance_id": str(instance.instance_id)}
         for (name, kind, attributes), value in sorted(instance.values.items()):
             family = "minibroker_client_" + _NOT_NAME.sub("_", name)

@@ -6,8 +6,8 @@ request order for free. Clients pipeline their requests in the socket buffer mea
 
 A quota throttle (minibroker.client_quotas) extends that mute: the response goes out at once and
 the loop sleeps for the throttle time before reading on (KIP-219), ending early only when the client
-closes the connection; for request versions whose clients do not throttle themselves, the response
-itself is held back that long. There is one
+closes the connection; for every request version, as Kafka does (its RequestHandlerHelper sends the
+response and mutes the channel; only clients read shouldClientThrottle). There is one
 listener per entry of `listeners` (PLAINTEXT, SASL_PLAINTEXT), and optionally the /metrics server.
 
 Limits (minibroker.limits, Kafka's names): the accept loop stops accepting at max.connections,
@@ -148,8 +148,7 @@ async def _serve_requests(broker: Broker, stream: trio.abc.Stream, conn: Connect
                 continue
             delay_s = response.throttle_ms / 1000
             if response.data is not None:
-                if delay_s and not response.client_throttles:
-                    # A client of this version would not wait by itself: hold its response back.
+                if delay_s and response.delay_response:
                     await clock.sleep(delay_s)
                     delay_s = 0
                 if direct is not None and type(response.data) is bytes:

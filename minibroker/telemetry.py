@@ -28,8 +28,8 @@ does not decompress or decode INVALID_RECORD.
 What is pushed is kept per client instance (the last value of each gauge, the running total of each
 delta sum or the last cumulative one) and rendered by minibroker.metrics_http as
 `minibroker_client_<metric name>{client_id, client_instance_id, ...the point's attributes}`. A
-client instance is forgotten after max(60 s, 3 push intervals) without a request, or at once after
-its terminating push.
+client instance is forgotten after max(60 s, 3 push intervals) without a request; after its
+terminating push it is no longer shown, and kept until then only to refuse its later pushes.
 """
 
 from __future__ import annotations
@@ -247,7 +247,8 @@ class ClientMetrics:
         since = now_ms - max(instance.last_get_ms, instance.last_push_ms)
         if since < instance.interval_ms and instance.last_get_ms and instance.last_error not in (
                 ErrorCode.unknown_subscription_id, ErrorCode.unsupported_compression_type):
-            return {"error_code": ErrorCode.throttling_quota_exceeded, "client_instance_id": instance_id,
+            # Kafka's getErrorResponse: the error alone, the instance id left zero.
+            return {"error_code": ErrorCode.throttling_quota_exceeded, "client_instance_id": uuid.UUID(int=0),
                     "subscription_id": 0, "accepted_compression_types": (), "push_interval": 0,
                     "telemetry_max_bytes": 0, "delta_temporality": False, "requested_metrics": ()}
         instance.last_get_ms = now_ms
@@ -288,8 +289,6 @@ class ClientMetrics:
             self._record(instance, metrics)
             instance.pushes += 1
         instance.last_error = ErrorCode.none
-        if terminating:
-            self.instances.pop(instance_id, None)
         return ErrorCode.none, None
 
     def _check_push(self, instance: ClientInstance, subscription_id: int, terminating: bool, compression: int,

@@ -103,9 +103,7 @@ def _validate_entity(pairs: Sequence[tuple[str, str | None]]) -> ClientQuotaEnti
     if not pairs:
         raise _Rejected("Invalid empty client quota entity")
     seen: dict[str, str | None] = {}
-    for entity_type, name in pairs:
-        if entity_type in seen:
-            raise _Rejected(f"Invalid client quota entity, duplicate entity entry {entity_type}")
+    for entity_type, name in pairs:  # one pair per type: `alter` reads the entity as Kafka does
         if entity_type not in _ENTITY_TYPES:
             raise _Rejected(f"Unhandled client quota entity type: {entity_type}")
         seen[entity_type] = name
@@ -198,11 +196,14 @@ class QuotaConfigStore:
         the changes ``(entity, key, value or None to remove)``. An entity's changes apply all or none; other entities are unaffected by its errors. As in
         Kafka, an entity given twice gets "Ignoring duplicate entity" while its first occurrence,
         if valid, is still applied. Removing a key that is not set is a no-op, unknown key or not.
+        An entity that names one type twice names it once, with the last name given: Kafka's
+        AlterClientQuotasRequest.entries() reads an entity into a map of type to name, and answers
+        the entity it read.
         """
         results: dict[frozenset[tuple[str, str | None]], tuple[EntityPairs, int, str | None]] = {}
         changes: list[tuple[ClientQuotaEntity, str, float | None]] = []
         for raw_entity, raw_ops in entries:
-            pairs: EntityPairs = tuple(raw_entity)
+            pairs: EntityPairs = tuple(dict(raw_entity).items())
             ident = frozenset(pairs)
             alterations: dict[str, float | None] = {}
             duplicate_key: str | None = None

@@ -150,7 +150,9 @@ class PartitionLog:
         self.on_roll: Callable[[int], None] | None = None
         # Replication (module docstring): None while the high watermark follows the log end.
         self._high_watermark: int | None = None
-        self.leader_epoch: int | None = None  # the epoch this replica leads in, when it leads
+        # The epoch this replica leads in, when it leads; stamped into each batch appended (Kafka's
+        # appendAsLeader writes it into partitionLeaderEpoch); None keeps the producer's.
+        self.leader_epoch: int | None = None
         self._epochs: LeaderEpochCache | None = None  # loaded at first use
         self._latest_epoch: int | None = None  # the cache's latest epoch, once known
 
@@ -375,7 +377,8 @@ class PartitionLog:
     # -- appending --------------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
-        """Append one or more already-checked v2 batches, assigning consecutive offsets."""
+        """Append one or more already-checked v2 batches, assigning consecutive offsets and stamping
+        `leader_epoch` into each."""
         segments = self._segments
         if segments is None:
             segments = self._loaded_segments()
@@ -402,10 +405,10 @@ class PartitionLog:
         last_offset = first_offset + last_offset_delta
         if self._log_append_time:
             log_append_time_ms = batch_max_timestamp = now_ms
-            buffers = batch_buffers(view, 0, total, first_offset, attributes, now_ms)
+            buffers = batch_buffers(view, 0, total, first_offset, attributes, now_ms, self.leader_epoch)
         else:
             log_append_time_ms = -1
-            buffers = batch_buffers(view, 0, total, first_offset, attributes, None)
+            buffers = batch_buffers(view, 0, total, first_offset, attributes, None, self.leader_epoch)
         active.append_batch(buffers, last_offset, batch_max_timestamp, total)  # OSError: nothing changed
         self._appended(first_offset, total, last_offset - first_offset + 1, now_ms)
         return AppendResult(first_offset, last_offset, log_append_time_ms, self._log_start_offset,
@@ -427,7 +430,8 @@ class PartitionLog:
             active.first_append_ms = now_ms
 
         log_append_time = self._log_append_time
-        buffers, batches = assign_offsets(view, spans, first_offset, now_ms if log_append_time else None)
+        buffers, batches = assign_offsets(view, spans, first_offset, now_ms if log_append_time else None,
+                                          self.leader_epoch)
         next_offset = batches[-1][0] + 1
         max_timestamp = max(NO_TIMESTAMP, *(batch_max for _, batch_max, _ in batches))
 

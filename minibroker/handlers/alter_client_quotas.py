@@ -4,9 +4,10 @@ Behaviour (Kafka's ClientQuotaControlManager, via quotas.config.QuotaConfigStore
 entity; an entity's changes apply all or none; INVALID_REQUEST with Kafka's message for an invalid
 entity, key or value. Applied changes reach the quota managers at once (the next request of an
 affected client sees the new limit) and are written to `client-quotas.json` in the data dir before
-the response goes out. validate_only checks without applying. Its clients never throttle themselves
-(Kafka's default): a quota throttle holds the response back. With `audit.enable`, the entities
-altered are recorded in the audit stream with their new values (minibroker.storage.audit_format).
+the response goes out. validate_only checks without applying. Its Kafka 4.4 clients throttle
+themselves (AbstractResponse's default: the response has a throttle time). With `audit.enable`, the
+entities altered are recorded in the audit stream with their new values
+(minibroker.storage.audit_format).
 
 Authorization: ALTER_CONFIGS on the cluster, else every entry is answered
 CLUSTER_AUTHORIZATION_FAILED (31).

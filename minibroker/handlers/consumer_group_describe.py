@@ -8,7 +8,8 @@ unknown group ("Group g not found.") or a classic one ("Group g is not a consume
 are named by id and by name; a deleted topic is left out of an assignment, as Kafka does. v1 adds
 each member's type (1: consumer protocol; classic-protocol members do not exist here). The
 authorized operations (KIP-430) are the group operations minibroker.auth allows: all of them without
-an authorizer. Its clients never throttle themselves (Kafka's AbstractResponse default).
+an authorizer. Its Kafka 4.4 clients throttle themselves (AbstractResponse's default: the response
+has a throttle time).
 
 Authorization (Kafka's handleConsumerGroupDescribe): DESCRIBE on each group, else
 GROUP_AUTHORIZATION_FAILED (30) (these come first, as in Kafka); a group with a topic the principal

@@ -6,9 +6,9 @@ Behaviour is the coordinator's (minibroker/groups/consumer_manager.py). Version 
 coordinator choose the member id of a joining member (an empty id); from v1 (KIP-1082) the member
 generates it and an empty one is INVALID_REQUEST; v1 adds SubscribedTopicRegex. An error response
 carries the code and Kafka's message only. Without `consumer` in
-group.coordinator.rebalance.protocols the answer is UNSUPPORTED_VERSION, as Kafka's with the protocol
-disabled, which tells Java's consumer to use group.protocol=classic. Its clients never throttle
-themselves (Kafka's AbstractResponse default): a quota throttle holds the response back.
+group.coordinator.rebalance.protocols the answer is UNSUPPORTED_VERSION, as Kafka's with the
+protocol disabled, which tells Java's consumer to use group.protocol=classic. Its Kafka 4.4 clients
+throttle themselves (AbstractResponse's default: the response has a throttle time).
 
 Authorization (Kafka's handleConsumerGroupHeartbeat, KAFKA-18813): READ on the group, else
 GROUP_AUTHORIZATION_FAILED (30); DESCRIBE on each subscribed topic name, else

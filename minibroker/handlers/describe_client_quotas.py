@@ -3,8 +3,8 @@
 Behaviour (Kafka's ClientQuotasImage.describe, via quotas.config.QuotaConfigStore): components
 {entity_type, match_type 0 exact / 1 default / 2 any, match}; `strict` leaves out entities with
 types the filter does not name. Errors are top-level (INVALID_REQUEST, or UNSUPPORTED_VERSION for an
-unknown entity type) with a null entry list. Entity names are null for a default entity. Its clients
-never throttle themselves (Kafka's default): a quota throttle holds the response back.
+unknown entity type) with a null entry list. Entity names are null for a default entity. Its Kafka
+4.4 clients throttle themselves (AbstractResponse's default: the response has a throttle time).
 
 Authorization: DESCRIBE_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED (31) with a null
 entry list.

@@ -1,8 +1,8 @@
 """DescribeCluster (key 60), v0-v2: one broker, which is also the controller.
 
 endpoint_type 2 (controllers, v1+) answers the same single node; fenced brokers do not exist here.
-Its clients never throttle themselves (Kafka's AbstractResponse default): a quota throttle holds the
-response back.
+Its Kafka 4.4 clients throttle themselves (AbstractResponse's default: the response has a throttle
+time).
 
 Authorization: none (Kafka checks nothing); the cluster's authorized operations are 0 without
 DESCRIBE on the cluster.

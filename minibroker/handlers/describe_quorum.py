@@ -4,7 +4,8 @@
 Clients send it to a broker, which forwards it to the active controller; this combined node is
 that controller and answers it itself. The request must name exactly the topic `__cluster_metadata`
 with exactly partition 0; anything else answers UNKNOWN_TOPIC_OR_PARTITION for each partition it
-names. The answer comes from the cluster view: one voter, this node, leading, with the modelled
+names, the partition's other fields left at the schema's defaults (leader 0, epoch 0, high watermark
+0), as Kafka's RaftUtil.singletonDescribeQuorumResponse leaves them. The answer comes from the cluster view: one voter, this node, leading, with the modelled
 metadata log's end offset as its log end offset and as the high watermark, no observers; the
 leader's last fetch and caught-up times are now (Kafka reports the current time for the leader).
 v2 adds each voter's directory id (the zero id, as for a statically configured voter) and the
@@ -42,8 +43,8 @@ async def describe_quorum(ctx: RequestContext, request: Any) -> Reply:
     if not _asks_for_the_metadata_partition(request):
         topics = [{"topic_name": t.topic_name, "partitions": [
             {"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
-             "error_message": UNKNOWN_TOPIC_OR_PARTITION_MESSAGE, "leader_id": -1, "leader_epoch": -1,
-             "high_watermark": -1, "current_voters": (), "observers": ()}
+             "error_message": UNKNOWN_TOPIC_OR_PARTITION_MESSAGE, "leader_id": 0, "leader_epoch": 0,
+             "high_watermark": 0, "current_voters": (), "observers": ()}
             for p in t.partitions]} for t in request.topics]
         return Reply({"error_code": ErrorCode.none, "error_message": None, "topics": topics, "nodes": ()})
     quorum = ctx.cluster.quorum()

@@ -13,6 +13,6 @@ if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
 
-@handler(44, 0, 1, client_throttles_from=0)
+@handler(44, 0, 1, client_throttles_from=1)
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Reply:
     return Reply({"responses": alter_request(ctx, request, incremental_ops=True)})

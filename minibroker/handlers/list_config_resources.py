@@ -3,12 +3,12 @@
 
 v0 lists client-metrics subscriptions only. v1 takes resource types, an empty list meaning every
 type Kafka supports there: GROUP (32), CLIENT_METRICS (16), BROKER_LOGGER (8), BROKER (4) and TOPIC
-(2), listed in that order; a type outside those fails the whole request with UNSUPPORTED_VERSION
-and no resources. Client-metrics subscriptions are the client telemetry subscriptions (KIP-714,
+(2), listed in that order; a type outside those fails the whole request with UNSUPPORTED_VERSION and
+no resources. Client-metrics subscriptions are the client telemetry subscriptions (KIP-714,
 minibroker.telemetry); there are no group configs (a group is listed here only for configs of its
 own, which groups cannot have here); the broker lists itself as a broker and as a broker logger, by
-node id, and every topic. Its clients never throttle
-themselves (Kafka's default): a quota throttle holds the response back.
+node id, and every topic. Its Kafka 4.4 clients throttle themselves (AbstractResponse's default: the
+response has a throttle time).
 
 Authorization: DESCRIBE_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED (31).
 """

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from minibroker.context import RequestContext
 
 
-@handler(47, 0, 0, client_throttles_from=0)
+@handler(47, 0, 0, client_throttles_from=1)
 async def offset_delete(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.logs
     if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):

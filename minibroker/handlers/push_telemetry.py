@@ -1,8 +1,8 @@
-"""PushTelemetry (key 72), v0: a client's own metrics, OpenTelemetry MetricsData, possibly compressed
-(KIP-714). Checked and kept by minibroker.telemetry (Kafka's ClientMetricsManager checks and error
-codes), shown on the metrics endpoint with the client's id and instance id as labels. Like
-GetTelemetrySubscriptions, its clients never throttle themselves (Kafka's default).
-"""
+"""PushTelemetry (key 72), v0: a client's own metrics, OpenTelemetry MetricsData, possibly
+compressed (KIP-714). Checked and kept by minibroker.telemetry (Kafka's ClientMetricsManager checks
+and error codes), shown on the metrics endpoint with the client's id and instance id as labels. Its
+Kafka 4.4 clients throttle themselves (AbstractResponse's default: the response has a throttle
+time)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ first: with share.version below 1 the answer is UNSUPPORTED_VERSION; READ on the
 GROUP_AUTHORIZATION_FAILED; a member id that is empty or longer than 36 characters is
 INVALID_REQUEST ("Invalid member id in the request."); DESCRIBE on every subscribed topic, else
 TOPIC_AUTHORIZATION_FAILED. Version 0 (Kafka 4.0's early access) is gone from Kafka 4.4 and not
-served. Its clients never throttle themselves: a quota throttle holds the response back.
-"""
+served. Its Kafka 4.4 clients throttle themselves (AbstractResponse's default: the response has a
+throttle time)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ kafka-streams-groups.sh --describe ask).
 Errors per group, with Kafka's messages: GROUP_ID_NOT_FOUND for an unknown group ("Streams group g
 not found.") or one of another type ("Group g is not a streams group."). With the streams protocol
 off (group.coordinator.rebalance.protocols, streams.version) every group is UNSUPPORTED_VERSION. The
-authorized operations (KIP-430) are those minibroker.auth allows. Its clients never throttle
-themselves.
+authorized operations (KIP-430) are those minibroker.auth allows. Its Kafka 4.4 clients throttle
+themselves (AbstractResponse's default: the response has a throttle time).
 
 Authorization (Kafka's handleStreamsGroupDescribe, KAFKA-18819): DESCRIBE on each group, else
 GROUP_AUTHORIZATION_FAILED (30); a group whose topology names a topic the principal may not describe

@@ -17,7 +17,8 @@ part around it:
   that status.
 
 v1 (TopologyDescriptionRequired, with StreamsGroupTopologyDescriptionUpdate) is not served: kio has
-no schema for it; Kafka Streams uses v0. Its clients never throttle themselves.
+no schema for it; Kafka Streams uses v0. Its Kafka 4.4 clients throttle themselves
+(AbstractResponse's default: the response has a throttle time).
 
 Authorization (Kafka's handleStreamsGroupHeartbeat, KAFKA-18819 and KAFKA-19412): READ on the group,
 else GROUP_AUTHORIZATION_FAILED (30); DESCRIBE on every topic of the topology sent, else

@@ -6,10 +6,10 @@ The one feature is `transaction.version` (minibroker.features): levels 0-2; a lo
 upgrade type SAFE_DOWNGRADE or UNSAFE_DOWNGRADE, a level below 1 removes the feature (level 0). The
 request is all or nothing, as Kafka's controller applies it: a refusal (INVALID_UPDATE_VERSION, with
 Kafka's message) is the top-level error with no per-feature results; else each feature's result is
-NONE (v0-v1; v2 has no per-feature results). validate_only (v1+) checks without changing. The new level is kept in the data
-directory before it is answered; a file-system error is KAFKA_STORAGE_ERROR, nothing changed. Its
-clients never throttle themselves (Kafka's AbstractResponse default): a quota throttle holds the
-response back.
+NONE (v0-v1; v2 has no per-feature results). validate_only (v1+) checks without changing. The new
+level is kept in the data directory before it is answered; a file-system error is
+KAFKA_STORAGE_ERROR, nothing changed. Its Kafka 4.4 clients throttle themselves (AbstractResponse's
+default: the response has a throttle time).
 
 Authorization: ALTER on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED (31) (Kafka's
 ControllerApis).

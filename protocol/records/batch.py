@@ -18,9 +18,9 @@ The 61-byte header:
         57     4  recordsCount
 
 Attributes: bits 0-2 the codec, bit 3 the timestamp type (LogAppendTime), bit 4 transactional, bit 5
-control. baseOffset lies outside the CRC, so a broker assigns offsets without recomputing it; a
-LogAppendTime topic rewrites maxTimestamp and the timestamp-type bit, and so the CRC
-(`stamp_log_append_time`).
+control. baseOffset and partitionLeaderEpoch lie outside the CRC, so a broker assigns offsets and
+stamps its leader epoch (Kafka's appendAsLeader) without recomputing it; a LogAppendTime topic
+rewrites maxTimestamp and the timestamp-type bit, and so the CRC (`stamp_log_append_time`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
     "OFFSET_AND_LENGTH",
+    "OFFSET_LENGTH_EPOCH",
     "BatchHeader",
     "assign_offsets",
     "batch_buffers",
@@ -66,12 +67,16 @@ HEADER_SIZE = BATCH_HEADER.size
 LOG_OVERHEAD = 12
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch with no record bytes
 OFFSET_AND_LENGTH = struct.Struct(">qi")
+# baseOffset, batchLength and partitionLeaderEpoch: the 16 bytes before the magic byte that a leader
+# writes into each batch it appends (none of them covered by the CRC).
+OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 # What an append reads of a batch: batchLength, attributes, lastOffsetDelta, maxTimestamp (a
 # 4-tuple instead of BATCH_HEADER's 13: the one-batch append of minibroker.storage.log unpacks it per Produce).
 APPEND_FIELDS = struct.Struct(">8xi9xhi8xq")
 assert APPEND_FIELDS.size == 43
 
 # Byte offsets of the fields the broker reads or rewrites in place.
+LEADER_EPOCH_AT = 12
 MAGIC_OFFSET = 16
 CRC_AT = 17
 ATTRIBUTES_AT = 21
@@ -216,17 +221,18 @@ def batch_spans(view: memoryview) -> list[Span]:
 
 
 def assign_offsets(view: memoryview, spans: Sequence[Span], first_offset: int, log_append_time_ms: int | None,
-                   ) -> tuple[list[bytes | bytearray | memoryview], list[tuple[int, int, int]]]:
-    """The batches of `view` with consecutive offsets from `first_offset`, as buffers for one
-    `os.writev` that copy no payload: a fresh 8-byte baseOffset and a view of the rest of each batch,
-    or, for a LogAppendTime topic (`log_append_time_ms` given), a rewritten header and a view of the
-    records. Also (last offset, max timestamp, size) of each batch."""
+                   leader_epoch: int | None = None) -> tuple[list[bytes | bytearray | memoryview], list[tuple[int, int, int]]]:
+    """The batches of `view` with consecutive offsets from `first_offset` and `leader_epoch` stamped,
+    as buffers for one `os.writev` that copy no payload: fresh first 16 bytes (baseOffset,
+    batchLength, partitionLeaderEpoch) and a view of the rest of each batch, or, for a LogAppendTime
+    topic (`log_append_time_ms` given), a rewritten header and a view of the records. Also (last
+    offset, max timestamp, size) of each batch."""
     buffers: list[bytes | bytearray | memoryview] = []
     batches: list[tuple[int, int, int]] = []
     next_offset = first_offset
     for position, size, fields in spans:
         last_offset = next_offset + fields[6]
-        buffers.extend(batch_buffers(view, position, size, next_offset, fields[5], log_append_time_ms))
+        buffers.extend(batch_buffers(view, position, size, next_offset, fields[5], log_append_time_ms, leader_epoch))
         max_timestamp = fields[8] if log_append_time_ms is None else log_append_time_ms
         batches.append((last_offset, max_timestamp, size))
         next_offset = last_offset + 1
@@ -234,14 +240,22 @@ def assign_offsets(view: memoryview, spans: Sequence[Span], first_offset: int, l
 
 
 def batch_buffers(view: memoryview, position: int, size: int, base_offset: int, attributes: int,
-                  log_append_time_ms: int | None) -> tuple[bytes | bytearray, memoryview]:
+                  log_append_time_ms: int | None, leader_epoch: int | None = None,
+                  ) -> tuple[bytes | bytearray, memoryview]:
     """The two `os.writev` buffers of the batch at `position` of `view` (`size` bytes, with these
-    `attributes`) at `base_offset`: a fresh 8-byte baseOffset and a view of the rest, or for a
-    LogAppendTime topic a rewritten 61-byte header (`stamp_log_append_time`) and a view of the records."""
+    `attributes`) at `base_offset`, stamped with `leader_epoch` (None: the producer's kept): fresh
+    first 16 bytes (8 without an epoch) and a view of the rest, or for a LogAppendTime topic a
+    rewritten 61-byte header (`stamp_log_append_time`) and a view of the records."""
     if log_append_time_ms is None:
-        return _INT64.pack(base_offset), view[position + 8 : position + size]
+        if leader_epoch is None:
+            return _INT64.pack(base_offset), view[position + 8 : position + size]
+        return (OFFSET_LENGTH_EPOCH.pack(base_offset, size - LOG_OVERHEAD, leader_epoch),
+                view[position + LEADER_EPOCH_AT + 4 : position + size])
     header = bytearray(view[position : position + HEADER_SIZE])
-    _INT64.pack_into(header, 0, base_offset)
+    if leader_epoch is None:
+        _INT64.pack_into(header, 0, base_offset)
+    else:
+        OFFSET_LENGTH_EPOCH.pack_into(header, 0, base_offset, size - LOG_OVERHEAD, leader_epoch)
     body = view[position + HEADER_SIZE : position + size]
     stamp_log_append_time(header, attributes, body, log_append_time_ms)
     return header, body

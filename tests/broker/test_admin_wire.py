@@ -26,6 +26,8 @@ def test_describe_quorum_of_anything_but_the_metadata_partition(admin, topics):
         assert response.error_code == 0
         assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in response.topics] == [
             (t, [(p, 3) for p in ps]) for t, ps in topics]
+        # The rest of each error partition as Kafka leaves it: the schema's zero defaults.
+        assert {(p.leader_id, p.leader_epoch, p.high_watermark) for t in response.topics for p in t.partitions} == {(0, 0, 0)}
 
 
 def test_describe_quorum_v0(admin, broker):

@@ -53,9 +53,10 @@ def test_every_version_at_every_threshold_is_answered_and_stored_byte_for_byte(t
                     expected.append((partition.base_offset, batch))
         stored = broker.in_broker(lambda: logs.log(topic, 0).read(0, 1 << 30))
     position = 0
-    for offset, batch in expected:  # each batch as sent, its base offset assigned
-        assert stored[position:position + 8] == struct.pack(">q", offset)
-        assert stored[position + 8:position + len(batch)] == batch[8:], f"batch at offset {offset}"
+    for offset, batch in expected:  # each batch as sent, its base offset assigned, the leader's epoch
+        # (0, the partition's first) stamped into partitionLeaderEpoch (Kafka's appendAsLeader)
+        assert stored[position:position + 16] == struct.pack(">qii", offset, len(batch) - 12, 0)
+        assert stored[position + 16:position + len(batch)] == batch[16:], f"batch at offset {offset}"
         position += len(batch)
     assert position == len(stored)
     assert [o for o, _ in expected] == list(range(len(expected)))

@@ -110,11 +110,13 @@ def test_a_client_gets_its_subscription_and_pushes_its_metrics(start_broker):
         assert f"minibroker_client_org_apache_kafka_producer_record_queue_time_avg{{{labels}}} 2.5" in lines
         assert f'minibroker_client_org_apache_kafka_producer_record_send_total{{{labels},topic="t"}} 3' in lines
         assert "# TYPE minibroker_client_org_apache_kafka_producer_record_send_total counter" in lines
-        # Deltas add up; a terminating push is taken whenever it comes, then the instance is gone.
+        # Deltas add up; a terminating push is taken whenever it comes, then the instance is no
+        # longer shown, and its next push is refused (as Kafka's ClientMetricsManager does).
         assert push(c, instance, r2.subscription_id, metrics_data(
             counter("org.apache.kafka.producer.record.send.total", point(4, {"topic": "t"}))),
             terminating=True) == 0
-        assert instance not in broker.broker.client_metrics.instances
+        assert f"client_instance_id=\"{instance}\"" not in broker.in_broker(render, broker.broker)
+        assert push(c, instance, r2.subscription_id, b"") == INVALID_REQUEST
 
 
 def test_push_refusals(start_broker):

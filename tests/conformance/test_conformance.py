@@ -22,14 +22,14 @@ CORPUS = cf.load_corpus()
 
 
 @pytest.fixture(scope="module")
-def outcomes(kafka_reference, tmp_path_factory):
+def outcomes(kafka_reference, java, tmp_path_factory):
     differences = cf.load_differences()
     with running_broker(tmp_path_factory.mktemp("conformance"), sasl_users=SASL_USERS,
                         properties=REFERENCE_SECURITY) as mini:
         results = list(cf.run_corpus(
             cf.Target("kafka", kafka_reference.bootstrap, kafka_reference.sasl_bootstrap),
             cf.Target("minibroker", mini.bootstrap, mini.sasl_bootstrap),
-            list(CORPUS.values()), differences))
+            list(CORPUS.values()), differences, java=java))
     print("\n" + cf.summary(results))
     return {o.scenario.name: o for o in results}
 

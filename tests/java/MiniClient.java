@@ -1134,6 +1134,8 @@ public final class MiniClient {
         b.append(",\"topic\":").append(str(r.topic()))
                 .append(",\"partition\":").append(r.partition()).append(",\"offset\":").append(r.offset())
                 .append(",\"key\":").append(hex(r.key())).append(",\"value\":").append(hex(r.value()))
+                .append(",\"timestamp\":").append(r.timestamp())
+                .append(",\"timestamp_type\":").append(str(r.timestampType().toString()))
                 .append(",\"headers\":[");
         boolean first = true;
         for (Header h : r.headers()) {
@@ -1720,7 +1722,9 @@ public final class MiniClient {
                 if (caughtUp) break;
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
                     OUT.println("{\"type\":\"record\",\"partition\":" + r.partition() + ",\"offset\":" + r.offset()
-                            + ",\"key\":" + str(new String(r.key(), StandardCharsets.UTF_8)) + "}");
+                            + ",\"key\":" + (r.key() == null ? "null" : str(new String(r.key(), StandardCharsets.UTF_8)))
+                            + ",\"timestamp\":" + r.timestamp() + ",\"timestamp_type\":"
+                            + str(r.timestampType().toString()) + "}");
                 }
             }
             for (TopicPartition tp : tps) {

@@ -1,6 +1,6 @@
 """The quota path in the broker shell, on trio's MockClock: what `Broker.handle_frame` charges and
-returns, and what the connection loop does with it (KIP-219 muting, delayed responses for old
-clients). Quotas here use Kafka's default window (11 samples of 1 s), so a first request of S bytes
+returns, and what the connection loop does with it (KIP-219: the response at once, then the
+connection muted, for every version as Kafka does). Quotas here use Kafka's default window (11 samples of 1 s), so a first request of S bytes
 against a quota of Q B/s is measured over the padded 10 s: throttle = (S / 10 - Q) / Q * 10 000 ms,
 which for Q = 1000 is exactly S - 10 000 ms.
 """
@@ -38,12 +38,16 @@ from tests.support.clock import run
     (18, 1, False), (18, 2, True),                # ApiVersions
     (22, 0, False), (22, 1, True),                # InitProducerId
     (11, 2, False), (11, 3, True),                # JoinGroup
-    (60, 0, False), (60, 1, False),               # DescribeCluster: Kafka's default, never
-    (48, 1, False), (49, 1, False),               # Describe/AlterClientQuotas: never
-    (68, 1, False), (69, 1, False),               # ConsumerGroupHeartbeat/Describe (KIP-848): never
-    (88, 0, False), (89, 0, False),               # StreamsGroupHeartbeat/Describe (KIP-1071): never
-    # The share APIs (KIP-932): Kafka 4.4's AbstractResponse throttles on the client whenever the
-    # response has a throttle time (KAFKA-20828), which each of theirs has at every version.
+    (44, 0, False), (44, 1, True),                # IncrementalAlterConfigs
+    (47, 0, False),                               # OffsetDelete: from v1, which is not served
+    # Kafka 4.4's AbstractResponse default (KAFKA-20828; 4.3's was never): the client throttles
+    # whenever the response has a throttle time, which each of these has at every version.
+    (60, 0, True), (60, 1, True),                 # DescribeCluster
+    (48, 1, True), (49, 1, True),                 # Describe/AlterClientQuotas
+    (68, 1, True), (69, 1, True),                 # ConsumerGroupHeartbeat/Describe (KIP-848)
+    (88, 0, True), (89, 0, True),                 # StreamsGroupHeartbeat/Describe (KIP-1071)
+    (57, 1, True), (61, 0, True), (65, 0, True), (66, 1, True), (71, 0, True), (72, 0, True), (74, 0, True),
+    # The share APIs (KIP-932)
     (76, 1, True), (77, 1, True),                 # ShareGroupHeartbeat/Describe
     (78, 1, True), (78, 2, True),                 # ShareFetch
     (79, 1, True), (79, 2, True),                 # ShareAcknowledge
@@ -51,23 +55,25 @@ from tests.support.clock import run
     (91, 0, True), (92, 0, True),                 # Alter/DeleteShareGroupOffsets
 ])
 def test_which_versions_throttle_themselves(api_key, version, expected):
-    """Kafka's shouldClientThrottle per response: from those versions the broker answers at once."""
+    """Kafka's shouldClientThrottle per response: from those versions the client waits by itself."""
     assert load_all()[api_key].client_throttles(version) is expected
 
 
-def test_every_api_the_broker_serves_with_a_throttle_time_registers_when_its_clients_throttle(tmp_path):
-    """Every served API with a throttle_time field registers the version from which its clients
-    throttle themselves, or is deliberately left at Kafka's default."""
+def test_every_served_version_with_a_throttle_time_throttles_on_the_client_unless_kafka_overrides_it(tmp_path):
+    """Kafka 4.4's clients (kafka-clients 4.4.0's AbstractResponse, read with javap): a response
+    throttles on the client when its schema has throttle_time_ms at that version, except in the
+    responses that override shouldClientThrottle with a first version, registered here as
+    `client_throttles_from` (Produce, Fetch, Metadata, the group and transaction APIs ...)."""
     from minibroker.protocol.messages import api_schema
 
     broker = new_broker(tmp_path)
-    # Kafka's AbstractResponse default: the broker always delays these.
-    never = {60, 48, 49, 74, 68, 69, 88, 89, 61, 65, 66, 57, 71, 72}
     for key, h in broker.handlers.items():
-        fields = {f.name for f in dataclasses.fields(api_schema(key, h.max_version).response)}
-        if "throttle_time" not in fields:
-            continue  # SASL, DescribeQuorum: their responses carry no throttle time
-        assert h.client_throttles_from is not None or key in never, h.name
+        for version in range(h.min_version, h.max_version + 1):
+            fields = {f.name for f in dataclasses.fields(api_schema(key, version).response)}
+            if "throttle_time" not in fields:  # SASL, DescribeQuorum: no throttle time
+                assert not h.client_throttles(version), (h.name, version)
+            elif h.client_throttles_from is None:
+                assert h.client_throttles(version), (h.name, version)
     broker.close()
 
 
@@ -84,7 +90,7 @@ def test_produce_over_its_byte_rate_is_appended_then_throttled(tmp_path):
         frame = produce_frame("slow", 12_000)
         response = await broker.handle_frame(frame, Connection("test"))
         assert response.throttle_ms == len(frame) - 10_000 > 0
-        assert response.client_throttles and not response.close
+        assert not response.delay_response and not response.close
         body = decode(response.data, 0, 9)
         assert throttle_of(body) == response.throttle_ms
         assert body.responses[0].partition_responses[0].error_code == 0
@@ -108,7 +114,6 @@ def test_acks_0_has_no_response_but_still_mutes_the_connection(tmp_path):
         assert response.data is None
         # Only the byte rate: the request quota is skipped for acks=0, as in Kafka.
         assert response.throttle_ms == len(frame) - 10_000
-        assert response.client_throttles
         snapshot = {(g, n): v for g, n, _, v in broker.quotas.request.metrics_snapshot(trio.current_time())}
         assert ("Request", "request-time") not in snapshot
 
@@ -116,7 +121,7 @@ def test_acks_0_has_no_response_but_still_mutes_the_connection(tmp_path):
     broker.close()
 
 
-def test_old_produce_versions_are_delayed_by_the_broker(tmp_path):
+def test_old_produce_versions_are_throttled_alike(tmp_path):
     broker = new_broker(tmp_path)
     set_quota(broker, [("client-id", "old")], "producer_byte_rate", 1000)
 
@@ -124,7 +129,7 @@ def test_old_produce_versions_are_delayed_by_the_broker(tmp_path):
         frame = produce_frame("old", 12_000, version=5)
         response = await broker.handle_frame(frame, Connection("test"))
         assert response.throttle_ms == len(frame) - 10_000
-        assert not response.client_throttles
+        assert not response.delay_response
 
     run(main)
     broker.close()
@@ -174,11 +179,11 @@ def test_request_percentage_throttles_any_api_and_is_capped_at_one_window(tmp_pa
         meta = await broker.handle_frame(
             simple_frame(3, 12, "busy", topics=[], allow_auto_topic_creation=False,
                          include_topic_authorized_operations=False), Connection("test"))
-        assert meta.throttle_ms == 1000 and meta.client_throttles  # capped at quota.window.size.seconds
+        assert meta.throttle_ms == 1000 and not meta.delay_response  # capped at quota.window.size.seconds
         assert throttle_of(decode(meta.data, 3, 12)) == 1000
         cluster = await broker.handle_frame(
             simple_frame(60, 0, "busy", include_cluster_authorized_operations=False), Connection("test"))
-        assert cluster.throttle_ms == 1000 and not cluster.client_throttles  # DescribeCluster: delayed
+        assert cluster.throttle_ms == 1000 and not cluster.delay_response  # DescribeCluster too
         versions = await broker.handle_frame(simple_frame(18, 3, "busy", client_software_name="t",
                                                           client_software_version="1"), Connection("test"))
         assert versions.throttle_ms == 1000  # ApiVersions is throttled too, as in Kafka (after authentication)
@@ -300,14 +305,18 @@ def test_kip_219_response_at_once_then_the_connection_is_muted(tmp_path):
     broker.close()
 
 
-def test_old_clients_get_their_response_held_back(tmp_path):
+def test_old_clients_get_their_response_at_once_too_and_their_next_request_waits(tmp_path):
+    # Kafka sends every throttled response at once and mutes the channel, whatever the version
+    # (RequestHandlerHelper.throttle; shouldClientThrottle is read by clients only): an old
+    # client, which does not wait by itself, finds its next request waiting instead.
     broker = new_broker(tmp_path)
     set_quota(broker, [("client-id", "old")], "producer_byte_rate", 1000)
 
     async def main():
         frame = produce_frame("old", 12_000, version=5)
-        arrivals = await _exchange(broker, [frame])
-        assert arrivals[0] == pytest.approx((len(frame) - 10_000) / 1000, abs=0.002)
+        arrivals = await _exchange(broker, [frame, frame])
+        assert arrivals[0] == pytest.approx(0, abs=0.001)
+        assert arrivals[1] >= (len(frame) - 10_000) / 1000
 
     run(main)
     broker.close()

@@ -31,9 +31,14 @@ def small_config(**changes) -> LogConfig:
     return LogConfig(**base)
 
 
-def stored(raw: bytes, base_offset: int) -> bytes:
+def stored(raw: bytes, base_offset: int, leader_epoch: int | None = None) -> bytes:
+    """What the log holds of one batch `raw` appended at `base_offset` by a leader at `leader_epoch`:
+    the offsets assigned and the epoch stamped (Kafka's appendAsLeader), nothing else changed; a log
+    no leader writes (`leader_epoch` None: tools, tests) keeps the producer's epoch."""
     copy = bytearray(raw)
     set_base_offset(copy, 0, base_offset)
+    if leader_epoch is not None:
+        struct.pack_into(">i", copy, 12, leader_epoch)
     return bytes(copy)
 
 
@@ -244,6 +249,27 @@ def test_input_buffer_is_not_modified(tmp_path):
     log.append(raw, 0)
     assert bytes(raw) == before
     assert log.read(1, 10**6) == stored(before, 1)
+    log.close()
+
+
+@pytest.mark.parametrize("log_append_time", [False, True])
+@pytest.mark.parametrize("batches", [1, 3])
+def test_each_batch_is_stamped_with_the_leader_epoch(tmp_path, log_append_time, batches):
+    # Kafka's appendAsLeader writes the partition's leader epoch into partitionLeaderEpoch, which
+    # the producer sent as -1 (Java) or 0 (kafka-python); the CRC does not cover it, so the batch
+    # stays valid. Both append paths (one batch, several) and both timestamp types stamp it.
+    # A log no leader writes (leader_epoch None: tools, tests) keeps the producer's epoch.
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(message_timestamp_type="LogAppendTime" if log_append_time else "CreateTime"), 0)
+    log.append(batch(partition_leader_epoch=-1), T0)
+    log.leader_epoch = 0
+    raw = b"".join(batch(count=2, partition_leader_epoch=-1) for _ in range(batches))
+    log.append(raw, T0)
+    log.leader_epoch = 7
+    log.append(batch(partition_leader_epoch=-1), T0)
+    headers = list(iter_headers(log.read(0, 10**6)))
+    assert [h.partition_leader_epoch for h in headers] == [-1] + [0] * batches + [7]
+    for h in headers:
+        check_batch(log.read(h.base_offset, 10**6)[: h.size])
     log.close()
 
 

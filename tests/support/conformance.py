@@ -21,6 +21,7 @@ Lists of named things (topics, partitions, configs, groups, ...) are compared in
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
 import enum
@@ -406,9 +407,10 @@ class Target:
 
 
 class Connection:
-    def __init__(self, address: str, client_id: str, timeout: float) -> None:
+    def __init__(self, address: str, client_id: str, timeout: float, source_ip: str | None = None) -> None:
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source_ip, 0) if source_ip else None)
         self.client_id = client_id
         self.correlation_id = 0
         self.pending: list[tuple[int, Any]] = []
@@ -468,10 +470,11 @@ class Undecodable:
 class Run:
     """One scenario against one broker: its connections, names and recording."""
 
-    def __init__(self, scenario: Scenario, target: Target, timeout: float = 30.0) -> None:
+    def __init__(self, scenario: Scenario, target: Target, timeout: float = 30.0, java: Any = None) -> None:
         self.scenario = scenario
         self.target = target
         self.timeout = timeout
+        self._java = java
         self.observations: list[dict[str, Any]] = []
         self.connections: dict[str, Connection] = {}
         self.vars: dict[str, Any] = {}
@@ -479,6 +482,14 @@ class Run:
     @property
     def bootstrap(self) -> str:
         return self.target.bootstrap
+
+    @property
+    def java(self) -> Any:
+        """The Java client (tests.support.java_client.JavaClient) for a scenario that drives it."""
+        if self._java is None:
+            raise RuntimeError("this scenario drives the Java client, and none was given: run_corpus(java=...) "
+                               "(scripts/fetch_java_clients installs the jars)")
+        return self._java
 
     @property
     def sasl_bootstrap(self) -> str:
@@ -490,10 +501,13 @@ class Run:
         base = "cf-" + self.scenario.name.replace("/", "-")
         return f"{base}-{suffix}" if suffix else base
 
-    def conn(self, name: str = "main", *, sasl: bool = False, client_id: str = "conformance") -> Connection:
+    def conn(self, name: str = "main", *, sasl: bool = False, client_id: str = "conformance",
+             source_ip: str | None = None) -> Connection:
+        """The connection `name`, opened on first use (from `source_ip`, another loopback address
+        such as 127.0.0.2, for a scenario whose IP quotas must not touch the others')."""
         if name not in self.connections:
             address = self.sasl_bootstrap if sasl else self.bootstrap
-            self.connections[name] = Connection(address, client_id, self.timeout)
+            self.connections[name] = Connection(address, client_id, self.timeout, source_ip)
         return self.connections[name]
 
     def close(self, name: str = "main") -> None:
@@ -695,10 +709,11 @@ class Outcome:
 OBSERVABLE_FAILURES = (ConnectionError, OSError, StepFailed)
 
 
-def _observe(scenario: Scenario, target: Target) -> tuple[list[dict[str, Any]], int, int, str | None]:
+def _observe(scenario: Scenario, target: Target, java: Any = None
+             ) -> tuple[list[dict[str, Any]], int, int, str | None]:
     """The scenario's recording against one broker, its start and end (ms), and the traceback of a
     harness error (a bug in the scenario, which fails it whatever the brokers answered)."""
-    run = Run(scenario, target)
+    run = Run(scenario, target, java=java)
     started = time.time_ns() // 1_000_000
     error = None
     try:
@@ -713,10 +728,20 @@ def _observe(scenario: Scenario, target: Target) -> tuple[list[dict[str, Any]], 
     return run.observations, started, time.time_ns() // 1_000_000, error
 
 
-def run_scenario(scenario: Scenario, kafka: Target, mini: Target, differences: list[Difference]) -> Outcome:
+def run_scenario(scenario: Scenario, kafka: Target, mini: Target, differences: list[Difference],
+                 java: Any = None) -> Outcome:
     started = time.monotonic()
-    kafka_raw, k0, k1, kafka_error = _observe(scenario, kafka)
-    mini_raw, m0, m1, mini_error = _observe(scenario, mini)
+    if scenario.clients:
+        # A real client's story mostly waits (group joins, polls, a JVM's start): told to both
+        # brokers at once, in two threads. Raw scenarios, whose throttle times and waits are
+        # compared, run one broker after the other.
+        with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="conformance") as pool:
+            kafka_future = pool.submit(_observe, scenario, kafka, java)
+            mini_raw, m0, m1, mini_error = _observe(scenario, mini, java)
+            kafka_raw, k0, k1, kafka_error = kafka_future.result()
+    else:
+        kafka_raw, k0, k1, kafka_error = _observe(scenario, kafka, java)
+        mini_raw, m0, m1, mini_error = _observe(scenario, mini, java)
     kafka_obs = normalise(kafka_raw, k0, k1)
     mini_obs = normalise(mini_raw, m0, m1)
     diffs = compare(_by_step(kafka_obs), _by_step(mini_obs))
@@ -741,10 +766,12 @@ def _by_step(observations: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_corpus(kafka: Target, mini: Target, scenarios: list[Scenario] | None = None,
-               differences: list[Difference] | None = None) -> Iterator[Outcome]:
+               differences: list[Difference] | None = None, java: Any = None) -> Iterator[Outcome]:
+    """Each scenario against both brokers; `java`, a tests.support.java_client.JavaClient, for the
+    scenarios that drive the Java client (they fail without it)."""
     differences = load_differences() if differences is None else differences
     for s in scenarios if scenarios is not None else list(load_corpus().values()):
-        yield run_scenario(s, kafka, mini, differences)
+        yield run_scenario(s, kafka, mini, differences, java)
 
 
 def summary(outcomes: list[Outcome]) -> str:

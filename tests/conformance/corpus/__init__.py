@@ -20,8 +20,7 @@ TS = 1_700_000_000_000  # a fixed CreateTime for produced records (not a wall-cl
 def create_topic(run: Run, name: str, partitions: int = 1, configs: dict[str, str] | None = None, *,
                  record: bool = False, version: int = 7) -> Any:
     """CreateTopics (v7, what librdkafka and kafka-python send); not recorded unless asked. Waits
-    until Metadata shows the topic with its leaders: Kafka's CreateTopics answers once the controller
-    has the topic, and the broker's metadata follows a moment later (clients wait the same way)."""
+    until the topic's partitions are led (`wait_for_topic`), as clients wait by retrying."""
     response = run.call(19, version, {
         "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
                     "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
@@ -32,6 +31,17 @@ def create_topic(run: Run, name: str, partitions: int = 1, configs: dict[str, st
 
 
 def wait_for_topic(run: Run, name: str, partitions: int) -> None:
+    """Until Metadata shows the topic's `partitions` with their leaders, and then until the leader
+    serves each of them (ListOffsets answers it without error).
+
+    Kafka's CreateTopics (and CreatePartitions) answer once the controller has committed the topic;
+    the broker learns of it from the metadata log a moment later, and publishes it in two steps: its
+    metadata cache first (Metadata then names the leader), its replica manager second (which creates
+    the partition's log and makes it the leader). Between the two, a Produce, Fetch or ListOffsets
+    of the partition is answered NOT_LEADER_OR_FOLLOWER: a transactional Produce right after
+    create_topic was answered that way once, on a busy machine; eight partitions created while
+    nothing else runs show it on most partitions. A client retries that error; a scenario waits
+    for the leader instead, so that what it records does not depend on the timing."""
     def visible():
         response = run.call(3, 12, {"topics": [{"name": name, "topic_id": 0}], "allow_auto_topic_creation": False},
                             record=False)
@@ -39,7 +49,14 @@ def wait_for_topic(run: Run, name: str, partitions: int) -> None:
         return topic.error_code == 0 and len(topic.partitions) == partitions and all(
             p.leader_id >= 0 for p in topic.partitions)
 
+    def led():
+        response = run.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": name, "partitions": [{"partition_index": p, "timestamp": -1} for p in range(partitions)]}]},
+            record=False)
+        return all(p.error_code == 0 for t in response.topics for p in t.partitions)
+
     run.wait_until(visible, timeout=30, interval=0.02)
+    run.wait_until(led, timeout=30, interval=0.02)
 
 
 def produce(run: Run, topic: str, batch: bytes, *, partition: int = 0, version: int = 9, acks: int = -1,

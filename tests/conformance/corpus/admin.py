@@ -191,7 +191,9 @@ def _(run: Run) -> None:
 @scenario("quotas/produce-throttle", apis=(0, 49))
 def _(run: Run) -> None:
     """A client-id's producer_byte_rate of 1 KB/s and a 20 KB produce: throttle_time_ms in the
-    answer (compared within the stated tolerance); a client-id without a quota is not throttled."""
+    answer (compared within the stated tolerance); Produce v5 (a client that does not wait by
+    itself) over the quota on a connection of its own, answered at once as well; a client-id
+    without a quota is not throttled."""
     topic = run.name("t")
     create_topic(run, topic)
     run.call(49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "throttled-client"}],
@@ -200,6 +202,11 @@ def _(run: Run) -> None:
     time.sleep(0.5)  # both brokers apply a quota change asynchronously (Kafka through its metadata log)
     run.conn("throttled", client_id="throttled-client")
     produce(run, topic, records(["x" * 20000]), conn="throttled", label="over the quota")
+    run.conn("old", client_id="throttled-client")
+    started = time.monotonic()
+    produce(run, topic, records(["z" * 100]), conn="old", version=5, label="Produce v5 over the quota")
+    run.note("Produce v5 over the quota: round trip",
+             {"throttle_time_round_trip_ms": max(1, round((time.monotonic() - started) * 1000))})
     produce(run, topic, records(["y" * 100]), label="another client id")
 
 

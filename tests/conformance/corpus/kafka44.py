@@ -6,6 +6,8 @@ is advertised."""
 
 from __future__ import annotations
 
+import uuid
+
 from tests.conformance.corpus import create_topic, fetch, find_coordinator, init_producer_id, produce
 from tests.conformance.corpus.transactions import end_txn, settle, txn_batch
 from tests.support.batches import make_batch
@@ -108,3 +110,32 @@ def _(run: Run) -> None:
     response = run.call(18, 4, {"client_software_name": "conformance", "client_software_version": "1.0"},
                         record=False)
     run.note("telemetry APIs advertised", sorted(int(k.api_key) for k in response.api_keys if k.api_key in (71, 72)))
+
+
+@scenario("telemetry/requests", apis=(71, 72))
+def _(run: Run) -> None:
+    """GetTelemetrySubscriptions and PushTelemetry themselves (KIP-714), which Kafka serves whether
+    or not it advertises them: a new instance's subscription (none: the default push interval, no
+    metrics), the same asked again before the interval (throttled), pushes with the zero instance
+    id, a wrong subscription id, another before the interval, a terminating one (taken whenever it
+    comes), one after it and a GetTelemetrySubscriptions after it, and an unknown compression type. Each instance pushes nothing
+    decodable, so nothing depends on a metrics reporter."""
+    def get(instance, label):
+        return run.call(71, 0, {"client_instance_id": instance}, label=label, drop=("subscription_id",))
+
+    def push(instance, subscription, label, terminating=False, compression=0):
+        run.call(72, 0, {"client_instance_id": instance, "subscription_id": subscription,
+                         "terminating": terminating, "compression_type": compression, "metrics": b""},
+                 label=label)
+
+    first = get(uuid.UUID(int=0), "a new instance")
+    instance, subscription = first.client_instance_id, first.subscription_id
+    get(instance, "asked again at once")
+    push(uuid.UUID(int=0), subscription, "push with the zero instance id")
+    push(instance, subscription + 1, "push with another subscription id")
+    push(instance, subscription, "push again before the interval")
+    push(instance, subscription, "terminating push", terminating=True)
+    push(instance, subscription, "push after terminating")
+    get(instance, "asked after terminating")
+    other = get(uuid.UUID(int=0), "a second instance")
+    push(other.client_instance_id, other.subscription_id, "unknown compression type", compression=9)

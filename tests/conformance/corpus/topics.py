@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conformance.corpus import create_topic
+from tests.conformance.corpus import create_topic, wait_for_topic
 from tests.support.conformance import Run, scenario
 
 
@@ -127,6 +127,7 @@ def _(run: Run) -> None:
     run.call(19, 7, {"topics": [{"name": run.name("dup"), "num_partitions": 1, "replication_factor": 1},
                                 {"name": run.name("dup"), "num_partitions": 1, "replication_factor": 1}],
                      "timeout": 30000, "validate_only": False}, label="duplicate in request")
+    wait_for_topic(run, topic, 2)  # Kafka's broker learns of the topic from the metadata log, a moment later
     run.call(3, 12, {"topics": [{"name": run.name("validate"), "topic_id": 0}, {"name": topic, "topic_id": 0}],
                      "allow_auto_topic_creation": False}, label="metadata after")
 
@@ -180,6 +181,7 @@ def _(run: Run) -> None:
     run.call(37, 3, {"topics": [{"name": topic, "count": 8, "assignments": None},
                                 {"name": topic, "count": 9, "assignments": None}],
                      "timeout": 30000, "validate_only": False}, label="duplicate topic")
+    wait_for_topic(run, topic, 4)  # the partitions added, seen by Kafka's broker a moment after its answer
     run.call(3, 12, {"topics": [{"name": topic, "topic_id": 0}], "allow_auto_topic_creation": False},
              label="metadata after")
 

@@ -63,7 +63,8 @@ def settle(run: Run, txn: str):
 def _(run: Run) -> None:
     """A transactional producer at librdkafka's versions: init, add a partition, produce, LSO below
     the open transaction, commit (COMMIT marker), a second transaction aborted (ABORT marker,
-    aborted_transactions in a read_committed fetch), Describe/ListTransactions along the way."""
+    aborted_transactions in a read_committed fetch), Describe/ListTransactions along the way, then
+    their errors: an unknown state filter, an unknown transactional id."""
     topic, txn = run.name("t"), run.name("txn")
     create_topic(run, topic)
     find_coordinator(run, txn, 1)
@@ -89,6 +90,9 @@ def _(run: Run) -> None:
     read_all(run, topic, isolation_level=1)
     read_all(run, topic, isolation_level=0)
     run.call(66, 0, {"state_filters": ["CompleteAbort"], "producer_id_filters": [pid]}, label="ListTransactions v0")
+    run.call(66, 1, {"state_filters": ["NoSuchState", "CompleteAbort"], "producer_id_filters": [pid],
+                     "duration_filter": -1}, label="ListTransactions with an unknown state")
+    run.call(65, 0, {"transactional_ids": [run.name("unknown-txn")]}, label="DescribeTransactions of an unknown id")
 
 
 @scenario("transactions/invalid-transitions", apis=(22, 24, 26, 25, 0))
