@@ -381,12 +381,22 @@ public final class MiniClient {
                 offset = producer.send(new ProducerRecord<>(topic, 0, null, "checked".getBytes(StandardCharsets.UTF_8)))
                         .get().offset();
             } catch (java.util.concurrent.ExecutionException e) {
-                error = str(e.getCause().getClass().getSimpleName());
+                error = str(refusal(e.getCause()));
             } catch (org.apache.kafka.common.KafkaException e) {
-                error = str(e.getClass().getSimpleName());
+                error = str(refusal(e));
             }
         }
         OUT.println("{\"type\":\"produce-result\",\"offset\":" + offset + ",\"error\":" + error + "}");
+    }
+
+    /** The class that says why a send was refused: a plain KafkaException wraps it when the
+     *  producer had already failed (a refused InitProducerId fails the producer before or after the
+     *  send, as the threads meet), so the chain is followed down to its named cause. */
+    static String refusal(Throwable t) {
+        while (t.getClass() == org.apache.kafka.common.KafkaException.class && t.getCause() != null) {
+            t = t.getCause();
+        }
+        return t.getClass().getSimpleName();
     }
 
     /** Records to partition 0 for MS milliseconds, one in flight at a time: how many were acked, and
