@@ -1,0 +1,116 @@
+"""Captured requests: what a broker received (API, version, client id, decoded body, broker), for a
+test to assert on, in Python (`running.requests(api="JoinGroup")`) or as JSON over the control
+endpoint (minibroker.control.http).
+
+The body is converted to plain values when the request is captured (kio's objects and the Produce
+decoder's views of the frame, which the connection reuses for its next request, would otherwise be
+kept): entities become dicts, error codes and enums ints, durations and timestamps milliseconds,
+UUIDs strings. Bytes up to BYTES_KEPT long are kept as bytes, longer ones (a Produce's records) as a
+`{"bytes": length}` note, so a capture of the last `control.capture.requests` requests stays small.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import enum
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+BYTES_KEPT = 4096
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def plain(value: Any) -> Any:
+    """A request (or any part of one) as plain Python values (module docstring)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        size = len(value) if not isinstance(value, memoryview) else value.nbytes
+        return bytes(value) if size <= BYTES_KEPT else {"bytes": size}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    if isinstance(value, datetime.datetime):
+        return round((value - _EPOCH).total_seconds() * 1000)
+    if isinstance(value, (tuple, list)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    slots = [n for klass in type(value).__mro__ for n in getattr(klass, "__slots__", ()) if not n.startswith("_")]
+    if slots:  # minibroker.protocol.produce_request's objects
+        return {name: plain(getattr(value, name, None)) for name in slots if name not in ("records_at",)}
+    return repr(value)
+
+
+def jsonable(value: Any) -> Any:
+    """`plain` values made JSON-ready: bytes as {"base64": ...}."""
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class CapturedRequest:
+    """One request a broker received."""
+
+    api: str  # Kafka's name: "Produce", "JoinGroup"
+    api_key: int
+    version: int
+    client_id: str
+    body: dict[str, Any]  # the decoded request as plain values (module docstring)
+    broker: int  # the node id that received it
+    correlation_id: int
+    peer: str  # the client's address:port
+    time_ms: int  # the receiving broker's clock (wall milliseconds)
+    answered_by: str | None = field(default=None, compare=False)  # "error", "hook": not handled
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "api": self.api, "api_key": self.api_key, "version": self.version, "client_id": self.client_id,
+            "broker": self.broker, "correlation_id": self.correlation_id, "peer": self.peer,
+            "time_ms": self.time_ms, "body": jsonable(self.body),
+        }
+
+
+class RequestLog:
+    """The last `limit` requests captured (0: capture nothing)."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.entries: deque[CapturedRequest] = deque(maxlen=max(limit, 1))
+        self.limit = limit
+
+    def set_limit(self, limit: int) -> None:
+        if limit != self.limit:
+            self.entries = deque(self.entries, maxlen=max(limit, 1))
+            self.limit = limit
+
+    def add(self, request: CapturedRequest) -> None:
+        self.entries.append(request)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def select(self, api: str | int | None = None, *, broker: int | None = None, client_id: str | None = None,
+               ) -> list[CapturedRequest]:
+        from minibroker.control.rules import api_matches
+
+        found: Iterable[CapturedRequest] = self.entries
+        return [r for r in found if (api is None or api_matches(api, r.api, r.api_key))
+                and (broker is None or r.broker == broker) and (client_id is None or r.client_id == client_id)]
