@@ -66,7 +66,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass
 class CapturedRequest:
     """One request a broker received."""
 
@@ -79,13 +79,14 @@ class CapturedRequest:
     correlation_id: int
     peer: str  # the client's address:port
     time_ms: int  # the receiving broker's clock (wall milliseconds)
-    answered_by: str | None = field(default=None, compare=False)  # "error", "hook": not handled
+    # Answered instead of handled: "error" (an error stack), "hook", "fault" (fault.injection); None: handled.
+    answered_by: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "api": self.api, "api_key": self.api_key, "version": self.version, "client_id": self.client_id,
             "broker": self.broker, "correlation_id": self.correlation_id, "peer": self.peer,
-            "time_ms": self.time_ms, "body": jsonable(self.body),
+            "time_ms": self.time_ms, "answered_by": self.answered_by, "body": jsonable(self.body),
         }
 
 

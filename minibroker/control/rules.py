@@ -334,10 +334,20 @@ class RequestControl:
         schema = ctx.schema
         key = schema.api_key
         name = ctx.handler.api_name
+        captured = None
         if plane.requests.limit:
-            plane.requests.add(CapturedRequest(
-                name, key, schema.version, ctx.client_id, plain(request), self.node_id,
-                ctx.header.correlation_id, ctx.connection.peer, self.clock.now_ms()))
+            captured = CapturedRequest(name, key, schema.version, ctx.client_id, plain(request), self.node_id,
+                                       ctx.header.correlation_id, ctx.connection.peer, self.clock.now_ms())
+            plane.requests.add(captured)
+        answered = await self._apply(ctx, request, plane)
+        if answered is not None and captured is not None:
+            captured.answered_by = answered.by
+        return answered
+
+    async def _apply(self, ctx: RequestContext, request: Any, plane: ControlPlane) -> Answered | None:
+        schema = ctx.schema
+        key = schema.api_key
+        name = ctx.handler.api_name
         rtt = plane.rtt_ms.get(self.node_id)
         if rtt:
             await self.clock.sleep(rtt / 1000)
