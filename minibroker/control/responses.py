@@ -16,8 +16,9 @@ schema for any API and version:
 - the other fields take the schema's defaults, else -1 for ids, epochs, offsets and ports (Kafka's
   "unknown") and zero or empty values.
 
-Metadata keeps the answer the `error` fault rule always gave it (minibroker.handlers.metadata): the
-top-level error from v13 (KIP-1102), each requested topic's before.
+Metadata answers each requested topic (LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, ...), with
+the brokers; from v13 REBOOTSTRAP_REQUIRED, and any code when the request names no topic, is the
+top-level error alone (KIP-1102: it sends a Kafka 4 client back to its bootstrap servers).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 FETCH_KEY = 1
 METADATA_KEY = 3
+REBOOTSTRAP_REQUIRED = 129
 
 # Request and response fields that name what an entry is about, by what they name: an entry of the
 # response takes these values from the request entry it answers.
@@ -265,16 +267,17 @@ def error_body(api_key: int, response_cls: type, request: Any, code: int,
 
 
 def _metadata_error(response_cls: type, request: Any, code: int, cluster: dict[str, Any]) -> dict[str, Any]:
-    """From v13 the top-level error alone (KIP-1102: the client reads nothing else, and
-    REBOOTSTRAP_REQUIRED sends a Kafka 4 client back to its bootstrap servers), before it each
-    requested topic's (Kafka's MetadataRequest.getErrorResponse)."""
+    """Each requested topic's error, with the brokers (Kafka's MetadataRequest.getErrorResponse);
+    from v13 REBOOTSTRAP_REQUIRED, or any code for a request naming no topic, as the top-level error
+    alone (KIP-1102)."""
     version: int = response_cls.__version__  # type: ignore[attr-defined]
-    topics: list[dict[str, Any]] = [] if version >= 13 or request.topics is None else [{
+    top = version >= 13 and (code == REBOOTSTRAP_REQUIRED or not request.topics)
+    topics: list[dict[str, Any]] = [] if top or request.topics is None else [{
         "error_code": code, "name": t.name or "", "topic_id": getattr(t, "topic_id", None) or _ZERO_UUID,
         "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648,
     } for t in request.topics]
     return {
-        "brokers": [] if version >= 13 else cluster.get("brokers", []),
+        "brokers": [] if top else cluster.get("brokers", []),
         "cluster_id": cluster.get("cluster_id"), "controller_id": cluster.get("controller_id", -1), "topics": topics,
-        "cluster_authorized_operations": -2147483648, "error_code": code if version >= 13 else 0,
+        "cluster_authorized_operations": -2147483648, "error_code": code if top else 0,
     }

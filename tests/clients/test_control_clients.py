@@ -111,6 +111,38 @@ def test_group_coordinator_and_join_errors_are_retried_as_pushed(broker, client,
     assert join["protocols"] and all(p["name"] for p in join["protocols"])
 
 
+@pytest.mark.parametrize("client", ALL, ids=lambda c: c.name)
+def test_metadata_errors_are_retried_as_pushed(broker, client, unique):
+    """LEADER_NOT_AVAILABLE for the topic twice (each requested topic's error, at every version the
+    clients send): the producer asks again after each, then sends."""
+    topic = unique(f"meta-{client.name}")
+    client.create_topic(broker.bootstrap, topic, 1)
+    broker.errors.push("Metadata", ["LEADER_NOT_AVAILABLE"] * 2, topic=topic)
+    assert client.produce(broker.bootstrap, topic, [Message(0, b"k", b"v", ())], **RETRIES.get(client.name, {})) == [0]
+    asked = [r for r in broker.requests(api="Metadata") if any(t.get("name") == topic for t in r.body["topics"] or ())]
+    assert outcomes(asked)[:3] == ["error", "error", "handled"]
+
+
+def test_java_retries_group_and_metadata_errors_as_pushed(broker, java, unique):
+    topic, group = unique("java-grp"), unique("java-g")
+    url = broker.control_url
+    pushes = [{"api": "Metadata", "codes": ["LEADER_NOT_AVAILABLE"] * 2, "topic": topic},
+              {"api": "FindCoordinator", "codes": [COORDINATOR_NOT_AVAILABLE] * 2, "group": group},
+              {"api": "JoinGroup", "codes": [COORDINATOR_LOAD_IN_PROGRESS] * 2, "group": group}]
+    lines = java.run(["create-topic", broker.bootstrap, topic, 1],
+                     *[["control", url, "POST", "/errors", json.dumps(p)] for p in pushes],
+                     ["produce", broker.bootstrap, topic, 3],
+                     ["group-consume", broker.bootstrap, topic, group, 3])
+    assert all(line["status"] == 200 for line in of_type(lines, "control"))
+    assert broker.errors.pending() == []
+    asked = [r for r in broker.requests(api="Metadata") if any(t.get("name") == topic for t in r.body["topics"] or ())]
+    assert outcomes(asked)[:3] == ["error", "error", "handled"]
+    finds = [r for r in broker.requests(api="FindCoordinator") if group in (r.body.get("coordinator_keys") or [])]
+    assert outcomes(finds)[:3] == ["error", "error", "handled"]
+    joins = [r for r in broker.requests(api="JoinGroup") if r.body["group_id"] == group]
+    assert outcomes(joins)[:3] == ["error", "error", "handled"]
+
+
 def test_java_drives_the_endpoint_and_retries_as_pushed(broker, java, unique):
     """java.net.http pushes two NOT_LEADER_OR_FOLLOWER on Produce, the Java producer sends through
     them, and java.net.http reads the captured requests back."""

@@ -88,8 +88,8 @@ def test_every_api_answers_the_error(api_key, version):
     for path, code in codes:
         if api_key == 1 and path == "error_code":
             assert code == 0  # Fetch: the session's error; the partitions carry it
-        elif api_key == 3 and version >= 13 and path != "error_code":
-            continue
+        elif api_key == 3 and path == "error_code":
+            assert code == 0  # Metadata: each topic's error (from v13 top-level only for REBOOTSTRAP_REQUIRED)
         else:
             assert code == CODE, (path, code)
 
@@ -118,3 +118,15 @@ def test_describe_groups_answers_each_group():
     body = error_body(15, schema.response, build(schema.request, {"groups": ["g1", "g2"],
                                                                   "include_authorized_operations": False}), 16)
     assert [(g["group_id"], g["error_code"]) for g in body["groups"]] == [("g1", 16), ("g2", 16)]
+
+
+def test_metadata_answers_each_topic_and_rebootstrap_at_the_top():
+    v13 = api_schema(3, 13)
+    named = build(v13.request, {"topics": [{"name": "a", "topic_id": None}], "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    cluster = {"brokers": [{"node_id": 1, "host": "h", "port": 9, "rack": None}], "cluster_id": "c", "controller_id": 1}
+    body = error_body(3, v13.response, named, 5, cluster)
+    assert (body["error_code"], [(t["name"], t["error_code"]) for t in body["topics"]], len(body["brokers"])) == (
+        0, [("a", 5)], 1)
+    body = error_body(3, v13.response, named, 129, cluster)
+    assert (body["error_code"], body["topics"], body["brokers"]) == (129, [], [])
