@@ -58,10 +58,16 @@ def _host_port(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", port_number
 
 
-def _control_address(value: str):
-    from minibroker.control.http import parse_address
-
-    return parse_address(value)
+def _control_address(value: str) -> tuple[str, int] | None:
+    """control.listen: HOST:PORT, :PORT or PORT (those two on 127.0.0.1: loopback unless it names
+    another address); empty: off."""
+    value = value.strip()
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
 
 
 def _fault_rules(value: str):

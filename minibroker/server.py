@@ -557,7 +557,7 @@ async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True, n
                 from minibroker.control.host import SingleBrokerHost
                 from minibroker.control.http import serve_control
 
-                host_target = SingleBrokerHost(config)
+                host_target = SingleBrokerHost(config, serve)
                 host, port, broker = await nursery.start(host_target.run)
                 control = await nursery.start(serve_control, host_target, *config["control.listen"])
             else:

@@ -110,7 +110,7 @@ class RequestLog:
 
     def select(self, api: str | int | None = None, *, broker: int | None = None, client_id: str | None = None,
                ) -> list[CapturedRequest]:
-        from minibroker.control.rules import api_matches
+        from minibroker.control.apis import api_matches
 
         found: Iterable[CapturedRequest] = self.entries
         return [r for r in found if (api is None or api_matches(api, r.api, r.api_key))

@@ -26,6 +26,8 @@ verbs:
   delay BROKER MS                           hold BROKER's requests MS (0 ends it)
   requests [--api NAME] [--broker N] [--client-id C] [--json]
   connections close [--broker N]            close client connections (they reconnect)
+  connections drop API [--count N] [--close] [--broker N] [--client-id C]
+                                            the next requests handled but never answered
   clock advance SECONDS                     move every broker's clock forward
 
 API names are Kafka's (Produce, JoinGroup) or keys; codes numbers or Kafka's names.
@@ -84,8 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     requests.add_argument("--client-id")
     requests.add_argument("--json", action="store_true", dest="json_here", help="print JSON")
     connections = verbs.add_parser("connections", help="close client connections")
-    connections.add_argument("action", choices=["close"])
+    connections.add_argument("action", choices=["close", "drop"])
+    connections.add_argument("api", nargs="?", help="drop: the API whose next requests go unanswered")
     connections.add_argument("--broker", type=int)
+    connections.add_argument("--count", type=int, default=1, help="drop: how many requests (default 1)")
+    connections.add_argument("--close", action="store_true", help="drop: close the connection instead")
+    connections.add_argument("--client-id", dest="drop_client_id")
     clock = verbs.add_parser("clock", help="move the brokers' clocks")
     clock.add_argument("action", choices=["advance"])
     clock.add_argument("seconds", type=float)
@@ -139,6 +145,12 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
         return "POST", "/delay", {"broker": args.broker, "ms": args.ms}, None
     if verb == "requests":
         return "GET", "/requests", None, {"api": args.api, "broker": args.broker, "client_id": args.client_id}
+    if verb == "connections" and args.action == "drop":
+        if not args.api:
+            raise SystemExit("minibroker control connections drop: name the API (e.g. Produce)")
+        body = {"api": args.api, "count": args.count, "close": args.close, "broker": args.broker,
+                "client_id": args.drop_client_id}
+        return "POST", "/connections/drop", {k: v for k, v in body.items() if v is not None}, None
     if verb == "connections":
         return "POST", "/connections/close", {} if args.broker is None else {"broker": args.broker}, None
     return "POST", "/clock/advance", {"seconds": args.seconds}, None

@@ -136,8 +136,9 @@ class RuntimeTarget(BrokersTarget):
 class SingleBrokerHost(BrokersTarget):
     """One broker that the endpoint can stop and start again on the same ports (`run` serves it)."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, serve: Any) -> None:
         self.config = config
+        self._serve = serve  # minibroker.server.serve (given: the server imports this module)
         self.broker: Any | None = None
         self.node_id: int = config["node.id"]
         self._address: tuple[str, int] | None = None
@@ -159,14 +160,12 @@ class SingleBrokerHost(BrokersTarget):
             await trio.sleep_forever()
 
     async def _serve_once(self, config: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        from minibroker.server import serve
-
         with trio.CancelScope() as scope:
             self._scope = scope
             self._stopped = trio.Event()
             try:
                 async with trio.open_nursery() as nursery:
-                    host, port, broker = await nursery.start(serve, config)
+                    host, port, broker = await nursery.start(self._serve, config)
                     self.broker, self._address = broker, (host, port)
                     self._listeners = dict(broker.bound_listeners)
                     task_status.started((host, port, broker))

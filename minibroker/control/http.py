@@ -16,6 +16,8 @@ address (a bare PORT or :PORT is 127.0.0.1). One request per connection (`Connec
     GET    /requests?api=NAME&broker=N&client_id=C   {"requests": [{"api", "version", "client_id", "body", ...}]}
     DELETE /requests                         forget the captured requests
     POST   /connections/close {"broker"}     close one broker's (or every) client connection
+    POST   /connections/drop {"api", "count", "broker", "client_id", "close"}
+                                             the next requests handled, never answered (or closed)
     POST   /clock/advance    {"seconds"}     move every broker's clock forward
 
 API names are Kafka's (Produce, JoinGroup) or keys; error codes numbers or Kafka's names. A control
@@ -33,7 +35,9 @@ from typing import Any, Protocol
 import trio
 
 from minibroker.clock import BrokerClock
-from minibroker.control.rules import ControlError, ControlPlane
+from minibroker.control.rules import ControlError, ControlPlane, api_key_of
+from minibroker.faults import FaultRule
+from minibroker.protocol.messages import api_name
 from minibroker.control.surface import shared_plane
 from minibroker.listen import bind
 
@@ -63,17 +67,6 @@ class ControlTarget(Protocol):
     async def shuffle_leaders(self) -> None: ...
     async def move_coordinator(self, broker: int, group: str | None, transactional_id: str | None) -> None: ...
     def advance(self, seconds: float) -> None: ...
-
-
-def parse_address(value: str) -> tuple[str, int] | None:
-    """control.listen: HOST:PORT, :PORT or PORT (those two on 127.0.0.1); empty: off."""
-    value = value.strip()
-    if not value:
-        return None
-    host, sep, port = value.rpartition(":")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
 
 
 def _int(body: dict[str, Any], key: str, verb: str, required: bool = True) -> int | None:
@@ -162,6 +155,22 @@ async def dispatch(target: ControlTarget, method: str, path: str, query: dict[st
         if broker is not None and broker not in brokers:
             raise ControlError(f"close connections: no running broker {broker} (brokers: {sorted(brokers)})")
         return 200, {"closed": sum(b.control.close_connections() for n, b in brokers.items() if broker in (None, n))}
+    if parts == ["connections", "drop"] and method == "POST":
+        if "api" not in body:
+            raise ControlError("connections drop: 'api' is required")
+        api = api_name(api_key_of(body["api"]))
+        count = _int(body, "count", f"drop {api}", False) or 1
+        broker = _int(body, "broker", f"drop {api}", False)
+        brokers = target.brokers()
+        if broker is not None and broker not in brokers:
+            raise ControlError(f"drop {api}: no running broker {broker} (brokers: {sorted(brokers)})")
+        if count < 1:
+            raise ControlError(f"drop {api}: count must be at least 1, not {count}")
+        action = "close" if body.get("close") else "drop"
+        for node_id, b in brokers.items():
+            if broker in (None, node_id):
+                b.faults.add(FaultRule(api, action, limit=count, client_id=body.get("client_id")))
+        return 200, {}
     if parts == ["clock", "advance"] and method == "POST":
         value = body.get("seconds")
         try:

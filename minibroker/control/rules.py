@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import trio
 from kio.schema.errors import ErrorCode
 
+from minibroker.control.apis import ControlError, api_key_of, error_code_of
 from minibroker.control.capture import CapturedRequest, RequestLog, plain
 from minibroker.control.responses import KEY_KINDS, error_body
 from minibroker.protocol.entities import build
-from minibroker.protocol.messages import api_name, encode_response, kio_versions
+from minibroker.protocol.messages import api_name, encode_response
 
 if TYPE_CHECKING:
     from minibroker.clock import BrokerClock
@@ -51,62 +52,6 @@ log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
 FIND_COORDINATOR_KEY = 10
-
-
-class ControlError(ValueError):
-    """A control that cannot be carried out; the message names the verb, API or broker at fault."""
-
-
-def _norm(name: str) -> str:
-    return name.replace("_", "").replace("-", "").lower()
-
-
-def _all_api_names() -> dict[str, int]:
-    names = {}
-    for key in range(0, 100):
-        if kio_versions(key) is not None:
-            names[_norm(api_name(key))] = key
-    return names
-
-
-_API_KEYS: dict[str, int] | None = None
-
-
-def api_key_of(api: str | int) -> int:
-    """The API key of a name as Kafka spells it ("JoinGroup"), in snake case ("join_group") or a key
-    ("11", 11). Raises ControlError naming an unknown API."""
-    global _API_KEYS
-    if isinstance(api, int) or (isinstance(api, str) and api.strip().isdigit()):
-        key = int(api)
-        if kio_versions(key) is None:
-            raise ControlError(f"unknown API key {key}")
-        return key
-    if _API_KEYS is None:
-        _API_KEYS = _all_api_names()
-    found = _API_KEYS.get(_norm(api))
-    if found is None:
-        raise ControlError(f"unknown API {api!r} (Kafka's name, e.g. Produce or JoinGroup, or an API key)")
-    return found
-
-
-def api_matches(api: str | int, name: str, key: int) -> bool:
-    return api_key_of(api) == key
-
-
-def error_code_of(code: int | str) -> int:
-    """An error code from its number or Kafka's name (NOT_LEADER_OR_FOLLOWER, not_leader_or_follower)."""
-    if isinstance(code, int) or str(code).lstrip("-").isdigit():
-        value = int(code)
-    else:
-        try:
-            value = ErrorCode[str(code).strip().lower()].value
-        except KeyError:
-            raise ControlError(f"unknown error code {code!r} (a number or Kafka's name, e.g. NOT_LEADER_OR_FOLLOWER)") from None
-    try:
-        ErrorCode(value)
-    except ValueError:
-        raise ControlError(f"unknown error code {value}") from None
-    return value
 
 
 # ---- what a hook answers ------------------------------------------------------------------------
@@ -154,6 +99,7 @@ class Hook:
     client_id: str | None = None
     once: bool = False  # removed after it first answers or delays a request (kfake's default)
     calls: int = 0
+    errors: int = 0  # calls that raised (logged; the request was handled)
     plane: ControlPlane | None = field(default=None, repr=False)
 
     def remove(self) -> None:
@@ -355,8 +301,13 @@ class RequestControl:
             if not self._hook_matches(hook, key, ctx):
                 continue
             hook.calls += 1
-            result = hook.fn(ControlledRequest(name, key, schema.version, ctx.client_id, self.node_id, request,
-                                               ctx.connection.peer))
+            try:
+                result = hook.fn(ControlledRequest(name, key, schema.version, ctx.client_id, self.node_id, request,
+                                                   ctx.connection.peer))
+            except Exception:  # the test's function failed: say so, and handle the request
+                log.exception("a hook on %s (%r) raised; the request is handled", name, hook.fn)
+                hook.errors += 1
+                continue
             if result is None:
                 continue
             if hook.once:

@@ -126,6 +126,28 @@ class ControlSurface:
             return sum(b.control.close_connections() for n, b in brokers.items() if broker in (None, n))
         return self.in_broker(close)
 
+    def drop(self, api: str | int, count: int = 1, *, broker: int | None = None, client_id: str | None = None,
+             close: bool = False) -> None:
+        """The next `count` requests of `api` are handled but never answered, and their connection
+        goes silent until the client gives up (close=True: closed instead of answered): the
+        `drop` and `close` fault actions (minibroker.faults), on one broker or all."""
+        from minibroker.control.rules import api_key_of
+        from minibroker.faults import FaultRule
+        from minibroker.protocol.messages import api_name
+
+        name = api_name(api_key_of(api))
+        if count < 1:
+            raise ControlError(f"drop {name}: count must be at least 1, not {count}")
+
+        def add() -> None:
+            brokers = control_brokers(self)
+            if broker is not None and broker not in brokers:
+                raise ControlError(f"drop {name}: no running broker {broker} (brokers: {sorted(brokers)})")
+            for node_id, b in brokers.items():
+                if broker in (None, node_id):
+                    b.faults.add(FaultRule(name, "close" if close else "drop", limit=count, client_id=client_id))
+        self.in_broker(add)
+
     def advance(self, seconds: float = 0, *, minutes: float = 0, hours: float = 0, days: float = 0) -> None:
         """Move every broker's clock forward (minibroker.clock.BrokerClock.advance)."""
         total = seconds + 60 * minutes + 3600 * hours + 86400 * days

@@ -59,6 +59,10 @@ def test_clock_and_delay_and_connections(broker):
     assert broker.broker.clock.skew == before + 90
     assert call(url, "POST", "/delay", {"broker": broker.broker.node_id, "ms": 0})[0] == 200
     assert call(url, "POST", "/connections/close", {})[0] == 200
+    assert call(url, "POST", "/connections/drop", {"api": "ListGroups", "count": 2})[0] == 200
+    assert [(r.api, r.action, r.limit) for r in broker.broker.faults.rules] == [("ListGroups", "drop", 2)]
+    broker.in_broker(broker.broker.faults.clear)
+    assert call(url, "POST", "/connections/drop", {"api": "Nope"})[0] == 400
 
 
 @pytest.mark.parametrize("method,path,body,status,message", [

@@ -30,6 +30,7 @@ def clean(broker):
     for hook in list(broker.broker.control.plane.hooks):
         broker.unhook(hook)
     broker.delay(broker.broker.node_id, 0)
+    broker.broker.faults.clear()
 
 
 def find_coordinator(client, group):
@@ -161,3 +162,31 @@ def test_the_error_fault_rule_answers_any_api(broker, unique):
             broker.broker.faults.clear()
     assert codes == [0, NOT_LEADER, 0]
     assert rule.fired == 1
+
+
+def test_drop_and_close_the_next_requests(broker):
+    broker.drop("FindCoordinator")
+    with WireClient(broker.bootstrap, timeout=5) as client:
+        from tests.support.wire import encode_request
+
+        client.send_raw(encode_request(request(10, 3, key="x", key_type=0), 1))
+        readable, _, _ = select.select([client.sock], [], [], 0.3)
+        assert not readable  # handled, never answered: the connection went silent
+    broker.drop("FindCoordinator", close=True)
+    with WireClient(broker.bootstrap) as client:
+        client.send_raw(encode_request(request(10, 3, key="x", key_type=0), 1))
+        assert client.is_closed_by_peer()
+    with WireClient(broker.bootstrap) as client:  # both used up
+        assert find_coordinator(client, "x").error_code == 0
+    with pytest.raises(ControlError, match="drop FindCoordinator: no running broker 42"):
+        broker.drop("find_coordinator", broker=42)
+
+
+def test_a_hook_that_raises_lets_the_request_through(broker):
+    def broken(req):
+        raise AssertionError("the test's own bug")
+
+    hook = broker.hook(broken, api="FindCoordinator")
+    with WireClient(broker.bootstrap) as client:
+        assert find_coordinator(client, "x").error_code == 0
+    assert (hook.calls, hook.errors) == (1, 1)
