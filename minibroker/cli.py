@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     control = sub.add_parser(
         "control",
-        help="drive a running broker's control endpoint: errors, delays, requests, clock, stop/start",
+        help="drive the control endpoint of a broker under test",
         description="Drive the control endpoint of `minibroker serve --control-listen` (docs/control.md).",
         epilog=control_cli.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

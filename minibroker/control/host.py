@@ -70,12 +70,18 @@ class BrokersTarget:
 
 
 async def _call(obj: Any, name: str, verb: str, *args: Any, **kwargs: Any) -> Any:
+    """`obj.name(*args, **kwargs)`, awaited when it is a coroutine; the cluster's refusals
+    (ValueError, KeyError: a broker not a replica, stopped, unknown) become ControlErrors naming
+    the verb."""
     method = getattr(obj, name, None)
     if method is None:
         raise NotInThisProcess(f"{verb}: the cluster in this process does not provide {name}() yet")
-    result = method(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
+    try:
+        result = method(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+    except (ValueError, KeyError) as exc:
+        raise ControlError(f"{verb}: {str(exc).strip(chr(39))}") from None
     return result
 
 
@@ -95,6 +101,9 @@ class RuntimeTarget(BrokersTarget):
         return found
 
     def endpoints(self) -> list[dict[str, Any]]:
+        brokers = getattr(self.runtime, "brokers", None)
+        if brokers is not None:  # the runtime's own description: node id, host, port, rack, state
+            return [{**b, "running": b.get("state", "running") == "running"} for b in brokers()]
         out = []
         for node_id in sorted(self.runtime.slots):
             endpoints = self.runtime.endpoints.get(node_id)
@@ -122,8 +131,8 @@ class RuntimeTarget(BrokersTarget):
 
     async def move_coordinator(self, broker: int, group: str | None, transactional_id: str | None) -> None:
         self._known("move-coordinator", broker)
-        await _call(self.runtime, "move_coordinator", "move-coordinator", broker, group=group,
-                    transactional_id=transactional_id)
+        await _call(self.runtime, "move_coordinator", "move-coordinator", group=group,
+                    transactional_id=transactional_id, broker=broker)
 
     def advance(self, seconds: float) -> None:
         advance = getattr(self.runtime, "advance", None)
