@@ -2,11 +2,12 @@
 test to assert on, in Python (`running.requests(api="JoinGroup")`) or as JSON over the control
 endpoint (minibroker.control.http).
 
-The body is converted to plain values when the request is captured (kio's objects and the Produce
-decoder's views of the frame, which the connection reuses for its next request, would otherwise be
-kept): entities become dicts, error codes and enums ints, durations and timestamps milliseconds,
-UUIDs strings. Bytes up to BYTES_KEPT long are kept as bytes, longer ones (a Produce's records) as a
-`{"bytes": length}` note, so a capture of the last `control.capture.requests` requests stays small.
+The body is given as plain values: entities become dicts, error codes and enums ints, durations and
+timestamps milliseconds, UUIDs strings; bytes up to BYTES_KEPT long stay bytes, longer ones (a
+Produce's records) become a `{"bytes": length}` note. A Produce is converted as it is captured (its
+records are views of the frame, which the connection reuses for its next request); any other
+request when its body is first read (kio's objects are immutable and hold no view of the frame), so
+capturing costs a request one small object. The last `control.capture.requests` requests are kept.
 """
 
 from __future__ import annotations
@@ -74,13 +75,20 @@ class CapturedRequest:
     api_key: int
     version: int
     client_id: str
-    body: dict[str, Any]  # the decoded request as plain values (module docstring)
+    decoded: Any = field(repr=False)  # the request as decoded (kio's object), or already plain values
     broker: int  # the node id that received it
     correlation_id: int
     peer: str  # the client's address:port
     time_ms: int  # the receiving broker's clock (wall milliseconds)
     # Answered instead of handled: "error" (an error stack), "hook", "fault" (fault.injection); None: handled.
     answered_by: str | None = field(default=None, compare=False)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The decoded request as plain values (module docstring), converted when first read."""
+        if not isinstance(self.decoded, dict):
+            self.decoded = plain(self.decoded)
+        return self.decoded
 
     def to_json(self) -> dict[str, Any]:
         return {

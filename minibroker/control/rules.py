@@ -282,7 +282,9 @@ class RequestControl:
         name = ctx.handler.api_name
         captured = None
         if plane.requests.limit:
-            captured = CapturedRequest(name, key, schema.version, ctx.client_id, plain(request), self.node_id,
+            # A Produce holds views of the frame, which the connection reuses: converted now.
+            decoded = plain(request) if key == PRODUCE_KEY else request
+            captured = CapturedRequest(name, key, schema.version, ctx.client_id, decoded, self.node_id,
                                        ctx.header.correlation_id, ctx.connection.peer, self.clock.now_ms())
             plane.requests.add(captured)
         answered = await self._apply(ctx, request, plane)
