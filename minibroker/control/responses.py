@@ -171,6 +171,12 @@ def _match(response_field: _Field, response_name: str, request: Any) -> list[Any
             score += 1  # the same name (WriteTxnMarkers' markers) answers even without keys in common
         if score and (best is None or score > best[0]):
             best = (score, items)
+    if best is None and not wanted:
+        # An entry naming nothing answers the request's one array of entries by position
+        # (CreateAcls' results answer its creations, DeleteAcls' filter_results its filters).
+        entities = [items for name, items in candidates if "." not in name and _is_entity(items[0])]
+        if len(entities) == 1:
+            return entities[0]
     return None if best is None else best[1]
 
 
