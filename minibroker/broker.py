@@ -49,6 +49,7 @@ from minibroker.listeners import listener_securities, unbound_listener
 from minibroker.log_context import broker_log_context
 from minibroker.log_cleaner import LogCleanerTask
 from minibroker.audit import AuditLog, quota_settings
+from minibroker.control.rules import RequestControl
 from minibroker.faults import FaultInjector
 from minibroker.features import Features
 from minibroker.telemetry import ClientMetrics
@@ -307,6 +308,8 @@ class Broker:
             window_field = max_in_flight_sequence_field(self.producer_states.max_in_flight)
             self.response_tags = {api_key: window_field for api_key in MAX_IN_FLIGHT_SEQUENCE_APIS}
         self.faults = FaultInjector(config["fault.injection"])
+        # Error stacks, hooks, delays and request capture for tests (minibroker.control).
+        self.control = RequestControl(self.node_id, clock, self.faults, config["control.capture.requests"])
         self.fetch_purgatory = Purgatory("Fetch", clock)
         self.replicas = ReplicaManager(self.logs, self.producer_states, self.fetch_purgatory, clock,
                                        self.storage_errors)
@@ -530,6 +533,10 @@ class Broker:
         ctx = RequestContext(self.services, conn, header, schema, handler, self.clock.monotonic())
         self.metrics.requests[handler.name] += 1
         self.metrics.request_versions[handler.name, version] += 1
+        if self.control.active:  # a test's controls: capture, delay, hooks, error stacks (minibroker.control)
+            answered = await self.control.intercept(ctx, request)
+            if answered is not None:
+                return Response(None) if answered.data is None else self._response(ctx, answered.data)
         # Requests of the SASL exchange are answered outside the quotas, as by Kafka's authenticator.
         if self.quotas.any_enabled and conn.authenticated and conn.sasl is None:
             mark = self.audit.mark() if self.audit is not None and handler.audited else -1

@@ -1,5 +1,6 @@
 """`minibroker` command line: `serve` runs a broker; `topics`, `configs` and `share-groups` manage a
-running one, as kafka-topics.sh, kafka-configs.sh and kafka-share-groups.sh do. Each subcommand is one line of `minibroker --help`."""
+running one, as kafka-topics.sh, kafka-configs.sh and kafka-share-groups.sh do; `control` drives its
+control endpoint (docs/control.md). Each subcommand is one line of `minibroker --help`."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "certificates kept in DIR (made there the first time), and print the client settings")
     serve.add_argument("--ssl-listen", metavar="HOST:PORT", help="the SSL listener's address (with --tls-self-signed, "
                        "or with ssl.keystore.* settings of your own)")
+    serve.add_argument("--control-listen", metavar="HOST:PORT", help="serve the HTTP control endpoint here (error stacks, delays, captured requests, the clock, stop/start; docs/control.md); loopback unless HOST names another address")
     serve.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve GET /metrics (Prometheus text format) over HTTP here")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity (default INFO)")
     from minibroker import configs_cli
@@ -119,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     share_groups_cli.add_arguments(share_groups)
+    from minibroker.control import cli as control_cli
+
+    control = sub.add_parser(
+        "control",
+        help="drive the control endpoint of a broker under test",
+        description="Drive the control endpoint of `minibroker serve --control-listen` (docs/control.md).",
+        epilog=control_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    control_cli.add_arguments(control)
     return parser
 
 
@@ -139,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         from minibroker import configs_cli
 
         return configs_cli.run(args)
+    if args.command == "control":
+        from minibroker.control import cli as control_cli
+
+        return control_cli.run(args)
     if args.command == "topics":
         from minibroker import topics_cli
 
@@ -186,6 +202,9 @@ def _serve(args: argparse.Namespace) -> int:
             material = TlsMaterial.create_or_open(args.tls_self_signed)
             overrides.update(material.broker_properties("SSL", client_auth="requested"))
             notes = material.client_notes()
+        if args.control_listen:
+            overrides["control.listen"] = args.control_listen
+            overrides.setdefault("control.capture.requests", "1000")
         config = BrokerConfig.load(args.config, overrides)
         try:
             trio.run(serve_until_signalled, config, True, notes)

@@ -58,6 +58,18 @@ def _host_port(value: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", port_number
 
 
+def _control_address(value: str) -> tuple[str, int] | None:
+    """control.listen: HOST:PORT, :PORT or PORT (those two on 127.0.0.1: loopback unless it names
+    another address); empty: off."""
+    value = value.strip()
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return (host.strip("[]") if sep and host else "127.0.0.1"), int(port)
+
+
 def _fault_rules(value: str):
     from minibroker.faults import parse_rules
 
@@ -418,6 +430,8 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("super.users", _super_users, "", "Principals allowed everything whatever the ACLs say, ';'-separated: User:admin;User:CN=ops,O=example."),
         Key("allow.everyone.if.no.acl.found", _bool, "false", "With an authorizer: whether an action on a resource no ACL matches is allowed (Kafka's default: denied)."),
         Key("connection.failed.authentication.delay.ms", _int, "100", "How long a failed SASL authentication waits before its answer and the close (Kafka's default), to slow down clients retrying a wrong password.", _at_least(0)),
+        Key("control.listen", _control_address, "", "HOST:PORT of the HTTP control endpoint (docs/control.md): error stacks, delays, captured requests, the clock, stopping and starting brokers, from any language; off when empty. Loopback only unless it names another address."),
+        Key("control.capture.requests", _int, "0", "How many of the latest requests the broker keeps for tests to read (docs/control.md); 0 keeps none. --control-listen and running_broker keep 1000.", _at_least(0)),
         Key("metrics.listen", _optional_host_port, "", "HOST:PORT of an HTTP server answering GET /metrics in Prometheus text format; off when empty."),
     ]
 }

@@ -14,11 +14,13 @@ AFTER the broker has handled the request (for Produce: after the append):
   client has sent nothing for 50 ms. A network fault as a producer with many requests in flight
   meets it: all the batches it had in flight are written without it learning so, and all are
   resent.
-- `error` (Produce and Metadata): the request is NOT handled; every partition of a Produce is
-  answered `error_code`, a Metadata v13+ gets it as its top-level error (KIP-1102: 129,
-  REBOOTSTRAP_REQUIRED, sends a Kafka 4 client back to its bootstrap servers; before v13 each
-  requested topic gets it). For studying what clients do with each error (DUPLICATE_SEQUENCE_NUMBER,
-  OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, REBOOTSTRAP_REQUIRED, ...).
+- `error` (any API): the request is NOT handled; it is answered `error_code` in every place its
+  response carries an error (minibroker.control.responses: every partition of a Produce or Fetch,
+  a Metadata v13+'s top-level error (KIP-1102: 129, REBOOTSTRAP_REQUIRED, sends a Kafka 4 client
+  back to its bootstrap servers; before v13 each requested topic's), a JoinGroup's top-level
+  error). The same answer as an error stack's (minibroker.control.rules), every Nth request. For
+  studying what clients do with each error (DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER,
+  INVALID_PRODUCER_EPOCH, REBOOTSTRAP_REQUIRED, ...).
 
 Rules come from the broker config `fault.injection` (rules separated by `;`, fields by `:`), e.g.
 `Produce:close:every=7:limit=20;Fetch:delay:delay_ms=300`, or in process:

@@ -377,13 +377,14 @@ async def _connection_task(broker: Broker, stream: trio.SocketStream, listener: 
     conn = broker.new_connection(peer, listener)
     try:
         async with stream:
-            tls = conn.security.tls if conn.security is not None else None
-            if tls is None:
-                await serve_connection(broker, stream, conn)
-                return
-            secure = trio.SSLStream(stream, tls.context, server_side=True)
-            if await _tls_handshake(broker, secure, conn, tls):
-                await serve_connection(broker, secure, conn)
+            with broker.control.connection_scope(conn):  # closed on demand (minibroker.control)
+                tls = conn.security.tls if conn.security is not None else None
+                if tls is None:
+                    await serve_connection(broker, stream, conn)
+                    return
+                secure = trio.SSLStream(stream, tls.context, server_side=True)
+                if await _tls_handshake(broker, secure, conn, tls):
+                    await serve_connection(broker, secure, conn)
     finally:
         broker.connection_closed(conn)
         broker.connection_quotas.release(ip)
@@ -551,11 +552,22 @@ async def serve_until_signalled(config: BrokerConfig, ready_line: bool = True, n
     lines printed after the ready line (the client settings of --tls-self-signed)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            host, port, broker = await nursery.start(serve, config)
+            control = None
+            if config["control.listen"] is not None:  # a broker the endpoint can stop and start
+                from minibroker.control.host import SingleBrokerHost
+                from minibroker.control.http import serve_control
+
+                host_target = SingleBrokerHost(config, serve)
+                host, port, broker = await nursery.start(host_target.run)
+                control = await nursery.start(serve_control, host_target, *config["control.listen"])
+            else:
+                host, port, broker = await nursery.start(serve, config)
             if ready_line:
                 extra = "".join(f" {name}={h}:{p}" for name, (h, p) in list(broker.listeners.items())[1:])
                 if broker.metrics_address is not None:
                     extra += " metrics=http://%s:%d/metrics" % broker.metrics_address
+                if control is not None:
+                    extra += " control=http://%s:%d/" % control
                 print(
                     f"minibroker ready: bootstrap.servers={host}:{port} data={broker.data_dir}{extra}",
                     flush=True,

@@ -25,12 +25,13 @@ import trio
 
 from minibroker.broker import Broker
 from minibroker.config import BROKER_CONFIGS, BrokerConfig
+from minibroker.control.surface import ControlSurface
 from minibroker.server import serve, sole_exception
 from minibroker.tls_material import TlsMaterial
 
 
 @dataclass
-class RunningBroker:
+class RunningBroker(ControlSurface):
     """A broker started by `running_broker` (and the pytest fixtures): where clients reach it, where
     its data lives, and the `Broker` itself (its `faults`, `config`, `logs`, ...) for a test to use."""
 
@@ -53,6 +54,12 @@ class RunningBroker:
         """bootstrap.servers of a listener by name (PLAINTEXT, SSL, MTLS, SASL_SSL, ...)."""
         host, port = self.broker.listeners[name]
         return f"{host}:{port}"
+
+    @property
+    def control_url(self) -> str | None:
+        """http://HOST:PORT of the control endpoint, when started with control_listen="127.0.0.1:0"."""
+        address = self.broker.control.address
+        return f"http://{address[0]}:{address[1]}" if address else None
 
     def in_broker(self, fn, *args):
         """Run `fn(*args)` on the broker's trio thread and return its result (to read its state)."""
@@ -81,7 +88,7 @@ def running_broker(
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="minibroker-"))
-        props = {"listeners": "127.0.0.1:0", "log.dirs": str(data_dir)}
+        props = {"listeners": "127.0.0.1:0", "log.dirs": str(data_dir), "control.capture.requests": "1000"}
         listeners = ["PLAINTEXT://127.0.0.1:0"]
         if sasl_users is not None:
             listeners.append("SASL_PLAINTEXT://127.0.0.1:0")
@@ -110,7 +117,15 @@ def running_broker(
             with scope:
                 tokens.append(trio.lowlevel.current_trio_token())
                 async with trio.open_nursery() as nursery:
-                    started.put(await nursery.start(serve, config))
+                    result = await nursery.start(serve, config)
+                    if config["control.listen"] is not None:  # the HTTP control endpoint (minibroker.control)
+                        from minibroker.control.host import BrokersTarget
+                        from minibroker.control.http import serve_control
+
+                        brokers = {result[2].node_id: result[2]}
+                        result[2].control.address = await nursery.start(
+                            serve_control, BrokersTarget(lambda: brokers), *config["control.listen"])
+                    started.put(result)
 
         def run() -> None:
             try:

@@ -87,9 +87,6 @@ def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
 
 @handler(3, 0, 13, client_throttles_from=6)
 async def metadata(ctx: RequestContext, request: Any) -> Reply:
-    injected = ctx.faults.before_request(ctx.handler.api_name, ctx.client_id) if ctx.faults.rules else None
-    if injected is not None:
-        return _injected_error(ctx, request, injected.error_code)
     include_ops = getattr(request, "include_topic_authorized_operations", False)
     allow_create = getattr(request, "allow_auto_topic_creation", True) and ctx.config[
         "auto.create.topics.enable"
@@ -121,22 +118,6 @@ async def metadata(ctx: RequestContext, request: Any) -> Reply:
         "topics": topics,
         "cluster_authorized_operations": cluster_operations,
         "error_code": ErrorCode.none,
-    })
-
-
-def _injected_error(ctx: RequestContext, request: Any, code: int) -> Reply:
-    """An `error` fault rule (minibroker.faults): from v13 the top-level error code (KIP-1102; the
-    client reads nothing else, and REBOOTSTRAP_REQUIRED sends a Kafka 4 client back to its bootstrap
-    servers), before it each requested topic's."""
-    topics = [] if ctx.version >= 13 or request.topics is None else [
-        _error_topic(t.name or "", getattr(t, "topic_id", None), ErrorCode(code)) for t in request.topics]
-    return Reply({
-        "brokers": [] if ctx.version >= 13 else ctx.cluster.brokers(ctx.connection.listener),
-        "cluster_id": ctx.cluster.cluster_id,
-        "controller_id": ctx.cluster.controller_id,
-        "topics": topics,
-        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-        "error_code": ErrorCode(code) if ctx.version >= 13 else ErrorCode.none,
     })
 
 

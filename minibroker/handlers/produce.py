@@ -232,8 +232,7 @@ def append_partition(ctx: RequestContext, topic: TopicInfo | None, partition_ind
 async def produce(ctx: RequestContext, request: Any) -> Reply | None:
     now_ms = ctx.clock.now_ms()
     acks = request.acks
-    faults, logs, audit = ctx.faults, ctx.logs, ctx.audit
-    injected = faults.before_request(ctx.handler.api_name, ctx.client_id) if faults.rules else None
+    logs, audit = ctx.logs, ctx.audit
     throttle_ms = 0
     responses = []
     denied = _denied_topics(ctx, request) if ctx.auth.authorizer is not None else None
@@ -247,9 +246,7 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
         topic = logs.resolve(name, topic_id)
-        if injected is not None:
-            partitions = [_partition_result(p.index, injected.error_code, "injected fault") for p in topic_data.partition_data]
-        elif denied and (topic.name if topic is not None else name) in denied:
+        if denied and (topic.name if topic is not None else name) in denied:
             code = ErrorCode.topic_authorization_failed
             partitions = [_partition_result(p.index, code) for p in topic_data.partition_data]
         elif acks not in (0, 1, -1):

@@ -30,6 +30,8 @@
 //	franz describe-group BOOTSTRAP GROUP    kadm DescribeGroups and FetchOffsets
 //	franz admin BOOTSTRAP TOPIC GROUP TXN_ID SPARE_TOPIC
 //	    kadm's admin calls one after another (franz_admin.go), each call's outcome printed
+//	http control URL METHOD PATH [JSON]
+//	    one call of minibroker's control endpoint with net/http (control.go), its answer printed
 //
 // Output: one JSON object per line on stdout, {"type": ...}; bytes are hex strings, null as null;
 // {"type": "done", "command": ...} after each command. A failure prints {"type": "error"} and exits 1.
@@ -156,6 +158,7 @@ var clients = map[string]map[string]command{
 	"sarama":         saramaCommands,
 	"sarama-default": saramaCommands, // sarama at its default Config.Version, as many applications leave it
 	"kafkago":        kafkaGoCommands,
+	"http":           httpCommands, // the control endpoint (control.go), not a Kafka client
 }
 
 func run(args []string) error {

@@ -28,6 +28,7 @@
 //                                                 read_committed or read_uncommitted
 //   describe-producers BOOTSTRAP TOPIC PARTITION  Admin.describeProducers
 //   group-consume BOOTSTRAP TOPIC GROUP COUNT [MEMBERS]   subscribe() in a group, commitSync()
+//   control URL METHOD PATH [JSON]                  one call of the control endpoint (java.net.http)
 //   alter-quota BOOTSTRAP ENTITY_TYPE NAME KEY VALUE      VALUE "remove" removes the key;
 //                                                  NAME "<default>" is the default entity;
 //                                                  TYPE/NAME may be comma lists (user,client-id)
@@ -226,6 +227,7 @@ public final class MiniClient {
             case "describe-producers" -> describeProducers(a[1], a[2], Integer.parseInt(a[3]));
             case "group-consume" -> groupConsume(a[1], a[2], a[3], Integer.parseInt(a[4]),
                     a.length > 5 ? Integer.parseInt(a[5]) : 1);
+            case "control" -> control(a[1], a[2], a[3], a.length > 4 ? a[4] : "");
             case "alter-quota" -> alterQuota(a[1], a[2], a[3], a[4], a[5]);
             case "produce-outcome" -> produceOutcome(a[1], a[2], Integer.parseInt(a[3]), a[4],
                     a.length > 5 ? a[5] : null);
@@ -917,6 +919,20 @@ public final class MiniClient {
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         return secured(p);
+    }
+
+    /** One call of minibroker's control endpoint (docs/control.md) with java.net.http: METHOD PATH and
+     *  a JSON body (empty: none). Prints the status and the JSON answer as it came. */
+    static void control(String url, String method, String path, String body) throws Exception {
+        java.net.http.HttpClient http = java.net.http.HttpClient.newHttpClient();
+        java.net.http.HttpRequest.Builder request = java.net.http.HttpRequest.newBuilder(java.net.URI.create(url + path))
+                .header("Content-Type", "application/json")
+                .method(method, body.isEmpty() ? java.net.http.HttpRequest.BodyPublishers.noBody()
+                        : java.net.http.HttpRequest.BodyPublishers.ofString(body));
+        java.net.http.HttpResponse<String> response = http.send(request.build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString());
+        OUT.println("{\"type\":\"control\",\"status\":" + response.statusCode() + ",\"answer\":"
+                + response.body().strip() + "}");
     }
 
     static void produce(String bootstrap, String topic, int count, String compression) throws Exception {
