@@ -1,0 +1,183 @@
+"""Several brokers in one process (minibroker.testing.running_cluster): placement, replication,
+leader moves, a broker killed and started again, with confluent-kafka (librdkafka) as the client.
+
+One cluster for the module (three brokers, replication factor 3, min.insync.replicas 2, a broker
+session of one second so that a killed broker is fenced quickly); each test its own topic."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from minibroker.protocol.entities import build
+from minibroker.protocol.errors import ErrorCode
+from minibroker.testing import running_cluster
+from tests.support.batches import make_batch
+from tests.support.wire import WireClient, ms, schema
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with running_cluster(3, tmp_path_factory.mktemp("cluster"), default_replication_factor=3,
+                         min_insync_replicas=2, broker_session_timeout_ms=1000,
+                         broker_heartbeat_interval_ms=200, replica_lag_time_max_ms=2000,
+                         replica_fetch_backoff_ms=100) as running:
+        yield running
+
+
+def _topic(cluster, partitions: int = 3, **configs: str) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions, config=configs)]).values():
+        future.result(10)
+    return name
+
+
+def _wait(predicate, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _full_isr(cluster, topic: str, partitions: int) -> bool:
+    return all(len(cluster.isr(topic, p)) == 3 for p in range(partitions))
+
+
+class Producing:
+    """An idempotent acks=all producer that remembers what was acknowledged, per partition."""
+
+    def __init__(self, cluster, topic: str) -> None:
+        self.topic = topic
+        self.acked: dict[int, list[int]] = {}
+        self.failed: list[str] = []
+        self.next = 0
+        self.producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "retry.backoff.ms": 50, "topic.metadata.refresh.interval.ms": 500})
+
+    def _done(self, err, msg) -> None:
+        if err is not None:
+            self.failed.append(str(err))
+        else:
+            self.acked.setdefault(msg.partition(), []).append(int(msg.value()))
+
+    def send(self, count: int) -> None:
+        for _ in range(count):
+            self.producer.produce(self.topic, str(self.next).encode(), key=str(self.next % 7).encode(),
+                                  on_delivery=self._done)
+            self.next += 1
+            self.producer.poll(0)
+        assert self.producer.flush(30) == 0
+        assert not self.failed, self.failed[:3]
+
+
+def _consume_all(cluster, topic: str, expected: int) -> dict[int, list[int]]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: dict[int, list[int]] = {}
+    deadline = time.monotonic() + 30
+    try:
+        while sum(map(len, got.values())) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                got.setdefault(message.partition(), []).append(int(message.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def test_brokers_one_cluster_id_and_replicas_spread(cluster):
+    topic = _topic(cluster, 3)
+    ids = set()
+    for node in cluster.node_ids:
+        metadata = AdminClient({"bootstrap.servers": cluster.broker_bootstrap(node)}).list_topics(timeout=10)
+        ids.add(metadata.cluster_id)
+        assert sorted(metadata.brokers) == [1, 2, 3]
+        partitions = metadata.topics[topic].partitions
+        assert all(sorted(p.replicas) == [1, 2, 3] and sorted(p.isrs) == [1, 2, 3] for p in partitions.values())
+        # Kafka's placement: each partition's first replica (its preferred leader) on another broker.
+        assert sorted(p.leader for p in partitions.values()) == [1, 2, 3]
+    assert len(ids) == 1
+    assert [b["state"] for b in cluster.brokers()] == ["running"] * 3
+    assert [b["controller"] for b in cluster.brokers()] == [True, False, False]
+
+
+def test_idempotent_producer_through_leader_moves_and_a_kill(cluster):
+    topic = _topic(cluster, 3)
+    producing = Producing(cluster, topic)
+    producing.send(200)
+    for partition in range(3):  # three leader moves, each to another ISR member
+        leader = cluster.leader(topic, partition)
+        target = next(b for b in cluster.isr(topic, partition) if b != leader)
+        cluster.move_leader(topic, partition, target)
+        assert cluster.leader(topic, partition) == target
+        producing.send(100)
+    assert cluster.shuffle_leaders([topic]) == 3
+    producing.send(100)
+    victim = cluster.leader(topic, 0)
+    cluster.stop(victim, kill=True)
+    producing.send(200)  # goes on once the controller fences it (broker.session.timeout.ms) and 0 has a new leader
+    assert cluster.leader(topic, 0) != victim
+    cluster.start(victim)
+    _wait(lambda: _full_isr(cluster, topic, 3), what="the restarted broker back in every ISR")
+    producing.send(100)
+    got = _consume_all(cluster, topic, producing.next)
+    assert got == producing.acked  # every acknowledged record once, in order per partition
+    assert sum(map(len, got.values())) == producing.next == 900
+
+
+def test_a_request_to_a_follower_names_the_leader(cluster):
+    topic = _topic(cluster, 1)
+    leader = cluster.leader(topic, 0)
+    follower = next(b for b in cluster.replicas(topic, 0) if b != leader)
+    request = build(schema(0, 10), {"transactional_id": None, "acks": -1, "timeout": ms(5000), "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": make_batch([(None, b"v")])}]}]})
+    with WireClient(cluster.broker_bootstrap(follower)) as client:
+        response = client.request(request)
+    [part] = response.responses[0].partition_responses
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert part.current_leader.leader_id == leader  # KIP-951
+    [endpoint] = response.node_endpoints
+    assert (endpoint.node_id, f"{endpoint.host}:{endpoint.port}") == (leader, cluster.broker_bootstrap(leader))
+
+
+def test_acks_all_refused_under_min_insync_replicas(cluster):
+    topic = _topic(cluster, 1, **{"min.insync.replicas": "3"})
+    leader = cluster.leader(topic, 0)
+    other = next(b for b in cluster.replicas(topic, 0) if b != leader)
+    cluster.stop(other)  # a controlled shutdown: it leaves the ISR at once
+    try:
+        assert len(cluster.isr(topic, 0)) == 2
+        request = build(schema(0, 9), {"transactional_id": None, "acks": -1, "timeout": ms(5000), "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": make_batch([(None, b"v")])}]}]})
+        with WireClient(cluster.broker_bootstrap(leader)) as client:
+            [part] = client.request(request).responses[0].partition_responses
+        assert part.error_code == ErrorCode.not_enough_replicas
+    finally:
+        cluster.start(other)
+    _wait(lambda: _full_isr(cluster, topic, 1), what="the restarted broker back in the ISR")
+
+
+def test_move_coordinator_moves_find_coordinator(cluster):
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    topic = _topic(cluster, 1)
+    _consume_all(cluster, topic, 0)  # makes __consumer_offsets exist
+    offsets, partition = cluster.in_cluster(lambda: cluster.runtime.coordinator_partition(group=group))
+    target = next(b for b in cluster.isr(offsets, partition) if b != cluster.leader(offsets, partition))
+    cluster.move_coordinator(group=group, broker=target)
+    request = build(schema(10, 4), {"key_type": 0, "coordinator_keys": [group]})
+    with WireClient(cluster.broker_bootstrap(1)) as client:
+        [coordinator] = client.request(request).coordinators
+    assert coordinator.node_id == target
+    with pytest.raises(ValueError, match="not a replica|not in the ISR|stopped"):
+        cluster.move_leader(offsets, partition, 99)
