@@ -55,7 +55,7 @@ from minibroker.storage.offsets_store import TOPIC as GROUP_TOPIC
 from minibroker.storage.transaction_store import TOPIC as TXN_TOPIC
 from minibroker.storage.file_cache import FileCache
 
-__all__ = ["BrokerSlot", "ClusterRuntime", "cluster_configs"]
+__all__ = ["BrokerSlot", "ClusterRuntime", "cluster_configs", "serve_cluster_until_signalled"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,11 @@ def cluster_configs(base: BrokerConfig, brokers: int, listens: Sequence[str] = (
             else:
                 listeners.append(f"{entry.name}://{entry.host}:{port}")
         props["listeners"] = ",".join(listeners)
+        metrics = props.get("metrics.listen")
+        if metrics and brokers > 1:  # each broker its own /metrics, on the next ports (0 stays 0)
+            host, _, port_text = metrics.rpartition(":")
+            port = int(port_text) if port_text.isdigit() else 0
+            props["metrics.listen"] = f"{host}:{port + i if port else 0}"
         configs.append(BrokerConfig(props))
     return configs
 
@@ -378,3 +383,19 @@ def _with_ports(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> Brok
         listeners.append(f"{entry.name}://{entry.host}:{port}")
     return BrokerConfig({**config.props, "listeners": ",".join(listeners)})
 
+
+
+async def serve_cluster_until_signalled(base: BrokerConfig, brokers: int, listens: Sequence[str] = ()) -> None:
+    """`minibroker serve --brokers N`: run the cluster until SIGINT or SIGTERM, then stop every
+    broker cleanly. Prints one ready line: the bootstrap.servers of every broker."""
+    import signal
+
+    runtime = ClusterRuntime(cluster_configs(base, brokers, listens))
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            print(f"minibroker ready: bootstrap.servers={runtime.bootstrap()} data={base['log.dirs']} "
+                  f"brokers={brokers}", flush=True)
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
