@@ -493,16 +493,23 @@ class Replication:
 
     def _apply_fetched(self, tp: TopicPartition, plog: PartitionLog, part: dict[str, Any], now_ms: int) -> bool:
         diverging = part.get("diverging_epoch")
-        if diverging is not None and diverging.get("epoch", -1) >= 0 and diverging.get("end_offset", -1) >= 0:
-            epoch, end = diverging["epoch"], diverging["end_offset"]
-            own_epoch, own_end = plog.leader_epochs.end_offset_for(epoch, plog.log_end_offset)
-            cut = min(end, own_end if own_epoch >= 0 else plog.log_end_offset)
+        if diverging is not None and (diverging.get("epoch", -1) >= 0 or diverging.get("end_offset", -1) >= 0
+                                      or plog.leader_epochs.latest_epoch >= 0):
+            epoch, end = diverging.get("epoch", -1), diverging.get("end_offset", -1)
+            if epoch >= 0 and end >= 0:
+                own_epoch, own_end = plog.leader_epochs.end_offset_for(epoch, plog.log_end_offset)
+                cut = min(end, own_end if own_epoch >= 0 else plog.log_end_offset)
+            else:
+                # The leader knows no epoch as old as our last one (its cache starts later): what
+                # is below our high watermark is committed, the rest is cut (Kafka's fetcher
+                # truncates to the high watermark when the leader has no offset for the epoch).
+                cut = min(plog.high_watermark, plog.log_end_offset)
+            before = (plog.log_end_offset, plog.leader_epochs.latest_epoch)
             log.log(logging.INFO if cut < plog.log_end_offset else logging.DEBUG,
                     "%s-%d: truncating to %d: the leader's epoch %d ends at %d (our log ends at %d)",
                     tp[0], tp[1], cut, epoch, end, plog.log_end_offset)
-            before = plog.log_end_offset
             plog.truncate_to(cut)
-            return plog.log_end_offset < before
+            return (plog.log_end_offset, plog.leader_epochs.latest_epoch) != before
         records = part.get("records") or b""
         moved = False
         if records:

@@ -417,12 +417,12 @@ class Controller:
 
     def _complete_reassignment(self, topic_id: uuid.UUID, partition: int,
                                reg: PartitionRegistration) -> list[MetadataRecord]:
-        """The change that completes a reassignment whose added replicas are all in the ISR: the
+        """The change that completes a reassignment whose target replicas are all in the ISR: the
         replicas become the target, the ISR loses the removed ones, and a removed leader hands over
         to the first target replica in the ISR."""
-        if not reg.reassignment_in_progress or any(b not in reg.isr for b in reg.adding_replicas):
-            return []
         target = tuple(b for b in reg.replicas if b not in reg.removing_replicas)
+        if not reg.reassignment_in_progress or any(b not in reg.isr for b in target):
+            return []
         isr = tuple(b for b in reg.isr if b in target)
         leader = reg.leader if reg.leader in target else self._choose_leader(target, isr)
         return [PartitionChangeRecord(topic_id, partition, replicas=target, isr=isr, adding_replicas=(),

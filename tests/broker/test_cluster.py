@@ -181,3 +181,31 @@ def test_move_coordinator_moves_find_coordinator(cluster):
     assert coordinator.node_id == target
     with pytest.raises(ValueError, match="not a replica|not in the ISR|stopped"):
         cluster.move_leader(offsets, partition, 99)
+
+
+def test_elect_leaders_and_alter_partition_reassignments_act(cluster):
+    topic = _topic(cluster, 1)
+    preferred = cluster.replicas(topic, 0)[0]
+    other = next(b for b in cluster.isr(topic, 0) if b != preferred)
+    cluster.move_leader(topic, 0, other)
+    elect = build(schema(43, 2), {"election_type": 0, "timeout_ms": 5000,
+                                  "topic_partitions": [{"topic": topic, "partitions": [0]}]})
+    with WireClient(cluster.broker_bootstrap(1)) as client:
+        [result] = client.request(elect).replica_election_results[0].partition_result
+        assert result.error_code == ErrorCode.none
+        assert cluster.leader(topic, 0) == preferred  # the preferred replica leads again
+        [result] = client.request(elect).replica_election_results[0].partition_result
+        assert result.error_code == ErrorCode.election_not_needed
+
+    producing = Producing(cluster, topic)
+    producing.send(50)
+    target = tuple(b for b in cluster.node_ids if b != preferred)  # two replicas: min.insync.replicas=2
+    reassign = build(schema(45, 0), {"timeout_ms": 5000, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "replicas": list(target)}]}]})
+    with WireClient(cluster.broker_bootstrap(1)) as client:
+        [part] = client.request(reassign).responses[0].partitions
+    assert part.error_code == ErrorCode.none
+    _wait(lambda: cluster.replicas(topic, 0) == target, what="the reassignment to complete")
+    assert cluster.leader(topic, 0) == target[0]  # the removed leader handed over
+    producing.send(50)
+    assert _consume_all(cluster, topic, 100) == producing.acked
