@@ -209,3 +209,20 @@ def test_elect_leaders_and_alter_partition_reassignments_act(cluster):
     assert cluster.leader(topic, 0) == target[0]  # the removed leader handed over
     producing.send(50)
     assert _consume_all(cluster, topic, 100) == producing.acked
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python", "aiokafka"])
+def test_consumers_over_fetch_sessions_across_a_leader_move(cluster, client):
+    """KIP-227 sessions (kafka-python's) and sessionless fetches (librdkafka's, aiokafka's) across a
+    leader move: the old leader answers NOT_LEADER_OR_FOLLOWER, the client fetches from the new one."""
+    from tests.support.fetch_session_consumers import CONSUMERS, consume_across_a_change
+
+    assert client in CONSUMERS
+    topic = _topic(cluster, 2)
+    leader = cluster.leader(topic, 0)
+    other = next(b for b in cluster.isr(topic, 0) if b != leader)
+    seen = consume_across_a_change(cluster.bootstrap, topic, f"fs-{uuid.uuid4().hex[:6]}", client,
+                                   lambda _admin: cluster.move_leader(topic, 0, other), 0)
+    assert cluster.leader(topic, 0) == other
+    assert sorted(k for p, k in seen if k.startswith(b"new")) == [b"new-0", b"new-1", b"new-2"]
+    assert len(seen) == 9
