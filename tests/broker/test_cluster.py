@@ -226,3 +226,12 @@ def test_consumers_over_fetch_sessions_across_a_leader_move(cluster, client):
     assert cluster.leader(topic, 0) == other
     assert sorted(k for p, k in seen if k.startswith(b"new")) == [b"new-0", b"new-1", b"new-2"]
     assert len(seen) == 9
+
+
+@pytest.mark.minibroker(brokers=2, default_replication_factor=2, broker_rack="r1")
+def test_the_minibroker_cluster_fixture_takes_the_marker(minibroker_cluster):
+    assert minibroker_cluster.node_ids == [1, 2]
+    assert [(b["node_id"], b["rack"], b["state"]) for b in minibroker_cluster.brokers()] == [
+        (1, "r1", "running"), (2, "r1", "running")]
+    topic = _topic(minibroker_cluster, 2)
+    assert all(sorted(minibroker_cluster.replicas(topic, p)) == [1, 2] for p in range(2))
