@@ -235,3 +235,29 @@ def test_the_minibroker_cluster_fixture_takes_the_marker(minibroker_cluster):
         (1, "r1", "running"), (2, "r1", "running")]
     topic = _topic(minibroker_cluster, 2)
     assert all(sorted(minibroker_cluster.replicas(topic, p)) == [1, 2] for p in range(2))
+
+
+def test_replication_under_an_authorizer_that_denies_everyone_but_the_admin(tmp_path):
+    """Followers fetch in process as the inter-broker principal, which the ACLs do not stop (Kafka's
+    usual setup: the brokers' principal is a super user): an admin's acks=all produce with
+    min.insync.replicas=3 is acknowledged, so every follower fetched; an anonymous client is refused."""
+    with running_cluster(3, tmp_path, sasl_users={"admin": "admin-secret"}, default_replication_factor=3,
+                         min_insync_replicas=3, super_users="User:admin",
+                         authorizer_class_name="org.apache.kafka.metadata.authorizer.StandardAuthorizer") as secured:
+        admin_settings = {"bootstrap.servers": secured.sasl_bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                          "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"}
+        admin = AdminClient(admin_settings)
+        admin.create_topics([NewTopic("secured", 1)])["secured"].result(10)
+        producer = Producer({**admin_settings, "acks": "all", "enable.idempotence": True})
+        delivered = []
+        for i in range(20):
+            producer.produce("secured", b"%d" % i, on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(20) == 0
+        assert delivered == [None] * 20
+        assert len(secured.isr("secured", 0)) == 3
+        leader = secured.leader("secured", 0)
+        request = build(schema(0, 9), {"transactional_id": None, "acks": -1, "timeout": ms(5000), "topic_data": [
+            {"name": "secured", "partition_data": [{"index": 0, "records": make_batch([(None, b"v")])}]}]})
+        with WireClient(secured.broker_bootstrap(leader)) as client:
+            [part] = client.request(request).responses[0].partition_responses
+        assert part.error_code == ErrorCode.topic_authorization_failed
