@@ -261,3 +261,25 @@ def test_replication_under_an_authorizer_that_denies_everyone_but_the_admin(tmp_
         with WireClient(secured.broker_bootstrap(leader)) as client:
             [part] = client.request(request).responses[0].partition_responses
         assert part.error_code == ErrorCode.topic_authorization_failed
+
+
+def test_java_admin_elects_reassigns_and_describes_the_cluster(cluster, java):
+    topic = _topic(cluster, 2)
+    preferred = [cluster.replicas(topic, p)[0] for p in range(2)]
+    for p in range(2):
+        cluster.move_leader(topic, p, next(b for b in cluster.isr(topic, p) if b != preferred[p]))
+    target = [b for b in cluster.node_ids if b != preferred[0]]
+    b = cluster.bootstrap
+    out = java.run(["describe-cluster", b],
+                   ["elect-leaders", b, "preferred", f"{topic}:0,{topic}:1"],
+                   ["elect-leaders", b, "preferred", f"{topic}:0"],
+                   ["alter-reassignment", b, topic, 0, ",".join(map(str, target))])
+    (described,) = [line for line in out if line["type"] == "cluster"]
+    assert described["nodes"] == [[n, cluster.broker_bootstrap(n)] for n in cluster.node_ids]
+    assert described["controller"] in cluster.node_ids
+    elected = [(line["partition"], line["error"]) for line in out if line["type"] == "elected"]
+    assert elected == [(f"{topic}-0", None), (f"{topic}-1", None), (f"{topic}-0", "ElectionNotNeededException")]
+    assert [line["error"] for line in out if line["type"] == "reassigned"] == [None]
+    _wait(lambda: cluster.replicas(topic, 0) == tuple(target), what="the reassignment to complete")
+    assert cluster.leader(topic, 1) == preferred[1]
+    assert cluster.leader(topic, 0) in target
