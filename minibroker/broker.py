@@ -82,6 +82,7 @@ from minibroker.protocol.messages import (
     parse_header,
     peek_api,
 )
+from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from minibroker.storage.config import LogConfig
 from minibroker.storage.errors import DamagedFileError, storage_error_message
 from minibroker.storage.file_cache import FileCache
@@ -346,6 +347,9 @@ class Broker:
             share_groups = self.groups.manager(SHARE)
             assert isinstance(share_groups, ShareGroupManager)
             share_groups.configure(ShareGroupSettings.from_broker(config), self.share_coordinator)
+        # A coordinator move: the broker that now leads __consumer_offsets loads its groups from its
+        # replica (the one that led it refuses to append: NOT_COORDINATOR to its clients).
+        self.replication.subscribe(self._on_leader_change)
         # Compaction of cleanup.policy=compact topics.
         self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
         # KIP-227: incremental fetch sessions (Kafka's FetchSessionCache; its 2-minute eviction time).
@@ -430,6 +434,11 @@ class Broker:
         nursery.start_soon(self.quotas.run_pid_cache_cleanup)
         nursery.start_soon(self.replication.run, nursery)
         nursery.start_soon(self.replication.run_isr_checks)
+
+    def _on_leader_change(self, topic: str, partition: int, registration: Any) -> None:
+        if topic == OFFSETS_TOPIC and registration.leader == self.node_id and self.groups.store.log is not None:
+            log.info("%s-%d: leading it in epoch %d: loading the groups", topic, partition, registration.leader_epoch)
+            self.groups.reload()
 
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and

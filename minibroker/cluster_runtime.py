@@ -312,22 +312,54 @@ class ClusterRuntime:
 
     # -- leaders and coordinators (a test's controls) -------------------------------------------------
 
-    def move_leader(self, topic: str, partition: int, broker: int) -> None:
+    async def move_leader(self, topic: str, partition: int, broker: int) -> None:
         """Make `broker` the leader of a partition, in a new leader epoch (kfake's
         MoveTopicPartition, librdkafka's partition_set_leader). ValueError when it is not a replica
         in the ISR that is up (anything else could lose acknowledged records); KeyError for a
-        partition that does not exist."""
+        partition that does not exist. It waits (up to replica.lag.time.max.ms) until `broker` has
+        every record of the leader, as a graceful move does, so that nothing the leader appended is
+        cut from it (a coordinator's records included, which do not wait for the ISR)."""
         assert self.controller is not None
+        registration = self.controller.image.partition(topic, partition)
+        if registration is None:
+            raise KeyError(f"No such partition as {topic}-{partition}")
+        await self._caught_up([(topic, partition, (broker,))])
         try:
             self.controller.move_leader(topic, partition, broker, self.controller_clock.now_ms())
         except UnknownTopicError as exc:
             raise KeyError(str(exc)) from None
 
-    def shuffle_leaders(self, topics: Iterable[str] | None = None) -> int:
+    async def shuffle_leaders(self, topics: Iterable[str] | None = None) -> int:
         """Give every partition with another ISR member up a new leader among them, at random
-        (kfake's ShufflePartitionLeaders); how many moved."""
+        (kfake's ShufflePartitionLeaders), once its followers have every record of its leader;
+        how many moved."""
         assert self.controller is not None
+        names = set(topics) if topics is not None else None
+        waits = [(t.name, index, reg.isr) for t in self.controller.image.topics.by_name.values()
+                 if names is None or t.name in names for index, reg in t.partitions.items()]
+        await self._caught_up(waits)
         return self.controller.shuffle_leaders(self.controller_clock.now_ms(), topics=topics)
+
+    async def _caught_up(self, partitions: Iterable[tuple[str, int, Sequence[int]]]) -> None:
+        """Wait until each named replica that is up has its partition's leader's log end (at most
+        replica.lag.time.max.ms in all: a replica that does not catch up is moved to anyway, as
+        the ISR still holds it)."""
+        clock = self.controller_clock
+        deadline = clock.monotonic() + self.slots[self.first].config["replica.lag.time.max.ms"] / 1000
+        for topic, partition, replicas in partitions:
+            while clock.monotonic() < deadline:
+                assert self.controller is not None
+                registration = self.controller.image.partition(topic, partition)
+                leader = self.broker(registration.leader) if registration is not None else None
+                leader_log = leader.logs.log(topic, partition) if leader is not None else None
+                if leader_log is None:
+                    break
+                behind = [b for b in replicas if (broker := self.broker(b)) is not None
+                          and (plog := broker.logs.log(topic, partition)) is not None
+                          and plog.log_end_offset < leader_log.log_end_offset]
+                if not behind:
+                    break
+                await clock.sleep(0.005)
 
     def coordinator_partition(self, *, group: str | None = None, transactional_id: str | None = None) -> tuple[str, int]:
         """The partition of __consumer_offsets (a group) or __transaction_state (a transactional id)
@@ -341,13 +373,13 @@ class ClusterRuntime:
             raise KeyError(f"{topic} does not exist yet: no coordinator to move")
         return topic, partition
 
-    def move_coordinator(self, *, group: str | None = None, transactional_id: str | None = None,
-                         broker: int) -> None:
+    async def move_coordinator(self, *, group: str | None = None, transactional_id: str | None = None,
+                               broker: int) -> None:
         """Move the coordinator of a group or a transactional id to `broker`: the leader of its
         partition of __consumer_offsets / __transaction_state moves there (so every key of that
         partition moves with it, as in Kafka)."""
         topic, partition = self.coordinator_partition(group=group, transactional_id=transactional_id)
-        self.move_leader(topic, partition, broker)
+        await self.move_leader(topic, partition, broker)
 
     def brokers(self) -> list[dict[str, Any]]:
         """Every broker of the cluster: node id, PLAINTEXT address, rack, state, whether it hosts the

@@ -229,6 +229,7 @@ class Replication:
         tp = (name, partition)
         self.followed.pop(tp, None)
         plog.leader_epoch = reg.leader_epoch
+        plog.follower = False
         end = plog.log_end_offset
         plog.leader_epochs.assign(reg.leader_epoch, end)
         now_ms = self.clock.now_ms()
@@ -253,6 +254,7 @@ class Replication:
         if plog.high_watermark_follows_end:
             plog.update_high_watermark(plog.high_watermark)  # from here on the leader's
         plog.leader_epoch = None
+        plog.follower = True
         self.leading.pop(tp, None)
         self.producer_states.forget_partition(name, partition)
         if reg.leader == NO_LEADER:

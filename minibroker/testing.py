@@ -151,19 +151,19 @@ class RunningCluster:
 
     def move_leader(self, topic: str, partition: int, broker: int) -> None:
         """Make `broker` (a replica in the ISR, up) the partition's leader, in a new leader epoch."""
-        self.in_cluster(self.runtime.move_leader, topic, partition, broker)
+        self._run(self.runtime.move_leader, topic, partition, broker)
 
     def shuffle_leaders(self, topics: Iterable[str] | None = None) -> int:
         """A new leader, at random among the other ISR members up, for every partition that has
         one; how many moved."""
-        return self.in_cluster(self.runtime.shuffle_leaders, topics)
+        return self._run(self.runtime.shuffle_leaders, topics)
 
     def move_coordinator(self, *, group: str | None = None, transactional_id: str | None = None,
                          broker: int) -> None:
         """Move a group's or a transactional id's coordinator to `broker` (the leader of its
         partition of __consumer_offsets / __transaction_state moves there)."""
-        self.in_cluster(functools.partial(self.runtime.move_coordinator, group=group,
-                                          transactional_id=transactional_id, broker=broker))
+        self._run(functools.partial(self.runtime.move_coordinator, group=group,
+                                    transactional_id=transactional_id, broker=broker))
 
     def brokers(self) -> list[dict[str, Any]]:
         """Every broker: node_id, host, port, rack, state (running, stopped, killed), controller."""

@@ -69,6 +69,7 @@ from minibroker.protocol.records.batch import (
 from minibroker.protocol.records.codec import ControlRecord, read_control_record
 from minibroker.protocol.records.validation import CorruptRecordError
 from minibroker.storage.config import LogConfig
+from minibroker.storage.errors import NotLeaderError
 from minibroker.storage.file_cache import FileCache
 from minibroker.storage.files import fsync_directory
 from minibroker.storage.index import NO_TIMESTAMP
@@ -153,6 +154,7 @@ class PartitionLog:
         # The epoch this replica leads in, when it leads; stamped into each batch appended (Kafka's
         # appendAsLeader writes it into partitionLeaderEpoch); None keeps the producer's.
         self.leader_epoch: int | None = None
+        self.follower = False  # a replica following its leader: appends are refused (NotLeaderError)
         self._epochs: LeaderEpochCache | None = None  # loaded at first use
         self._latest_epoch: int | None = None  # the cache's latest epoch, once known
 
@@ -378,7 +380,9 @@ class PartitionLog:
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Append one or more already-checked v2 batches, assigning consecutive offsets and stamping
-        `leader_epoch` into each."""
+        `leader_epoch` into each. NotLeaderError on a replica that follows its leader (nothing written)."""
+        if self.follower:
+            raise NotLeaderError(errno.EROFS, f"{self.directory.name} follows its leader: only the leader appends")
         segments = self._segments
         if segments is None:
             segments = self._loaded_segments()

@@ -112,7 +112,23 @@ def test_brokers_one_cluster_id_and_replicas_spread(cluster):
     assert [b["controller"] for b in cluster.brokers()] == [True, False, False]
 
 
-def test_idempotent_producer_through_leader_moves_and_a_kill(cluster):
+@pytest.fixture(scope="module", params=["lean", "kafka"])
+def moded_cluster(request, tmp_path_factory):
+    """A cluster per producer-state mode (producer.state.mode), for the idempotence test."""
+    if request.param == "lean":
+        yield request.getfixturevalue("cluster")
+        return
+    with running_cluster(3, tmp_path_factory.mktemp("cluster-kafka-mode"), default_replication_factor=3,
+                         min_insync_replicas=2, broker_session_timeout_ms=1000, broker_heartbeat_interval_ms=200,
+                         replica_lag_time_max_ms=2000, replica_fetch_backoff_ms=100,
+                         producer_state_mode="kafka") as running:
+        yield running
+
+
+def test_idempotent_producer_through_leader_moves_and_a_kill(moded_cluster):
+    """In both producer-state modes: the new leaders rebuild each producer's state from the log
+    they replicated, so the producer's sequence numbers carry across every move and the kill."""
+    cluster = moded_cluster
     topic = _topic(cluster, 3)
     producing = Producing(cluster, topic)
     producing.send(200)
@@ -283,3 +299,59 @@ def test_java_admin_elects_reassigns_and_describes_the_cluster(cluster, java):
     _wait(lambda: cluster.replicas(topic, 0) == tuple(target), what="the reassignment to complete")
     assert cluster.leader(topic, 1) == preferred[1]
     assert cluster.leader(topic, 0) in target
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_consumer_group_survives_a_coordinator_move(cluster, protocol):
+    """A group (classic, or KIP-848's) commits, its coordinator moves, the members go on: the new
+    coordinator loaded the group from its replica of __consumer_offsets, so nothing committed is
+    read again and nothing is skipped. (A classic member's commit right after the move may be
+    refused UNKNOWN_MEMBER_ID: the loaded group keeps its offsets, not its members, and the member
+    joins again; only a record whose commit was refused may be read twice.)"""
+    topic, group = _topic(cluster, 2), f"mv-{protocol}-{uuid.uuid4().hex[:6]}"
+    producing = Producing(cluster, topic)
+    producing.send(60)
+    settings = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                "enable.auto.commit": False, "group.protocol": protocol}
+    if protocol == "classic":
+        settings["session.timeout.ms"] = 6000
+    consumer = Consumer(settings)
+    consumer.subscribe([topic])
+    got: list[int] = []
+    refused: list[int] = []
+
+    def read(count: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(set(got)) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                got.append(int(message.value()))
+                try:
+                    consumer.commit(message, asynchronous=False)
+                except confluent_kafka.KafkaException as exc:
+                    assert exc.args[0].code() in (confluent_kafka.KafkaError.UNKNOWN_MEMBER_ID,
+                                                  confluent_kafka.KafkaError.REBALANCE_IN_PROGRESS,
+                                                  confluent_kafka.KafkaError.ILLEGAL_GENERATION), exc
+                    refused.append(got[-1])
+
+    try:
+        read(60)
+        offsets, partition = cluster.in_cluster(lambda: cluster.runtime.coordinator_partition(group=group))
+        old = cluster.leader(offsets, partition)
+        new = next(b for b in cluster.isr(offsets, partition) if b != old)
+        cluster.move_coordinator(group=group, broker=new)
+        assert cluster.leader(offsets, partition) == new
+        producing.send(60)
+        read(120)
+    finally:
+        consumer.close()
+    assert sorted(set(got)) == list(range(120))  # nothing skipped
+    assert len(got) - 120 <= len(refused)  # and nothing committed read again
+    # and a new member of the group starts from what was committed: nothing left to read
+    late = Consumer({**settings, "client.id": "late"})
+    late.subscribe([topic])
+    try:
+        extra = [late.poll(0.5) for _ in range(6)]
+    finally:
+        late.close()
+    assert [m for m in extra if m is not None and m.error() is None] == []
