@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import trio
 
@@ -56,6 +56,7 @@ from minibroker.telemetry import ClientMetrics
 from minibroker.fetch_sessions import MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS, FetchSessionCache, FetchSessions
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.replica_manager import AppendOutcome, ReplicaManager
+from minibroker.replication import BrokerUnavailable, Replication, ReplicationSettings
 from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.txn_markers import MarkerResult, TxnMarker
@@ -78,9 +79,11 @@ from minibroker.protocol.messages import (
     api_schema,
     decode_request,
     encode_response,
+    RequestHeader,
     parse_header,
     peek_api,
 )
+from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from minibroker.storage.config import LogConfig
 from minibroker.storage.errors import DamagedFileError, storage_error_message
 from minibroker.storage.file_cache import FileCache
@@ -115,7 +118,7 @@ class Response:
     close: bool = False  # close the connection once the response is sent
 
 
-def _prepare_data_dir(data_dir: Path) -> None:
+def prepare_data_dir(data_dir: Path) -> None:
     if data_dir.exists() and not data_dir.is_dir():
         raise StartupError(f"log.dirs {data_dir} is not a directory")
     try:
@@ -124,7 +127,7 @@ def _prepare_data_dir(data_dir: Path) -> None:
         raise StartupError(f"cannot create log.dirs {data_dir}: {exc.strerror or exc}") from exc
 
 
-def _load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
+def load_or_create_meta(data_dir: Path, node_id: int, cluster_id: str) -> str:
     """Keep the cluster id stable across restarts in meta.properties, as Kafka does. A file that is
     there but unreadable, or holds no cluster.id, stops the start (naming it): writing a fresh id over
     it would be a guess that turns the data directory into another cluster's."""
@@ -162,7 +165,8 @@ def _random_cluster_id() -> str:
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: BrokerClock | None = None,
                  group_types: GroupTypes = DEFAULT_GROUP_TYPES, authorizer: Authorizer | None = None,
-                 controller: Controller | None = None, peers: dict[int, BrokerEndpoints] | None = None) -> None:
+                 controller: Controller | None = None, peers: dict[int, BrokerEndpoints] | None = None,
+                 peer: Callable[[int], Broker | None] | None = None) -> None:
         """`clock`: the broker's clock (minibroker.clock); a new BrokerClock by default, so that
         several brokers in one process each keep their own time. `group_types`: the group types its
         coordinator knows (minibroker.groups.types; classic and consumer groups by default).
@@ -170,11 +174,16 @@ class Broker:
         `controller`: the cluster's controller (minibroker.storage.controller), when the broker is
         one of several; by default the broker is a cluster of one, whose controller keeps its
         metadata log in the broker's data directory. `peers`: where every broker of the cluster is
-        reached, by node id (shared by the brokers of a cluster; this broker adds its own)."""
+        reached, by node id (shared by the brokers of a cluster; this broker adds its own). `peer`:
+        the running broker of a node id, in process (None when it is stopped): followers fetch
+        from their leaders through it."""
         self.clock = clock if clock is not None else BrokerClock()
         self.controller = controller
         self._owns_controller = controller is None
         self.peers: dict[int, BrokerEndpoints] = peers if peers is not None else {}
+        self.peer: Callable[[int], Broker | None] = peer if peer is not None else (lambda node_id: None)
+        self.stopped = False  # stopped or killed: requests from other brokers in process are refused
+        self.killed = False  # stopped as by kill -9: closed as a crash leaves it (`close`)
         self.group_types = group_types
         self.authorizer = authorizer
         self.node_id: int = config["node.id"]
@@ -183,7 +192,7 @@ class Broker:
 
     def _start(self, config: BrokerConfig) -> None:
         self.data_dir = config.data_dir
-        _prepare_data_dir(self.data_dir)
+        prepare_data_dir(self.data_dir)
         # One broker per data directory (Kafka's .lock), taken before anything in it is read.
         self.lock = DataDirLock(self.data_dir)
         self.logs: LogManager  # set by _open (what its failure leaves open is closed there)
@@ -258,15 +267,18 @@ class Broker:
 
     def _open(self, config: BrokerConfig) -> None:
         clock = self.clock
-        self.cluster_id = _load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
+        self.cluster_id = load_or_create_meta(self.data_dir, self.node_id, config["cluster.id"])
         # The cluster's metadata (topics, assignments, configs, quotas, SCRAM, producer ids): a cluster
         # of one keeps its metadata log here, importing the files of an earlier version once.
         if self.controller is None:
             self.controller = Controller.open(
                 self.data_dir, self.node_id, clock.now_ms(), files=self.files,
                 legacy=legacy_importer(self.data_dir, self.node_id, config.log_config))
-        self.controller.default_replication_factor = config["default.replication.factor"]
-        self.controller.register_broker(self.node_id, config["broker.rack"], clock.now_ms())
+        if self._owns_controller:
+            self.controller.default_replication_factor = config["default.replication.factor"]
+            self.controller.unclean_leader_election = config.log_config.unclean_leader_election_enable
+            # A broker of a cluster is registered by the cluster, once it listens.
+            self.controller.register_broker(self.node_id, config["broker.rack"], clock.now_ms())
         self.metadata = BrokerMetadata(self.controller, clock, self.node_id)
         # Settings changed at runtime (KIP-226), kept in the metadata log, over the properties.
         self.dynamic_configs = DynamicBrokerConfigs.load(self.metadata, config)
@@ -311,8 +323,14 @@ class Broker:
         # Error stacks, hooks, delays and request capture for tests (minibroker.control).
         self.control = RequestControl(self.node_id, clock, self.faults, config["control.capture.requests"])
         self.fetch_purgatory = Purgatory("Fetch", clock)
+        # Who leads and follows what, the followers' fetchers, the high watermarks (minibroker.replication).
+        self.replication = Replication(self.node_id, self.logs, self.controller, self.producer_states,
+                                       self.fetch_purgatory, clock, ReplicationSettings.from_config(config),
+                                       peer=self.peer)
         self.replicas = ReplicaManager(self.logs, self.producer_states, self.fetch_purgatory, clock,
-                                       self.storage_errors)
+                                       self.storage_errors, replication=self.replication)
+        self.metadata.subscribe(self.replication.on_metadata)
+        self.replication.start()
         # Kafka 4's GROUP config resource (minibroker.group_configs); the consumer groups read it.
         self.group_configs = GroupConfigs(config, self.metadata)
         self.groups = GroupCoordinator.open(config, self.logs, clock, types=self.group_types,
@@ -332,6 +350,9 @@ class Broker:
             share_groups = self.groups.manager(SHARE)
             assert isinstance(share_groups, ShareGroupManager)
             share_groups.configure(ShareGroupSettings.from_broker(config), self.share_coordinator)
+        # A coordinator move: the broker that now leads __consumer_offsets loads its groups from its
+        # replica (the one that led it refuses to append: NOT_COORDINATOR to its clients).
+        self.replication.subscribe(self._on_leader_change)
         # Compaction of cleanup.policy=compact topics.
         self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
         # KIP-227: incremental fetch sessions (Kafka's FetchSessionCache; its 2-minute eviction time).
@@ -414,6 +435,13 @@ class Broker:
         nursery.start_soon(self.transactions.run)
         nursery.start_soon(self.quotas.run_housekeeping)
         nursery.start_soon(self.quotas.run_pid_cache_cleanup)
+        nursery.start_soon(self.replication.run, nursery)
+        nursery.start_soon(self.replication.run_isr_checks)
+
+    def _on_leader_change(self, topic: str, partition: int, registration: Any) -> None:
+        if topic == OFFSETS_TOPIC and registration.leader == self.node_id and self.groups.store.log is not None:
+            log.info("%s-%d: leading it in epoch %d: loading the groups", topic, partition, registration.leader_epoch)
+            self.groups.reload()
 
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and
@@ -445,16 +473,37 @@ class Broker:
             self._close()
 
     def _close(self) -> None:
+        self.stopped = True
+        if self.killed:
+            self._close_killed()
+            return
         try:
             if self.audit is not None:
                 self.audit.close(self.clock.now_ms())
             self.producer_states.snapshot_all()
             self.groups.close()
             self.quotas.close()
+            self.replication.stop()
+            self.fetch_purgatory.complete_all()
             self.metadata.close()
             self.logs.close(clean=True)
             if self._owns_controller and self.controller is not None:
                 self.controller.close(clean=True, now_ms=self.clock.now_ms())
+        finally:
+            self._release_descriptors()
+
+    def _close_killed(self) -> None:
+        """What a kill -9 leaves: nothing flushed, snapshotted or marked clean (the logs are
+        recovered at the next start, as after a crash); what waits is answered; the descriptors
+        are given back (the process lives on)."""
+        try:
+            self.replication.stop()
+            self.fetch_purgatory.complete_all()
+            self.groups.close()
+            self.metadata.close()
+            self.logs.close(clean=False)
+            if self._owns_controller and self.controller is not None:
+                self.controller.close(clean=False)
         finally:
             self._release_descriptors()
 
@@ -644,6 +693,25 @@ class Broker:
         schema = api_schema(API_VERSIONS_KEY, 0)
         body = {"error_code": ErrorCode.unsupported_version, "api_keys": api_version_list(self.services.handlers)}
         return encode_response(schema, correlation_id, build(schema.response, body))
+
+    async def internal_request(self, api_key: int, version: int, body: dict[str, Any], client_id: str) -> dict[str, Any]:
+        """A request from another broker of the cluster, in process (a follower's Fetch): kio's
+        request built from `body`, handled by this broker's handler as one from a client is (the
+        same read path), its response body returned. BrokerUnavailable when this broker is stopped."""
+        if self.stopped:
+            raise BrokerUnavailable(f"broker {self.node_id} is stopped")
+        handler = self.services.handlers[api_key]
+        schema = api_schema(api_key, version)
+        request = build(schema.request, body)
+        conn = Connection(peer=f"broker:{client_id}", listener="REPLICATION", client_id=client_id,
+                          inter_broker=True)
+        header = RequestHeader(api_key, version, 0, client_id, 0)
+        ctx = RequestContext(self.services, conn, header, schema, handler, self.clock.monotonic())
+        with broker_log_context(self.node_id):
+            reply = await handler.handle(ctx, request)
+        if self.stopped:
+            raise BrokerUnavailable(f"broker {self.node_id} stopped while answering")
+        return reply.body if reply is not None else {}
 
     # ---- conveniences for tests and tools (the handlers reach these through their context) ----
 

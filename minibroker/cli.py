@@ -29,6 +29,7 @@ examples:
   minibroker serve
   minibroker serve --listen 127.0.0.1:19092 --data-dir /tmp/mb
   minibroker serve --override num.partitions=3 --override log.retention.ms=60000
+  minibroker serve --brokers 3 --listen 127.0.0.1:19092 --override default.replication.factor=3
   minibroker serve --sasl-listen 127.0.0.1:9093 --sasl-user alice:alice-secret --metrics-listen 127.0.0.1:9100
   minibroker serve --tls-self-signed ./tls      # an SSL listener on 127.0.0.1:9093, certificates in ./tls
 """
@@ -66,7 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SERVE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (default 127.0.0.1:9092; port 0 picks a free port)")
+    serve.add_argument("--listen", metavar="HOST:PORT", action="append", default=[],
+                       help="address to listen on (default 127.0.0.1:9092; port 0 picks a free port); with --brokers N, "
+                            "the first broker's (the others on the next ports), or give it once per broker")
+    serve.add_argument("--brokers", metavar="N", type=int, default=1,
+                       help="run a cluster of N brokers in this process (node ids from node.id up, data in DIR/broker-<id>, "
+                            "one controller; default 1)")
     serve.add_argument("--data-dir", metavar="DIR", help="where logs and state live (default ./data)")
     serve.add_argument("--config", metavar="FILE", type=Path, help="a Kafka-style server.properties file")
     serve.add_argument("--override", metavar="KEY=VALUE", type=_parse_override, action="append", default=[], help="set one config key (repeatable)")
@@ -182,8 +188,13 @@ def _serve(args: argparse.Namespace) -> int:
         if args.config is not None and not args.config.is_file():
             raise ConfigError("--config", f"{args.config} is not a readable file")
         file_props = parse_properties(args.config.read_text(), str(args.config)) if args.config else {}
+        if args.brokers < 1:
+            raise ConfigError("--brokers", f"a cluster has at least one broker, not {args.brokers}")
+        if len(args.listen) > 1 and len(args.listen) != args.brokers:
+            raise ConfigError("--listen", f"{len(args.listen)} addresses for {args.brokers} broker(s): give one, or one per broker")
         if args.listen or args.sasl_listen:
-            listeners = args.listen or overrides.get("listeners") or file_props.get("listeners", "127.0.0.1:9092")
+            listeners = (args.listen[0] if args.listen else None) or overrides.get("listeners") \
+                or file_props.get("listeners", "127.0.0.1:9092")
             if args.sasl_listen:
                 listeners += f",SASL_PLAINTEXT://{args.sasl_listen}"
             overrides["listeners"] = listeners
@@ -207,7 +218,12 @@ def _serve(args: argparse.Namespace) -> int:
             overrides.setdefault("control.capture.requests", "1000")
         config = BrokerConfig.load(args.config, overrides)
         try:
-            trio.run(serve_until_signalled, config, True, notes)
+            if args.brokers == 1:
+                trio.run(serve_until_signalled, config, True, notes)
+            else:
+                from minibroker.cluster_runtime import serve_cluster_until_signalled
+
+                trio.run(serve_cluster_until_signalled, config, args.brokers, args.listen if len(args.listen) > 1 else ())
         except BaseExceptionGroup as group:  # a start-up failure inside trio's nurseries
             raise sole_exception(group) from None
     except ConfigError as exc:

@@ -148,6 +148,7 @@ class Connection:
     client_id: str = ""
     id: int = 0
     logged_trailing_bytes: bool = False
+    inter_broker: bool = False  # another broker of the cluster, in process (a follower's fetches)
     # Request-time quota accounting of the request in progress (BrokerQuotas.*_request_cycle): the
     # task's CPU up to which it has been charged, and to whom.
     request_cpu_mark: int | None = None

@@ -212,7 +212,7 @@ class FetchContext:
         if self.session is None:
             return False
         cached = self.order[index]
-        end = log.log_end_offset  # the high watermark on one broker
+        end = log.high_watermark  # what a consumer reads up to
         return cached.fetch_offset == end == cached.high_watermark and cached.log_start_offset == log.log_start_offset
 
     def finish(self, responses: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]], Callable[[], int] | None]:

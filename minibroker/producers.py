@@ -140,7 +140,8 @@ class ProducerStates:
         self._all_loaded = True
         before = len(self._managers)
         for topic, partition, plog in list(self._logs.logs()):  # type: ignore[union-attr]
-            self.manager(topic, partition, plog, now_ms)
+            if plog.leader_epoch is not None:  # the partitions this broker leads (a follower's is rebuilt later)
+                self.manager(topic, partition, plog, now_ms)
         if len(self._managers) > before:
             log.info("loaded the producer state of %d more partition(s) to look producer ids up broker-wide",
                      len(self._managers) - before)
@@ -214,6 +215,13 @@ class ProducerStates:
     def forget(self, topic: str) -> None:
         for key in [k for k in self._managers if k[0] == topic]:
             del self._managers[key]
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop a partition's producer state (its replica became a follower: the state is rebuilt
+        from the replicated log when it leads again, as at a restart)."""
+        entry = self._managers.pop((topic, partition), None)
+        if entry is not None:
+            entry[0].on_roll = None
 
     def remove_expired(self, now_ms: int) -> int:
         return sum(psm.remove_expired_producers(now_ms) for _, psm in self._managers.values())

@@ -95,5 +95,11 @@ class Purgatory:
             return 0
         return sum(1 for op in list(watchers) if not op.completed and op.try_complete())
 
+    def complete_all(self) -> int:
+        """Complete every operation waiting (its broker is going away): each reads what is there
+        now, or the error it finds. Returns how many."""
+        ops = {op for watchers in self._watchers.values() for op in watchers if not op.completed}
+        return sum(1 for op in ops if op.force_complete())
+
     def watched(self, key: Hashable) -> int:
         return len(self._watchers.get(key, ()))

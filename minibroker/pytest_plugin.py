@@ -4,6 +4,8 @@ Enabled automatically when minibroker is installed (entry point `pytest11`). It 
 
 - `minibroker`: one broker for the test (a `minibroker.testing.RunningBroker`; its `bootstrap` is the
   bootstrap.servers), configured by the `minibroker` marker;
+- `minibroker_cluster`: several brokers in one process (a `minibroker.testing.RunningCluster`, three
+  by default), with replication and the controls a test moves leaders and stops brokers with;
 - `minibroker_factory`: a callable that starts another broker on each call, for tests that need
   several, or one stopped and started again on the same data;
 - the `minibroker` marker: `@pytest.mark.minibroker(num_partitions=3, sasl_users={"alice": "pw"})`
@@ -23,11 +25,11 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 import pytest
 
 if TYPE_CHECKING:
-    from minibroker.testing import RunningBroker
+    from minibroker.testing import RunningBroker, RunningCluster
 
 MARKER = "minibroker"
 # running_broker's own arguments; every other setting is a broker config key.
-_NOT_CONFIG_KEYS = frozenset({"data_dir", "sasl_users", "tls", "properties"})
+_NOT_CONFIG_KEYS = frozenset({"data_dir", "sasl_users", "tls", "properties", "brokers"})
 
 
 def _kafka_names(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,6 +80,7 @@ class BrokerFactory:
         self._started += 1
         merged = {**self._defaults, **_kafka_names(settings)}
         marker_dir = merged.pop("data_dir", None)
+        merged.pop("brokers", None)  # the cluster fixture's
         if data_dir is None:
             data_dir = marker_dir or self._tmp_path / f"minibroker-{self._started}"
         manager = running_broker(data_dir, **merged)
@@ -139,5 +142,24 @@ def minibroker(minibroker_factory: BrokerFactory) -> RunningBroker:
     return minibroker_factory()
 
 
-# A cluster fixture (`minibroker_cluster`: several brokers that elect leaders and move them) belongs
-# here too, beside these two: it takes its settings from `marker_settings` as they do.
+@pytest.fixture
+def minibroker_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunningCluster]:
+    """Three brokers in one process for this test: a `minibroker.testing.RunningCluster`.
+
+    `minibroker_cluster.bootstrap` is the bootstrap.servers (every broker); the controls are one
+    line each: `stop(node, kill=False)`, `start(node)`, `move_leader(topic, partition, node)`,
+    `shuffle_leaders()`, `move_coordinator(group=... | transactional_id=..., broker=node)`,
+    `brokers()`, `leader(topic, partition)`, `isr(topic, partition)`. Settings come from the
+    `minibroker` marker, as for `minibroker`, and apply to every broker; `brokers=N` there sets
+    how many (3 by default):
+
+        @pytest.mark.minibroker(brokers=3, default_replication_factor=3, min_insync_replicas=2)
+        def test_failover(minibroker_cluster): ...
+    """
+    from minibroker.testing import running_cluster
+
+    settings = marker_settings(request.node)
+    brokers = int(settings.pop("brokers", 3))
+    data_dir = settings.pop("data_dir", None) or tmp_path / "minibroker-cluster"
+    with running_cluster(brokers, data_dir, **settings) as cluster:
+        yield cluster

@@ -28,7 +28,7 @@ too) and changes neither the last stable offset nor the index.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from minibroker.errors import error_answer
 from minibroker.protocol.errors import ErrorCode
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from minibroker.errors import StorageErrorLog
     from minibroker.producers import ProducerStates
     from minibroker.purgatory import Purgatory
+    from minibroker.replication import Replication
     from minibroker.storage.log import PartitionLog
     from minibroker.storage.manager import LogManager
 
@@ -68,12 +69,18 @@ class AppendOutcome(NamedTuple):
 
 class ReplicaManager:
     def __init__(self, logs: LogManager, producer_states: ProducerStates, purgatory: Purgatory,
-                 clock: BrokerClock, storage_errors: StorageErrorLog) -> None:
+                 clock: BrokerClock, storage_errors: StorageErrorLog, *, replication: Replication) -> None:
+        """`replication`: the broker's share of the cluster's replication (minibroker.replication):
+        who leads what, the followers' fetchers, the high watermarks."""
         self.logs = logs
         self.producer_states = producer_states
         self.purgatory = purgatory
         self.clock = clock
         self.storage_errors = storage_errors
+        self.replication = replication
+        # Told (partition, producer id, commit) after a marker is written to a partition of
+        # `__consumer_offsets`: the group coordinator commits or drops the transaction's offsets.
+        self.on_offsets_marker: Callable[[int, int, bool], object] | None = None
 
     def append_checked(self, topic: str, partition: int, log: PartitionLog, header: BatchHeader,
                        records: bytes | memoryview, now_ms: int) -> AppendOutcome:
@@ -101,7 +108,7 @@ class ReplicaManager:
         self.purgatory.check_and_complete((topic, partition))
         return AppendOutcome(ErrorCode.none, result.base_offset, result.log_append_time_ms, result.log_start_offset)
 
-    def append_transactional_offsets(self, log: PartitionLog, batch: bytes, now_ms: int) -> None:
+    def append_transactional_offsets(self, log: PartitionLog, batch: bytes, now_ms: int, partition: int = 0) -> None:
         """TxnOffsetCommit's transactional batch into `__consumer_offsets`, recorded in the partition's
         producer state as a Produce of a transactional batch is (Kafka appends it through the same
         log path): its transaction holds the last stable offset until the marker, and an ABORT
@@ -110,15 +117,15 @@ class ReplicaManager:
         a batch of an epoch older than the partition's state for the producer (a marker of its
         fencing bumped it) raises FencedEpochError, nothing appended; whether or not the KIP-890
         check ran before."""
-        psm = self.producer_states.manager(OFFSETS_TOPIC, 0, log, now_ms)  # loaded before the append
+        psm = self.producer_states.manager(OFFSETS_TOPIC, partition, log, now_ms)  # loaded before the append
         header = read_header(batch)
         entry = psm.last_entry(header.producer_id)
         if entry is not None and header.producer_epoch < entry.producer_epoch:
             raise FencedEpochError(f"producer {header.producer_id}: epoch {header.producer_epoch} is older than "
-                                   f"the current epoch {entry.producer_epoch} on {OFFSETS_TOPIC}-0")
+                                   f"the current epoch {entry.producer_epoch} on {OFFSETS_TOPIC}-{partition}")
         result = log.append(batch, now_ms)
         self.producer_states.update(psm, header, result, now_ms)
-        self.purgatory.check_and_complete((OFFSETS_TOPIC, 0))
+        self.purgatory.check_and_complete((OFFSETS_TOPIC, partition))
 
     def last_stable_offset(self, topic: str, partition: int, log: PartitionLog, now_ms: int | None = None) -> int:
         """The partition's last stable offset (ProducerStates.last_stable_offset)."""
@@ -151,7 +158,12 @@ class ReplicaManager:
         """Append one marker to one partition (see `write_txn_markers`)."""
         plog = self.logs.log(topic, partition)
         if plog is None:
+            info = self.logs.topic(topic)
+            if info is not None and 0 <= partition < info.num_partitions:
+                return ErrorCode.not_leader_or_follower  # hosted elsewhere: its leader takes the marker
             return ErrorCode.unknown_topic_or_partition
+        if plog.leader_epoch is None:
+            return ErrorCode.not_leader_or_follower
         try:
             psm = self.producer_states.manager(topic, partition, plog, now_ms)
             verdict = psm.prepare_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch)
@@ -177,4 +189,6 @@ class ReplicaManager:
             code, _ = error_answer(self.storage_errors, exc, f"{topic}-{partition}")
             return code
         self.purgatory.check_and_complete((topic, partition))
+        if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
+            self.on_offsets_marker(partition, marker.producer_id, marker.commit)
         return ErrorCode.none

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import InvalidTopicError, LogConfig, has_collision, validate_topic_name
 from minibroker.storage.errors import (
     InvalidPartitionsError,
@@ -47,7 +48,9 @@ from minibroker.storage.errors import (
 from minibroker.storage.file_cache import FileCache
 from minibroker.storage.metadata_image import (
     NO_LEADER,
+    RECOVERING,
     TOPIC_RESOURCE,
+    PartitionChangeRecord,
     PartitionRegistration,
     ConfigRecord,
     FenceBrokerRecord,
@@ -117,6 +120,7 @@ class Controller:
         self.hosts: dict[int, ReplicaHost] = {}
         self._publishers: list[Publisher] = []
         self.default_replication_factor = 1
+        self.unclean_leader_election = False  # the brokers' unclean.leader.election.enable
 
     @classmethod
     def open(cls, metadata_dir: Path, node_id: int, now_ms: int, *, extra_sections: Sequence[ImageSection] = (),
@@ -192,18 +196,237 @@ class Controller:
     # -- brokers ------------------------------------------------------------------------------------
 
     def register_broker(self, broker_id: int, rack: str | None, now_ms: int) -> None:
-        """A broker starts: registered (or its rack changed), or back from fenced. Nothing is written
-        when the image already has it so (a broker restarting as it was)."""
+        """A broker starts: registered (or its rack changed), or back from fenced, and elected
+        leader of the partitions left without one whose ISR holds it (Kafka's
+        handleBrokerUnfenced). Nothing is written when the image already has it so (a broker
+        restarting as it was)."""
         current = self.image.cluster.brokers.get(broker_id)
+        records: list[MetadataRecord] = []
         if current is None or current.rack != rack:
-            self.commit([RegisterBrokerRecord(broker_id, self.metadata.end_offset, rack, False)], now_ms)
+            records.append(RegisterBrokerRecord(broker_id, self.metadata.end_offset, rack, False))
         elif current.fenced:
-            self.commit([UnfenceBrokerRecord(broker_id, current.epoch)], now_ms)
+            records.append(UnfenceBrokerRecord(broker_id, current.epoch))
+        if not records:
+            return
+        self.commit(records + self._leaderless_elections(alive_too={broker_id}), now_ms)
 
-    def fence_broker(self, broker_id: int, now_ms: int, extra: Sequence[MetadataRecord] = ()) -> None:
+    def fence_broker(self, broker_id: int, now_ms: int) -> None:
+        """A broker stopped (its session timed out, or its controlled shutdown ended): fenced, out
+        of every ISR it is in (kept as the last member of an ISR it alone is in, as Kafka keeps it),
+        and its leaderships moved to another ISR member that is up, or to none (leader -1)
+        (Kafka's handleBrokerFenced)."""
         current = self.image.cluster.brokers.get(broker_id)
-        if current is not None and not current.fenced:
-            self.commit([FenceBrokerRecord(broker_id, current.epoch), *extra], now_ms)
+        if current is None or current.fenced:
+            return
+        changes = self._leave(broker_id, leave_isr=True)
+        self.commit([FenceBrokerRecord(broker_id, current.epoch), *changes], now_ms)
+
+    def controlled_shutdown(self, broker_id: int, now_ms: int) -> None:
+        """A broker stopping cleanly: its leaderships move first (to another ISR member that is up),
+        then it is fenced (Kafka's controlled shutdown), so clients find the new leaders at once."""
+        changes = self._leave(broker_id, leave_isr=False)
+        if changes:
+            self.commit(changes, now_ms)
+        self.fence_broker(broker_id, now_ms)
+
+    def _leave(self, broker_id: int, leave_isr: bool) -> list[MetadataRecord]:
+        """The partition changes that take `broker_id`'s leaderships (and, with `leave_isr`, its ISR
+        memberships) away."""
+        changes: list[MetadataRecord] = []
+        for topic in self.image.topics.by_name.values():
+            for index, reg in topic.partitions.items():
+                if broker_id != reg.leader and not (leave_isr and broker_id in reg.isr):
+                    continue
+                isr = reg.isr
+                if leave_isr and broker_id in isr and len(isr) > 1:
+                    isr = tuple(b for b in isr if b != broker_id)
+                leader: int | None = None
+                if reg.leader == broker_id:
+                    leader = self._choose_leader(reg.replicas, isr, exclude={broker_id})
+                    if leader == NO_LEADER and not leave_isr:
+                        continue  # no one to hand it to: it stays until the broker is fenced
+                if leader is None and isr == reg.isr:
+                    continue
+                changes.append(PartitionChangeRecord(topic.topic_id, index, isr=None if isr == reg.isr else isr,
+                                                     leader=leader))
+        return changes
+
+    def _is_alive(self, broker_id: int) -> bool:
+        registration = self.image.cluster.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
+    def _choose_leader(self, replicas: Sequence[int], isr: Sequence[int], exclude: set[int] = frozenset(),  # type: ignore[assignment]
+                       alive_too: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+        """The first replica, in the replica order (the preferred first), that is in the ISR and up."""
+        for broker_id in replicas:
+            if broker_id in isr and broker_id not in exclude and (self._is_alive(broker_id) or broker_id in alive_too):
+                return broker_id
+        return NO_LEADER
+
+    def _leaderless_elections(self, alive_too: set[int] = frozenset()) -> list[MetadataRecord]:  # type: ignore[assignment]
+        """Leaders for the partitions that have none: an ISR member that is up, or, where the
+        topic allows unclean elections, any replica that is up (its ISR is then that replica, its
+        log recovering: KIP-704)."""
+        changes: list[MetadataRecord] = []
+        for topic in self.image.topics.by_name.values():
+            for index, reg in topic.partitions.items():
+                if reg.leader != NO_LEADER and self._is_alive(reg.leader):
+                    continue
+                leader = self._choose_leader(reg.replicas, reg.isr, alive_too=alive_too)
+                if leader != NO_LEADER:
+                    changes.append(PartitionChangeRecord(topic.topic_id, index, leader=leader))
+                elif self._unclean_allowed(topic.name):
+                    leader = self._choose_leader(reg.replicas, reg.replicas, alive_too=alive_too)
+                    if leader != NO_LEADER:
+                        changes.append(PartitionChangeRecord(topic.topic_id, index, leader=leader, isr=(leader,),
+                                                             leader_recovery_state=RECOVERING))
+        return changes
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        value = self.image.topic_configs(topic).get("unclean.leader.election.enable")
+        if value is None:
+            return self.unclean_leader_election
+        return value.strip().lower() == "true"
+
+    # -- partitions: ISR changes, elections, moves, reassignments ------------------------------------
+
+    def _registration(self, topic: str, partition: int) -> tuple[TopicImage, PartitionRegistration]:
+        image = self.image.topics.by_name.get(topic)
+        if image is None or partition not in image.partitions:
+            raise UnknownTopicError(f"No such partition as {topic}-{partition}")
+        return image, image.partitions[partition]
+
+    def alter_partition(self, topic: str, partition: int, leader_id: int, leader_epoch: int, isr: Sequence[int],
+                        now_ms: int) -> ErrorCode:
+        """A leader's new ISR (Kafka's AlterPartition): refused when the leader or its epoch is not
+        the current one (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH), or an added member is not up
+        (INELIGIBLE_REPLICA). A reassignment whose new replicas are all in the ISR completes."""
+        image, reg = self._registration(topic, partition)
+        if reg.leader != leader_id:
+            return ErrorCode.not_leader_or_follower
+        if reg.leader_epoch != leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        isr = tuple(b for b in reg.replicas if b in isr)
+        if leader_id not in isr or any(b not in reg.isr and not self._is_alive(b) for b in isr):
+            return ErrorCode.ineligible_replica
+        if isr == reg.isr:
+            return ErrorCode.none
+        records: list[MetadataRecord] = [PartitionChangeRecord(image.topic_id, partition, isr=isr)]
+        merged = reg.merge(records[0])  # type: ignore[arg-type]
+        records += self._complete_reassignment(image.topic_id, partition, merged)
+        self.commit(records, now_ms)
+        return ErrorCode.none
+
+    def elect_leader(self, topic: str, partition: int, unclean: bool, now_ms: int) -> tuple[ErrorCode, str | None]:
+        """ElectLeaders for one partition (Kafka's ReplicationControlManager.electLeader): the
+        preferred replica when it is up and in the ISR (preferred), else
+        PREFERRED_LEADER_NOT_AVAILABLE; a leader for a partition without one, from the ISR or any
+        replica up (unclean), else ELIGIBLE_LEADERS_NOT_AVAILABLE; ELECTION_NOT_NEEDED when the
+        partition already has the leader asked for."""
+        image, reg = self._registration(topic, partition)
+        if not unclean:
+            preferred = reg.preferred_leader
+            if reg.leader == preferred:
+                return ErrorCode.election_not_needed, "Leader election not needed for topic partition."
+            if preferred not in reg.isr or not self._is_alive(preferred):
+                return ErrorCode.preferred_leader_not_available, (
+                    f"Failed to elect leader for partition {topic}-{partition} under strategy PREFERRED")
+            self.commit([PartitionChangeRecord(image.topic_id, partition, leader=preferred)], now_ms)
+            return ErrorCode.none, None
+        if reg.leader != NO_LEADER and self._is_alive(reg.leader):
+            return ErrorCode.election_not_needed, "Leader election not needed for topic partition."
+        leader = self._choose_leader(reg.replicas, reg.isr)
+        change = PartitionChangeRecord(image.topic_id, partition, leader=leader)
+        if leader == NO_LEADER:
+            leader = self._choose_leader(reg.replicas, reg.replicas)
+            change = PartitionChangeRecord(image.topic_id, partition, leader=leader, isr=(leader,),
+                                           leader_recovery_state=RECOVERING)
+        if leader == NO_LEADER:
+            return ErrorCode.eligible_leaders_not_available, (
+                f"Failed to elect leader for partition {topic}-{partition} under strategy UNCLEAN")
+        self.commit([change], now_ms)
+        return ErrorCode.none, None
+
+    def move_leader(self, topic: str, partition: int, broker_id: int, now_ms: int) -> None:
+        """Make `broker_id` the partition's leader (a test's control): it must be an ISR member that
+        is up (anything else would lose acknowledged records). ValueError says why not; the same
+        leader again is a new leader epoch, as a leader given always is."""
+        image, reg = self._registration(topic, partition)
+        if broker_id not in reg.replicas:
+            raise ValueError(f"broker {broker_id} is not a replica of {topic}-{partition} (replicas {list(reg.replicas)})")
+        if broker_id not in reg.isr:
+            raise ValueError(f"broker {broker_id} is not in the ISR of {topic}-{partition} (ISR {list(reg.isr)})")
+        if not self._is_alive(broker_id):
+            raise ValueError(f"broker {broker_id} is stopped")
+        self.commit([PartitionChangeRecord(image.topic_id, partition, leader=broker_id)], now_ms)
+
+    def shuffle_leaders(self, now_ms: int, rng: random.Random | None = None,
+                        topics: Iterable[str] | None = None) -> int:
+        """A new leader for every partition with more than one ISR member up: another of them,
+        chosen at random (kfake's ShufflePartitionLeaders). Returns how many moved."""
+        rng = rng if rng is not None else self.rng
+        names = set(topics) if topics is not None else None
+        changes: list[MetadataRecord] = []
+        for topic in self.image.topics.by_name.values():
+            if names is not None and topic.name not in names:
+                continue
+            for index, reg in topic.partitions.items():
+                candidates = [b for b in reg.isr if b != reg.leader and self._is_alive(b)]
+                if candidates:
+                    changes.append(PartitionChangeRecord(topic.topic_id, index, leader=rng.choice(candidates)))
+        self.commit(changes, now_ms)
+        return len(changes)
+
+    def preferred_elections(self, now_ms: int) -> int:
+        """Kafka's auto leader rebalance: every partition whose preferred replica is up, in the ISR
+        and not leading gets it back as its leader. Returns how many moved."""
+        changes: list[MetadataRecord] = []
+        for topic in self.image.topics.by_name.values():
+            for index, reg in topic.partitions.items():
+                preferred = reg.preferred_leader
+                if reg.leader != preferred and preferred in reg.isr and self._is_alive(preferred) \
+                        and not reg.reassignment_in_progress:
+                    changes.append(PartitionChangeRecord(topic.topic_id, index, leader=preferred))
+        self.commit(changes, now_ms)
+        return len(changes)
+
+    def reassign(self, topic: str, partition: int, target: Sequence[int] | None, now_ms: int) -> None:
+        """AlterPartitionReassignments for one partition (checked by the caller): the target
+        replicas join (adding), the others stay until the new ones are in the ISR, then leave
+        (removing), as Kafka's reassignment runs; None cancels one in progress (back to the
+        replicas before it)."""
+        image, reg = self._registration(topic, partition)
+        if target is None:
+            original = tuple(b for b in reg.replicas if b not in reg.adding_replicas)
+            isr = tuple(b for b in reg.isr if b in original) or reg.isr
+            leader = reg.leader if reg.leader in original else self._choose_leader(original, isr)
+            self.commit([PartitionChangeRecord(image.topic_id, partition, replicas=original, isr=isr,
+                                               adding_replicas=(), removing_replicas=(),
+                                               leader=None if leader == reg.leader else leader)], now_ms)
+            return
+        target = tuple(target)
+        current = tuple(b for b in reg.replicas if b not in reg.adding_replicas)
+        adding = tuple(b for b in target if b not in current)
+        removing = tuple(b for b in current if b not in target)
+        replicas = target + removing
+        change = PartitionChangeRecord(image.topic_id, partition, replicas=replicas, adding_replicas=adding,
+                                       removing_replicas=removing)
+        records: list[MetadataRecord] = [change]
+        records += self._complete_reassignment(image.topic_id, partition, reg.merge(change))
+        self.commit(records, now_ms)
+
+    def _complete_reassignment(self, topic_id: uuid.UUID, partition: int,
+                               reg: PartitionRegistration) -> list[MetadataRecord]:
+        """The change that completes a reassignment whose target replicas are all in the ISR: the
+        replicas become the target, the ISR loses the removed ones, and a removed leader hands over
+        to the first target replica in the ISR."""
+        target = tuple(b for b in reg.replicas if b not in reg.removing_replicas)
+        if not reg.reassignment_in_progress or any(b not in reg.isr for b in target):
+            return []
+        isr = tuple(b for b in reg.isr if b in target)
+        leader = reg.leader if reg.leader in target else self._choose_leader(target, isr)
+        return [PartitionChangeRecord(topic_id, partition, replicas=target, isr=isr, adding_replicas=(),
+                                      removing_replicas=(), leader=None if leader == reg.leader else leader)]
 
     def usable_brokers(self) -> list[UsableBroker]:
         return [UsableBroker(b.broker_id, b.rack, b.fenced) for b in self.image.cluster.brokers.values()]

@@ -21,6 +21,12 @@ from pathlib import Path
 from minibroker.protocol.errors import ApiError, ErrorCode
 
 
+class NotLeaderError(OSError):
+    """An append to a replica that follows its leader (minibroker.replication): only the leader
+    appends; a coordinator whose partition moved finds out here (its callers answer
+    NOT_COORDINATOR, as they do for a failed append)."""
+
+
 class DamagedFileError(ValueError):
     """A file in the data directory cannot be used as it is; `path` names it."""
 

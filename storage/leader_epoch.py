@@ -80,7 +80,7 @@ class LeaderEpochCache:
         """(epoch, end offset) for OffsetForLeaderEpoch (Kafka's LeaderEpochFileCache.endOffsetFor):
         the latest epoch and the log end when `requested` is the latest; the largest epoch below
         `requested` and the start of the first epoch after it otherwise; (UNDEFINED_EPOCH,
-        UNDEFINED_OFFSET) when `requested` is older than every epoch, or there is none."""
+        UNDEFINED_OFFSET) when `requested` is older or newer than every epoch, or there is none."""
         if requested == UNDEFINED_EPOCH or not self.entries:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
         if requested == self.latest_epoch:
@@ -89,8 +89,8 @@ class LeaderEpochCache:
         higher = bisect_right(epochs, requested)
         if higher == 0:  # older than the first epoch we know
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        if higher == len(self.entries):  # newer than every epoch: the latest ends at the log end
-            return self.entries[-1][0], log_end_offset
+        if higher == len(self.entries):  # newer than every epoch known: undefined, as Kafka answers
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
         return self.entries[higher - 1][0], self.entries[higher][1]
 
     # -- changing -------------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ from minibroker.protocol.records.batch import (
 from minibroker.protocol.records.codec import ControlRecord, read_control_record
 from minibroker.protocol.records.validation import CorruptRecordError
 from minibroker.storage.config import LogConfig
+from minibroker.storage.errors import NotLeaderError
 from minibroker.storage.file_cache import FileCache
 from minibroker.storage.files import fsync_directory
 from minibroker.storage.index import NO_TIMESTAMP
@@ -153,6 +154,7 @@ class PartitionLog:
         # The epoch this replica leads in, when it leads; stamped into each batch appended (Kafka's
         # appendAsLeader writes it into partitionLeaderEpoch); None keeps the producer's.
         self.leader_epoch: int | None = None
+        self.follower = False  # a replica following its leader: appends are refused (NotLeaderError)
         self._epochs: LeaderEpochCache | None = None  # loaded at first use
         self._latest_epoch: int | None = None  # the cache's latest epoch, once known
 
@@ -378,7 +380,9 @@ class PartitionLog:
 
     def append(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Append one or more already-checked v2 batches, assigning consecutive offsets and stamping
-        `leader_epoch` into each."""
+        `leader_epoch` into each. NotLeaderError on a replica that follows its leader (nothing written)."""
+        if self.follower:
+            raise NotLeaderError(errno.EROFS, f"{self.directory.name} follows its leader: only the leader appends")
         segments = self._segments
         if segments is None:
             segments = self._loaded_segments()
@@ -439,6 +443,42 @@ class PartitionLog:
         self._appended(first_offset, total, next_offset - first_offset, now_ms)
         return AppendResult(first_offset, next_offset - 1, now_ms if log_append_time else -1,
                             self._log_start_offset, max_timestamp)
+
+    def append_replicated(self, records: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
+        """A follower's append: the leader's batches as they are (their offsets and leader epochs
+        kept, Kafka's appendAsFollower), starting at this log's end; each batch of a newer leader
+        epoch starts that epoch in the cache. ValueError when they do not start at the log end or
+        are not whole batches (nothing written)."""
+        segments = self._loaded_segments()
+        view = memoryview(records)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        spans = batch_spans(view)
+        first_offset = spans[0][2][0]
+        if first_offset != self.log_end_offset:
+            raise ValueError(f"replicated batches start at {first_offset}, not at the log end {self.log_end_offset}")
+        total = len(view)
+        last_offset = spans[-1][2][0] + spans[-1][2][6]
+        self._begin_write()
+        active = segments[-1]
+        if active.size and self._should_roll(active, total, last_offset, now_ms):
+            active = self._roll(now_ms)
+        if active.first_append_ms is None:
+            active.first_append_ms = now_ms
+        buffers = [view[position:position + size] for position, size, _ in spans]
+        batches = [(fields[0] + fields[6], fields[8], size) for _, size, fields in spans]
+        active.append(buffers, batches, total)  # an OSError here leaves the segment as it was
+        epochs = self.leader_epochs
+        for _, _, fields in spans:
+            if fields[2] > epochs.latest_epoch:  # partitionLeaderEpoch
+                epochs.assign(fields[2], fields[0])
+        self._latest_epoch = epochs.latest_epoch
+        self._size += total
+        self._unflushed_messages += last_offset - first_offset + 1
+        if self._unflushed_messages >= self._flush_messages:
+            self.flush(now_ms)
+        max_timestamp = max(NO_TIMESTAMP, *(fields[8] for _, _, fields in spans))
+        return AppendResult(first_offset, last_offset, -1, self._log_start_offset, max_timestamp)
 
     def _appended(self, first_offset: int, size: int, count: int, now_ms: int) -> None:
         """After `count` offsets from `first_offset` (`size` bytes) were written: a newer leader
@@ -802,6 +842,9 @@ class PartitionLog:
         """Remove every batch holding an offset >= `offset` (whole batches: the log end may end up
         below `offset` when it falls inside a batch)."""
         if offset >= self.log_end_offset:
+            epochs = self.leader_epochs
+            if epochs.entries and epochs.entries[-1][1] >= offset:  # an epoch begun at the end, with nothing in it
+                self._truncate_epochs(offset)
             return
         self._begin_write()
         segments = self._loaded_segments()
@@ -824,6 +867,13 @@ class PartitionLog:
         epochs = self.leader_epochs
         epochs.truncate_from_end(offset)
         self._latest_epoch = epochs.latest_epoch
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every record and start the log afresh at `offset` (a follower whose leader's log
+        starts past this one's end: Kafka's truncateFullyAndStartAt)."""
+        self._loaded_segments()
+        self._truncate_epochs(0)
+        self._truncate_fully_and_start_at(offset)
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._begin_write()

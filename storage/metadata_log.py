@@ -140,7 +140,7 @@ class MetadataLog:
             # a log removed by hand): the snapshot is the image; the log goes on after it.
             log.warning("%s ends at %d, before its snapshot at %d: continuing from the snapshot",
                         self.directory, end, snapshot_offset)
-            plog._truncate_fully_and_start_at(snapshot_offset)
+            plog.truncate_fully_and_start_at(snapshot_offset)
             return
         if start > snapshot_offset:
             raise DamagedFileError(self.directory, f"the log starts at offset {start}, after the latest snapshot "

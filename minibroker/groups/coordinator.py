@@ -159,6 +159,19 @@ class GroupCoordinator:
         finally:
             self._after()
 
+    def reload(self) -> None:
+        """This broker became the leader of __consumer_offsets (a coordinator move): answer what is
+        parked, then rebuild every group from the replica of the log, as Kafka's coordinator loads
+        its partition on election."""
+        self.shard.close()
+        self._after(notify=False)
+        self.store.load()
+        shard = self.shard
+        shard.groups.clear()
+        shard._timers.clear()
+        shard._load(self.wall_clock_ms())
+        self._after()
+
     def close(self) -> None:
         """Answer every parked request (the broker is going away)."""
         self.shard.close()

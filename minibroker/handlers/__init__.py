@@ -35,6 +35,7 @@ MODULES = (
     "produce",
     "fetch",
     "list_offsets",
+    "offset_for_leader_epoch",
     "create_topics",
     "delete_topics",
     "describe_configs",

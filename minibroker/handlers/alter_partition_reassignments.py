@@ -10,8 +10,11 @@ progress, checked as Kafka's controller checks them (ReplicationControlManager
   ("The replication factor is changed from 1 to 2");
 - a target equal to the current replicas: nothing to do, NONE.
 
-On one broker the only valid target is this broker, which already holds every partition, so a
-valid request changes nothing; with several brokers the cluster view would start the move here.
+A valid request starts the move in the controller (minibroker.storage.controller `reassign`), as
+Kafka's does: the target replicas join (adding), catch up from the leader and enter the ISR, then
+the replicas not in the target leave (removing) and a removed leader hands over to the first target
+replica in the ISR. On one broker the only valid target is this broker, which already holds every
+partition, so a valid request changes nothing.
 
 Authorization: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED (31), top-level and on each
 partition.
@@ -72,6 +75,11 @@ async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Re
         partitions = []
         for p in topic.partitions:
             code, message = check_reassignment(cluster, topic.name, p.partition_index, p.replicas, allow_rf_change)
+            current = cluster.partition(topic.name, p.partition_index)
+            if code == ErrorCode.none and current is not None and (
+                    p.replicas is None or tuple(p.replicas) != current.replicas or current.reassignment_in_progress):
+                # The controller starts (or cancels) it; the brokers follow the metadata it commits.
+                cluster.controller.reassign(topic.name, p.partition_index, p.replicas, ctx.clock.now_ms())
             partitions.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
         responses.append({"name": topic.name, "partitions": partitions})
     return Reply({

@@ -61,6 +61,7 @@ REQUIRED: dict[str, tuple[Check, ...]] = {
     "Fetch": (_topic(Op.READ, when="from a consumer"),
               _cluster(Op.CLUSTER_ACTION, TOPIC_DENIED, when="from a follower (replica id >= 0)")),
     "ListOffsets": (_topic(Op.DESCRIBE),),
+    "OffsetForLeaderEpoch": (_topic(Op.DESCRIBE),),
     "Metadata": (_topic(Op.DESCRIBE, when="named (asked for every topic: left out)"),
                  _cluster(Op.CREATE, None, when="auto-creating a topic (else CREATE on it)"),
                  _topic(Op.CREATE, when="auto-creating it without CREATE on the cluster", of="each topic to create"),

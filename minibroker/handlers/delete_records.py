@@ -35,7 +35,10 @@ HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 def _delete(ctx: RequestContext, topic: str, partition: int, offset: int) -> tuple[int, int]:
     """(error code, low watermark) for one partition."""
     plog = ctx.logs.log(topic, partition)
-    if plog is None:
+    if plog is None or plog.leader_epoch is None:
+        info = ctx.logs.topic(topic)
+        if info is not None and 0 <= partition < info.num_partitions:
+            return ErrorCode.not_leader_or_follower, -1  # its leader takes it (Kafka's)
         return ErrorCode.unknown_topic_or_partition, -1
     if is_internal(topic):
         return ErrorCode.invalid_topic_exception, -1

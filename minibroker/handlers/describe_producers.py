@@ -37,6 +37,12 @@ async def describe_producers(ctx: RequestContext, request: Any) -> Reply:
             if not allowed:
                 partitions.append(_partition(index, ErrorCode.topic_authorization_failed, "Topic authorization failed."))
                 continue
+            info = ctx.logs.topic(topic.name)
+            if (plog is None or plog.leader_epoch is None) and info is not None and 0 <= index < info.num_partitions:
+                # Kafka's DescribeProducers is the partition leader's to answer.
+                partitions.append(_partition(index, ErrorCode.not_leader_or_follower,
+                                             f"this broker does not lead {topic.name}-{index}"))
+                continue
             if plog is None:
                 partitions.append(_partition(index, ErrorCode.unknown_topic_or_partition,
                                              f"{topic.name}-{index} does not exist"))

@@ -8,8 +8,11 @@ controller answers them (ReplicationControlManager.electLeaders):
   left out of the answer (each topic is still listed);
 - an election type other than 0 or 1: INVALID_REQUEST for the request and each partition named.
 
-The cluster view says who leads: on one broker every partition is led by its only, preferred,
-replica, so no election is ever needed.
+The cluster view says who leads; an election that is needed is the controller's
+(minibroker.storage.controller `elect_leader`): the preferred replica when it is up and in the ISR
+(else PREFERRED_LEADER_NOT_AVAILABLE), for an unclean election an ISR member up or else any replica
+up (else ELIGIBLE_LEADERS_NOT_AVAILABLE). On one broker every partition is led by its only,
+preferred, replica, so no election is ever needed.
 
 Authorization: ALTER on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED (31), and on
 each partition named.
@@ -31,7 +34,7 @@ PREFERRED, UNCLEAN = 0, 1
 ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
 
-def elect(cluster: ClusterView, topic: str, partition: int, election_type: int) -> tuple[ErrorCode, str | None]:
+def elect(cluster: ClusterView, topic: str, partition: int, election_type: int, now_ms: int) -> tuple[ErrorCode, str | None]:
     assignment = cluster.partition(topic, partition)
     if assignment is None:
         if not cluster.has_topic(topic):
@@ -40,7 +43,8 @@ def elect(cluster: ClusterView, topic: str, partition: int, election_type: int) 
     if (election_type == PREFERRED and assignment.has_preferred_leader) or (
             election_type == UNCLEAN and assignment.leader >= 0):
         return ErrorCode.election_not_needed, ELECTION_NOT_NEEDED_MESSAGE
-    return ErrorCode.none, None  # an election would run here once several brokers can lead
+    # The controller elects (a new leader epoch; the brokers follow the metadata it commits).
+    return cluster.controller.elect_leader(topic, partition, election_type == UNCLEAN, now_ms)
 
 
 def _result(topic: str, partitions: list[dict]) -> dict:
@@ -65,7 +69,7 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
         for info in ctx.logs.topics():
             partitions = []
             for p in range(info.num_partitions):
-                code, message = elect(ctx.cluster, info.name, p, election_type)
+                code, message = elect(ctx.cluster, info.name, p, election_type, ctx.clock.now_ms())
                 if code != ErrorCode.election_not_needed:
                     partitions.append({"partition_id": p, "error_code": code, "error_message": message})
             results.append(_result(info.name, partitions))
@@ -73,7 +77,7 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Reply:
         for t in request.topic_partitions:
             partitions = []
             for p in t.partitions:
-                code, message = elect(ctx.cluster, t.topic, p, election_type)
+                code, message = elect(ctx.cluster, t.topic, p, election_type, ctx.clock.now_ms())
                 partitions.append({"partition_id": p, "error_code": code, "error_message": message})
             results.append(_result(t.topic, partitions))
     return Reply({"error_code": ErrorCode.none, "replica_election_results": results})

@@ -24,6 +24,16 @@ Authorization (Kafka's handleFetchRequest): a consumer needs READ on each topic,
 are answered TOPIC_AUTHORIZATION_FAILED (29) whether or not the topic exists (an unknown topic id
 stays UNKNOWN_TOPIC_ID); a follower's fetch (a replica id >= 0) needs CLUSTER_ACTION on the cluster,
 else every partition is answered 29.
+
+Leaders and followers (minibroker.replication): a partition this broker does not lead is answered
+NOT_LEADER_OR_FOLLOWER, with its leader and leader epoch from v12 (current_leader) and the leader's
+address from v16 (node_endpoints, KIP-951). A request naming a current_leader_epoch older than the
+partition's is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320). A follower's fetch
+(its replica id in replica_state, v15+, or replica_id) takes the same path: it reads up to the log
+end rather than the high watermark, records the follower's progress (minibroker.replication:
+caught up, the ISR, the high watermark), and, when the follower's last_fetched_epoch ends earlier
+here than its fetch offset, answers diverging_epoch (the epoch and its end offset here) instead of
+records, so the follower truncates (KIP-595's check, Kafka's Partition.fetchRecords).
 """
 
 from __future__ import annotations
@@ -51,8 +61,17 @@ class _FetchPlan:
 
     def __init__(self, ctx: RequestContext, request, wanted) -> None:
         self.replicas = ctx.replicas
+        self.ctx = ctx
         self.storage_errors = ctx.storage_errors
         self.read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+        self.replica_id = replica_id_of(request)
+        # The epochs each partition of the request names: (current_leader_epoch, last_fetched_epoch).
+        self.epochs: dict[tuple[Any, int], tuple[int, int]] = {}
+        for topic in request.topics:
+            key = getattr(topic, "topic", None) or getattr(topic, "topic_id", None)
+            for p in topic.partitions:
+                self.epochs[(key, p.partition)] = (getattr(p, "current_leader_epoch", -1),
+                                                   getattr(p, "last_fetched_epoch", -1))
         self.entries: list[Any] = []  # (topic name or None, topic id or None, info, partition, offset, max_bytes, log)
         self.denied: set[tuple[str | None, Any]] = set()  # (name, topic_id) of topics it may not read
         check = ctx.auth.authorizer is not None
@@ -64,7 +83,7 @@ class _FetchPlan:
                 info = resolved[(name, topic_id)] = ctx.logs.resolve(name, topic_id)
                 topic_name = info.name if info is not None else name
                 if check and topic_name is not None:
-                    if _replica_id(request) >= 0:
+                    if self.replica_id >= 0:
                         if follower_allowed is None:
                             follower_allowed = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
                         allowed = follower_allowed
@@ -75,6 +94,12 @@ class _FetchPlan:
                         info = resolved[(name, topic_id)] = None
             log = ctx.logs.log(info.name, partition) if info is not None else None
             self.entries.append((name, topic_id, info, partition, offset, max_bytes, log))
+        if self.replica_id >= 0:  # a follower's fetch: its progress, as of this request
+            now_ms = ctx.clock.now_ms()
+            replication = ctx.replicas.replication
+            for _, _, info, partition, offset, _, log in self.entries:
+                if log is not None and log.leader_epoch is not None:
+                    replication.update_follower(info.name, partition, self.replica_id, offset, now_ms)
 
     def keys(self):
         return [(info.name, part) for _, _, info, part, _, _, log in self.entries if log is not None]
@@ -82,6 +107,8 @@ class _FetchPlan:
     def fetchable_end(self, name: str, part: int, log) -> int:
         """Where this fetch's reads stop: the last stable offset for read_committed, else the high
         watermark."""
+        if self.replica_id >= 0:
+            return log.log_end_offset
         if self.read_committed:
             return self.replicas.last_stable_offset(name, part, log)
         return log.high_watermark
@@ -90,8 +117,10 @@ class _FetchPlan:
         """Whether a read now would return at least min_bytes (or hit an error, which is final)."""
         total = 0
         try:
-            for _, _, info, part, offset, max_bytes, log in self.entries:
+            for name, topic_id, info, part, offset, max_bytes, log in self.entries:
                 if log is None or offset < log.log_start_offset or offset > log.log_end_offset:
+                    return True
+                if self._refusal(name, topic_id, part, offset, log) is not None:
                     return True
                 end = self.fetchable_end(info.name, part, log)
                 if end > offset:
@@ -117,6 +146,9 @@ class _FetchPlan:
             if key not in by_topic:
                 by_topic[key] = {"topic": name, "topic_id": topic_id, "partitions": []}
                 topics.append(by_topic[key])
+            if log is None and info is not None and 0 <= part < info.num_partitions:
+                by_topic[key]["partitions"].append(self._not_leader(info.name, part))
+                continue
             if log is None:
                 code = ErrorCode.unknown_topic_or_partition if name is not None or info is not None else ErrorCode.unknown_topic_id
                 if key in self.denied:
@@ -124,11 +156,19 @@ class _FetchPlan:
                 # Kafka's FetchResponse.partitionResponse: an empty (not null) aborted list.
                 by_topic[key]["partitions"].append(_partition(part, code, aborted=[]))
                 continue
+            refusal = self._refusal(name, topic_id, part, offset, log)
+            if refusal is not None:
+                by_topic[key]["partitions"].append(refusal)
+                continue
             aborted = None
             try:
-                lso = self.replicas.last_stable_offset(info.name, part, log)
-                data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes,
-                                max_offset=lso if self.read_committed else log.high_watermark)
+                if self.replica_id >= 0:
+                    lso = self.replicas.last_stable_offset(info.name, part, log)
+                    data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes)
+                else:
+                    lso = self.replicas.last_stable_offset(info.name, part, log)
+                    data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes,
+                                    max_offset=lso if self.read_committed else log.high_watermark)
                 if self.read_committed:
                     aborted = _aborted_transactions(log, offset, data)
             except OffsetOutOfRangeError:
@@ -147,10 +187,48 @@ class _FetchPlan:
         return topics
 
 
-def _replica_id(request: Any) -> int:
-    """The fetching replica (v15+ in replica_state), -1 for a consumer."""
+    def _refusal(self, name, topic_id, part: int, offset: int, log) -> dict[str, Any] | None:
+        """The answer of a partition that is not read (module docstring): not led here, a leader
+        epoch that does not match, or a follower's log that diverged; None to read it."""
+        if log.leader_epoch is None:
+            info = self.ctx.logs.resolve(name, topic_id)
+            return self._not_leader(info.name if info is not None else name, part)
+        current, last_fetched = self.epochs.get((name or topic_id, part), (-1, -1))
+        if current >= 0 and current != log.leader_epoch:
+            code = ErrorCode.fenced_leader_epoch if current < log.leader_epoch else ErrorCode.unknown_leader_epoch
+            return _partition(part, code)
+        if self.replica_id >= 0 and last_fetched >= 0:
+            epoch, end = log.leader_epochs.end_offset_for(last_fetched, log.log_end_offset)
+            if epoch < last_fetched or end < offset:
+                answer = _partition(part, 0, log.high_watermark, log.log_start_offset)
+                answer["diverging_epoch"] = {"epoch": epoch, "end_offset": end}
+                return answer
+        return None
+
+    def _not_leader(self, topic: str, part: int) -> dict[str, Any]:
+        answer = _partition(part, ErrorCode.not_leader_or_follower, aborted=[])
+        registration = self.ctx.cluster.partition(topic, part)
+        if registration is not None and registration.leader >= 0:
+            answer["current_leader"] = {"leader_id": registration.leader, "leader_epoch": registration.leader_epoch}
+        return answer
+
+
+def replica_id_of(request) -> int:
+    """The follower a Fetch comes from (-1 for a consumer): replica_state's from v15, replica_id's before."""
     state = getattr(request, "replica_state", None)
-    return state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    if state is not None:
+        return state.replica_id
+    return getattr(request, "replica_id", -1)
+
+
+def node_endpoints(ctx: RequestContext, responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The brokers named as current leaders, as clients of this listener reach them (KIP-951)."""
+    leaders = {p["current_leader"]["leader_id"] for t in responses for p in t["partitions"] if "current_leader" in p}
+    endpoints = []
+    for node in sorted(leaders):
+        endpoint = ctx.cluster.broker_endpoint(ctx.connection.listener, node)
+        endpoints.append({"node_id": node, "host": endpoint["host"], "port": endpoint["port"], "rack": endpoint["rack"]})
+    return endpoints
 
 
 def _aborted_transactions(log, offset: int, data: bytes) -> list[dict[str, int]]:
@@ -203,14 +281,17 @@ class DelayedFetch(DelayedOperation):
 
 @handler(1, 4, 18, client_throttles_from=8, byte_rate=ByteRate.FETCH, throttled_body=empty_response, audited=True)
 async def fetch(ctx: RequestContext, request: Any) -> Reply:
-    session = ctx.fetch_sessions.new_context(request, ctx.version, ctx.clock.now_ms(),
-                                             privileged=getattr(request, "replica_id", -1) >= 0)
+    follower = replica_id_of(request) >= 0
+    session = ctx.fetch_sessions.new_context(request, ctx.version, ctx.clock.now_ms(), privileged=follower)
     if session.error:
         return Reply({"error_code": session.error, "session_id": 0, "responses": ()})
     plan = _FetchPlan(ctx, request, session.wanted)
-    max_bytes = min(request.max_bytes, ctx.config["fetch.max.bytes"])
-    # A consumer_byte_rate quota caps one response at quota * (samples - 1) * window, as in Kafka.
-    max_bytes = int(min(max_bytes, ctx.quotas.fetch_max_bytes(ctx.connection.quota_user, ctx.client_id)))
+    if follower:  # replica.fetch.response.max.bytes bounds it; client quotas are not the followers'
+        max_bytes = request.max_bytes
+    else:
+        max_bytes = min(request.max_bytes, ctx.config["fetch.max.bytes"])
+        # A consumer_byte_rate quota caps one response at quota * (samples - 1) * window, as in Kafka.
+        max_bytes = int(min(max_bytes, ctx.quotas.fetch_max_bytes(ctx.connection.quota_user, ctx.client_id)))
     max_wait_ms = to_ms(request.max_wait, 0)
     min_bytes = request.min_bytes
     if max_wait_ms > 0 and min_bytes > 0 and plan.entries:
@@ -218,9 +299,11 @@ async def fetch(ctx: RequestContext, request: Any) -> Reply:
         await ctx.purgatory.wait(op, plan.keys())
     session_id, responses, on_discard = session.finish(
         plan.read(max_bytes, session.quiet if session.session is not None else None))
-    if ctx.audit is not None:
+    if ctx.audit is not None and not follower:
         _audit(ctx, ctx.audit, plan, responses)
     body = {"error_code": ErrorCode.none, "session_id": session_id, "responses": responses}
+    if ctx.version >= 16 and any("current_leader" in p for t in responses for p in t["partitions"]):
+        body["node_endpoints"] = node_endpoints(ctx, responses)
     if on_discard is not None:
         body["_on_discard"] = on_discard
     return Reply(body)

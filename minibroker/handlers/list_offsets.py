@@ -18,7 +18,9 @@ cache), the current one for LATEST.
 
 A special timestamp asked at a version older than the one that introduced it, or a negative
 timestamp that is none of these, is answered UNSUPPORTED_VERSION for its partition (Kafka's
-ReplicaManager.isListOffsetsTimestampUnsupported).
+ReplicaManager.isListOffsetsTimestampUnsupported). A partition this broker does not lead is
+NOT_LEADER_OR_FOLLOWER; a current_leader_epoch (v4+) older or newer than the partition's is
+FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH.
 
 Authorization: DESCRIBE on each topic, else its partitions are answered TOPIC_AUTHORIZATION_FAILED.
 """
@@ -77,8 +79,17 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Reply:
                 error = ErrorCode.topic_authorization_failed
             elif p.timestamp < 0 and ctx.version < MIN_VERSION.get(p.timestamp, 1 << 15):
                 error = ErrorCode.unsupported_version
+            elif log is None:
+                info = ctx.logs.topic(topic.name)
+                hosted_elsewhere = info is not None and 0 <= p.partition_index < info.num_partitions
+                error = ErrorCode.not_leader_or_follower if hosted_elsewhere else ErrorCode.unknown_topic_or_partition
+            elif log.leader_epoch is None:
+                error = ErrorCode.not_leader_or_follower
+            elif 0 <= getattr(p, "current_leader_epoch", -1) != log.leader_epoch:
+                error = (ErrorCode.fenced_leader_epoch if p.current_leader_epoch < log.leader_epoch
+                         else ErrorCode.unknown_leader_epoch)
             else:
-                error = ErrorCode.unknown_topic_or_partition if log is None else ErrorCode.none
+                error = ErrorCode.none
             if error or log is None:  # (an unauthorized topic is not said to exist or not)
                 partitions.append({"partition_index": p.partition_index, "error_code": error,
                                    "timestamp": -1, "offset": -1, "leader_epoch": -1})

@@ -8,8 +8,18 @@ batch over the topic's max.message.bytes (or decompressing past 64 times it) MES
 keyless record on a compacted topic INVALID_RECORD. A file-system error (disk full, read-only data
 directory, out of file descriptors) answers KAFKA_STORAGE_ERROR for the partition, with nothing
 appended; the next produce tries the disk again, so the broker recovers by itself. acks=0 gets no
-response at all; acks=1 and acks=-1 are the same on one broker (the leader is the whole ISR).
-v13 names topics by id. Producing never creates a topic (Metadata does).
+response at all. v13 names topics by id. Producing never creates a topic (Metadata does).
+
+Leadership and replication (minibroker.replication): a partition this broker does not lead is
+answered NOT_LEADER_OR_FOLLOWER, with the leader and its epoch from v10 (KIP-951's current_leader,
+and the leader's address in node_endpoints), so the client goes there without a Metadata round trip.
+acks=1 is answered once the leader has appended; acks=-1 (all) is refused NOT_ENOUGH_REPLICAS
+before anything is appended while the ISR is smaller than min.insync.replicas, and otherwise
+answered once the high watermark passes the records (every ISR member has them), or
+REQUEST_TIMED_OUT after the request's timeout (the records stay appended, as in Kafka), or
+NOT_LEADER_OR_FOLLOWER if leadership moved meanwhile, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the
+ISR shrank below min.insync.replicas meanwhile. While the ISR is the leader alone, acks=-1 is
+answered at once.
 
 Authorization (Kafka's handleProduceRequest): a request holding transactional batches needs WRITE on
 its transactional id, else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53);
@@ -85,6 +95,26 @@ def _partition_result(index: int, code: int, message: str | None = None, base_of
     }
 
 
+def not_leader(ctx: RequestContext, topic: str, partition: int) -> dict[str, Any]:
+    """NOT_LEADER_OR_FOLLOWER with the partition's leader and epoch (KIP-951, v10+)."""
+    result = _partition_result(partition, ErrorCode.not_leader_or_follower)
+    registration = ctx.cluster.partition(topic, partition)
+    if registration is not None and registration.leader >= 0:
+        result["current_leader"] = {"leader_id": registration.leader, "leader_epoch": registration.leader_epoch}
+    return result
+
+
+def _node_endpoints(ctx: RequestContext, responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The brokers named as current leaders, as clients of this listener reach them (KIP-951)."""
+    leaders = {p["current_leader"]["leader_id"] for t in responses for p in t["partition_responses"]
+               if "current_leader" in p}
+    endpoints = []
+    for node in sorted(leaders):
+        endpoint = ctx.cluster.broker_endpoint(ctx.connection.listener, node)
+        endpoints.append({"node_id": node, "host": endpoint["host"], "port": endpoint["port"], "rack": endpoint["rack"]})
+    return endpoints
+
+
 def _rejected_records(index: int, code: int, log_start_offset: int, errors: list[tuple[int, str]]) -> PartitionOutcome:
     """A batch refused whole for some of its records (Kafka's RecordValidationException, KIP-467):
     each named in record_errors, so that a client fails those records and retries nothing in vain;
@@ -146,12 +176,14 @@ def _hold(conn, key: tuple, header: BatchHeader) -> None:
 def append_partition(ctx: RequestContext, topic: TopicInfo | None, partition_index: int,
                      records: bytes | memoryview | None, now_ms: int, conn: Connection, version: int = 13,
                      transactional_id: str | None = None, origin: tuple[bytes, int] | None = None,
-                     ) -> PartitionOutcome:
+                     acks: int = 1) -> PartitionOutcome:
     """Check and append one partition's records (`conn`: the Connection they came on;
     `transactional_id`: the request's; `origin`: where a view `records` lies in its frame, so
     validation reads it there, uncopied; see minibroker.protocol.produce_request)."""
     log = ctx.logs.log(topic.name, partition_index) if topic is not None else None
-    if topic is None or log is None:
+    if topic is None or log is None or log.leader_epoch is None:
+        if topic is not None and 0 <= partition_index < topic.num_partitions:
+            return PartitionOutcome(not_leader(ctx, topic.name, partition_index))
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.unknown_topic_or_partition))
     if not records:
         return PartitionOutcome(_partition_result(partition_index, ErrorCode.invalid_record, "no records"))
@@ -181,6 +213,13 @@ def append_partition(ctx: RequestContext, topic: TopicInfo | None, partition_ind
         return PartitionOutcome(_partition_result(partition_index, exc.error_code, str(exc)))
     if errors := _timestamp_errors(records, header, config, now_ms):
         return _rejected_records(partition_index, ErrorCode.invalid_timestamp, log.log_start_offset, errors)
+    if acks == -1 and log.config.min_insync_replicas > 1 and \
+            len(ctx.replicas.replication.isr(topic.name, partition_index)) < log.config.min_insync_replicas:
+        isr = ctx.replicas.replication.isr(topic.name, partition_index)
+        return PartitionOutcome(_partition_result(
+            partition_index, ErrorCode.not_enough_replicas,
+            f"The size of the current ISR {set(isr)} is insufficient to satisfy the min.isr requirement of "
+            f"{log.config.min_insync_replicas} for partition {topic.name}-{partition_index}"))
     pid_new = None
     if header.has_producer_id:
         producer_id = header.producer_id
@@ -242,6 +281,7 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
             {"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None),
              "partition_responses": [_partition_result(p.index, code) for p in t.partition_data]}
             for t in request.topic_data]}) if acks != 0 else None
+    waiting: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
     for topic_data in request.topic_data:
         name = getattr(topic_data, "name", None)
         topic_id = getattr(topic_data, "topic_id", None)
@@ -261,15 +301,33 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
             partitions = []
             for p in topic_data.partition_data:
                 outcome = append_partition(ctx, topic, p.index, p.records, now_ms, ctx.connection, ctx.version,
-                                           request.transactional_id, p.origin)
+                                           request.transactional_id, p.origin, acks)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
+                if acks == -1 and outcome.response["error_code"] == ErrorCode.none and outcome.header is not None \
+                        and outcome.response["base_offset"] >= 0 and topic is not None:
+                    last = outcome.response["base_offset"] + outcome.header.last_offset_delta + 1
+                    log = logs.log(topic.name, p.index)
+                    if log is not None and log.high_watermark < last:
+                        waiting[(topic.name, p.index)] = (last, outcome.response)
                 if audit is not None:
                     audit.record_produce(ctx, topic.name if topic else name, p.index, p.records, outcome, now_ms)
         responses.append({"name": name, "topic_id": topic_id, "partition_responses": partitions})
+    if waiting:  # acks=all: the high watermark must pass each partition's records first
+        errors = await ctx.replicas.replication.wait_replicated(
+            {tp: last for tp, (last, _) in waiting.items()}, request.timeout_ms)
+        for tp, (_, response) in waiting.items():
+            code = errors.get(tp, ErrorCode.none)
+            if code != ErrorCode.none:
+                response["error_code"] = code
+                if code == ErrorCode.not_leader_or_follower:
+                    response.update({k: v for k, v in not_leader(ctx, *tp).items() if k == "current_leader"})
     if acks == 0:
         return None
-    return Reply({"responses": responses}, throttle_ms)
+    body: dict[str, Any] = {"responses": responses}
+    if ctx.version >= 10 and any("current_leader" in p for t in responses for p in t["partition_responses"] or ()):
+        body["node_endpoints"] = _node_endpoints(ctx, responses)
+    return Reply(body, throttle_ms)
 
 
 ALL_DENIED: frozenset[str] = frozenset({"<all>"})

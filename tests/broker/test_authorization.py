@@ -75,6 +75,8 @@ def requests(broker: Broker) -> list[tuple[int, int, dict]]:
         (1, 12, {"replica_id": 1, "max_bytes": 1 << 20, "session_epoch": -1, "topics": [
             {"topic": TOPIC, "partitions": [{"partition": 0, "partition_max_bytes": 1 << 20}]}]}),
         (2, 7, {"replica_id": -1, "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}),
+        (23, 4, {"replica_id": -1, "topics": [{"topic": TOPIC, "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}),
         (3, 12, {"topics": [{"name": TOPIC}, {"name": f"auto-{uuid.uuid4().hex[:8]}"}], "allow_auto_topic_creation": True}),
         (3, 12, {"topics": None, "allow_auto_topic_creation": False}),
         (3, 10, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False,

@@ -142,10 +142,10 @@ def test_the_installed_package_has_no_import_cycle():
 def test_only_the_entry_points_know_the_broker():
     """Handlers and the broker's collaborators are given what they use (minibroker.context's services,
     constructor arguments), never the whole `Broker`: only what runs a broker imports its module (the
-    server, the metrics page it serves, the test harness)."""
+    server, the cluster that runs several, the metrics page it serves, the test harness)."""
     graph = import_graph()
     assert sorted(m for m, targets in graph.items() if "minibroker.broker" in targets) == [
-        "minibroker.metrics_http", "minibroker.server", "minibroker.testing"]
+        "minibroker.cluster_runtime", "minibroker.metrics_http", "minibroker.server", "minibroker.testing"]
     # and the broker's services are defined where no handler is imported
     assert not {m for m in graph["minibroker.context"] if m.startswith("minibroker.handlers")}
 

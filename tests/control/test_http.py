@@ -37,8 +37,9 @@ def test_push_an_error_and_read_the_requests_over_http(broker, unique):
     assert url.startswith("http://127.0.0.1:")
     topic = unique("http")
     node = broker.broker.node_id
-    assert call(url, "GET", "/brokers") == (200, {"brokers": [
-        {"node_id": node, "host": broker.host, "port": broker.port, "running": True}]})
+    status, answer = call(url, "GET", "/brokers")
+    assert status == 200 and [{k: b[k] for k in ("node_id", "host", "port", "running")} for b in answer["brokers"]] \
+        == [{"node_id": node, "host": broker.host, "port": broker.port, "running": True}]
     status, answer = call(url, "POST", "/errors", {"api": "Produce", "codes": ["NOT_LEADER_OR_FOLLOWER"], "topic": topic})
     assert status == 200 and answer["pushed"]["codes"] == [6]
     assert call(url, "GET", "/errors")[1]["stacks"][0]["topic"] == topic
@@ -70,10 +71,9 @@ def test_clock_and_delay_and_connections(broker):
     ("POST", "/errors", {"api": "Produce", "codes": [6], "broker": 7}, 400, "errors push: no running broker 7"),
     ("POST", "/delay", {"broker": 7, "ms": 5}, 400, "delay: no running broker 7"),
     ("POST", "/clock/advance", {"seconds": -1}, 400, "clock advance: the clock only moves forward"),
-    ("POST", "/move-leader", {"topic": "t", "partition": 0, "broker": 1}, 501, "move-leader t 0 1: one broker"),
-    ("POST", "/shuffle-leaders", {}, 501, "shuffle-leaders: one broker"),
-    ("POST", "/move-coordinator", {"group": "g", "broker": 1}, 501, "move-coordinator --group g 1"),
-    ("POST", "/brokers/1/stop", {}, 501, "stop 1: this process cannot stop"),
+    ("POST", "/move-leader", {"topic": "t", "partition": 0, "broker": 1}, 400, "move-leader t 0 1: "),
+    ("POST", "/move-coordinator", {"group": "g", "broker": 7}, 400, "move-coordinator"),
+    ("POST", "/brokers/7/stop", {}, 400, "stop: no broker 7"),
     ("GET", "/nowhere", None, 404, "no control at /nowhere"),
 ])
 def test_refusals_name_what_is_at_fault(broker, method, path, body, status, message):

@@ -237,6 +237,7 @@ public final class MiniClient {
             case "list-offsets" -> listOffsets(a[1], a[2], a[3]);
             case "describe-topic-ids" -> describeTopicIds(a[1], a[2]);
             case "describe-quorum" -> describeQuorum(a[1]);
+            case "describe-cluster" -> describeCluster(a[1]);
             case "describe-log-dirs" -> describeLogDirs(a[1], Integer.parseInt(a[2]));
             case "list-config-resources" -> listConfigResources(a[1], a.length > 2 ? a[2] : "");
             case "list-reassignments" -> listReassignments(a[1]);
@@ -586,6 +587,20 @@ public final class MiniClient {
                         + ",\"partitions\":" + d.partitions().size() + ",\"leader\":" + d.partitions().get(0).leader().id()
                         + ",\"error\":null}");
             }
+        }
+    }
+
+    static void describeCluster(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            var c = admin.describeCluster();
+            StringBuilder nodes = new StringBuilder("[");
+            for (var n : new java.util.TreeMap<>(c.nodes().get().stream().collect(
+                    java.util.stream.Collectors.toMap(org.apache.kafka.common.Node::id, x -> x))).values()) {
+                if (nodes.length() > 1) nodes.append(',');
+                nodes.append("[").append(n.id()).append(',').append(str(n.host() + ":" + n.port())).append(']');
+            }
+            OUT.println("{\"type\":\"cluster\",\"id\":" + str(c.clusterId().get()) + ",\"controller\":"
+                    + c.controller().get().id() + ",\"nodes\":" + nodes.append(']') + "}");
         }
     }
 

@@ -54,7 +54,8 @@ def test_an_unreadable_checkpoint_starts_the_epochs_afresh(tmp_path):
 
 
 def model_end_offset(entries, requested, log_end):
-    """Kafka's rule, written plainly: the largest epoch <= requested, and where the next began."""
+    """Kafka's rule, written plainly: the largest epoch <= requested, and where the next began;
+    the log end for the latest epoch; undefined for one older or newer than every epoch."""
     if requested < 0 or not entries:
         return -1, -1
     if requested == entries[-1][0]:
@@ -63,7 +64,9 @@ def model_end_offset(entries, requested, log_end):
     if not below:
         return -1, -1
     later = [e for e in entries if e[0] > requested]
-    return below[-1][0], later[0][1] if later else log_end
+    if not later:  # newer than every epoch known (Kafka 4.4 answers UNDEFINED: the conformance corpus)
+        return -1, -1
+    return below[-1][0], later[0][1]
 
 
 @given(st.lists(st.integers(0, 6), min_size=0, max_size=6, unique=True).map(sorted), st.integers(-1, 8))

@@ -194,3 +194,22 @@ def _(run: Run) -> None:
     run.note("producer ids sent without InitProducerId", [Ref("pid", str(pid + 1000)), Ref("pid", str(pid + 1001))])
     run.call(61, 0, {"topics": [{"name": topic, "partition_indexes": [0, 3]}]}, drop=("last_timestamp",))
     fetch(run, topic)
+
+
+@scenario("offset_for_leader_epoch/ends", apis=(23,))
+def _(run: Run) -> None:
+    """OffsetForLeaderEpoch (KIP-101, KIP-320): where the current epoch ends (the log end), an epoch
+    newer than any, the current leader epoch named right and too new (UNKNOWN_LEADER_EPOCH), an
+    unknown partition and topic, at the versions clients send (v3 librdkafka, v4 Java)."""
+    topic = run.name("t")
+    create_topic(run, topic)
+    produce(run, topic, records(["a", "b", "c"]), record=False)
+    for version in (3, 4):
+        run.call(23, version, {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0},
+            {"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 5},
+            {"partition": 0, "current_leader_epoch": 7, "leader_epoch": 0},
+            {"partition": 4, "current_leader_epoch": -1, "leader_epoch": 0}]},
+            {"topic": run.name("absent"), "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}, label=f"v{version}")
