@@ -41,7 +41,10 @@ def values_for(label: str, count: int = 20) -> list[bytes]:
 # ---- confluent-kafka (librdkafka) ----------------------------------------------------------------
 
 
-def confluent_round_trip(bootstrap: str, settings: dict, topic: str, values: list[bytes]) -> list[bytes]:
+def confluent_round_trip(bootstrap: str, settings: dict, topic: str, values: list[bytes],
+                         already: int = 0) -> list[bytes]:
+    """Produce `values` to partition 0, then read the partition from its start: the `already`
+    records there before, then these."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
     errors: list = []
@@ -55,7 +58,7 @@ def confluent_round_trip(bootstrap: str, settings: dict, topic: str, values: lis
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         got: list[bytes] = []
         deadline = time.monotonic() + 30
-        while len(got) < len(values) and time.monotonic() < deadline:
+        while len(got) < already + len(values) and time.monotonic() < deadline:
             got += [m.value() for m in consumer.consume(100, timeout=0.5) if not m.error()]
         return got
     finally:
@@ -286,3 +289,26 @@ def test_clients_reauthenticate_when_sessions_are_bounded(tmp_path, java, unique
         metrics = running.broker.metrics
         assert metrics.successful_reauthentications >= 2
         assert metrics.expired_sessions_closed == 0
+
+
+# ---- several brokers ------------------------------------------------------------------------------
+
+
+def test_a_tls_cluster_keeps_serving_ssl_and_mtls_across_a_leader_move(tmp_path, unique):
+    """running_cluster(tls=True): every broker has the SSL and mTLS listeners on one set of
+    certificates; librdkafka follows a moved leader over TLS and reads every record back from the
+    new leader's replica."""
+    from minibroker.testing import running_cluster
+
+    with running_cluster(brokers=3, data_dir=tmp_path / "data", tls=True, default_replication_factor=3,
+                         min_insync_replicas=2) as cluster:
+        assert cluster.ssl_bootstrap is not None and len(cluster.ssl_bootstrap.split(",")) == 3
+        topic = unique("tls-cluster")
+        first = values_for("before-move", 10)
+        assert confluent_round_trip(cluster.ssl_bootstrap, cluster.tls.confluent(), topic, first) == first
+        leader = cluster.leader(topic, 0)
+        cluster.move_leader(topic, 0, next(n for n in cluster.node_ids if n != leader))
+        assert cluster.leader(topic, 0) != leader
+        later = values_for("after-move", 10)
+        assert confluent_round_trip(cluster.mtls_bootstrap, cluster.tls.confluent(mtls=True), topic,
+                                    later, already=len(first)) == first + later
