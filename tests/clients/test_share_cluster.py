@@ -3,11 +3,8 @@ brokers): records consumed across a leader move of an RF-3 topic, none acknowled
 delivered again beyond Kafka's semantics (a record acknowledged before the move is never delivered
 again; every record is delivered).
 
-Expected to fail today (strict xfail): the share coordinator is each broker's own, in process, and
-writes `__share_group_state` through its local log, so a broker that does not lead the state
-partition of the share partition's key cannot initialize or write its state ("follows its leader:
-only the leader appends") and the share consumer receives nothing. Kafka chooses the share
-coordinator as the leader of the `__share_group_state` partition of `group:topic:partition`.
+Each broker reaches the share coordinator of the broker leading `__share_group_state` (as Kafka
+chooses it), and the new leader of the topic's partition loads the share partition's state from it.
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ from tests.support.share_client import FAST, produce
 pytestmark = pytest.mark.interop
 
 
-@pytest.mark.xfail(strict=True, reason="share coordinator not chosen as the leader of its __share_group_state "
-                   "partition on several brokers (KIP-932): the share consumer receives nothing")
 def test_share_consumer_across_a_leader_move(tmp_path):
     with running_cluster(brokers=3, data_dir=tmp_path / "data", default_replication_factor=3) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
