@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 
 import trio
 
@@ -61,7 +61,8 @@ from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.txn_markers import MarkerResult, TxnMarker
 from minibroker.sasl import UserStore
-from minibroker.share.coordinator import ShareCoordinator
+from minibroker.share.coordinator import RoutedShareCoordinator, ShareCoordinator
+from minibroker.storage.share_state import TOPIC as SHARE_STATE_TOPIC
 from minibroker.share.manager import ShareGroupConfigsView, SharePartitionManager
 from minibroker.scram_credentials import ScramCredentialStore
 from minibroker.protocol.entities import build
@@ -338,9 +339,11 @@ class Broker:
                                             group_configs=self.group_configs)
         # Share groups (KIP-932): the share coordinator's state in __share_group_state, the share
         # partitions and sessions, and the share group type's settings and share coordinator.
-        self.share_coordinator = ShareCoordinator.open(
+        self.local_share_coordinator = ShareCoordinator.open(
             self.logs, now_ms=clock.now_ms,
             updates_per_snapshot=lambda: self.config["share.coordinator.snapshot.update.records.per.snapshot"])
+        self.share_coordinator = cast(ShareCoordinator, RoutedShareCoordinator(
+            self.local_share_coordinator, self._share_coordinator_leader))
         self.shares = SharePartitionManager(
             self.logs, self.replicas, self.share_coordinator, clock, self.fetch_purgatory,
             ShareGroupConfigsView(self.group_configs.get),
@@ -438,7 +441,22 @@ class Broker:
         nursery.start_soon(self.replication.run, nursery)
         nursery.start_soon(self.replication.run_isr_checks)
 
+    def _share_coordinator_leader(self) -> ShareCoordinator | None:
+        registration = self.cluster.partition(SHARE_STATE_TOPIC, 0)
+        if registration is None or registration.leader < 0 or registration.leader == self.node_id:
+            return None
+        leader = self.peer(registration.leader)
+        return leader.local_share_coordinator if leader is not None else None
+
     def _on_leader_change(self, topic: str, partition: int, registration: Any) -> None:
+        if topic == SHARE_STATE_TOPIC and registration.leader == self.node_id and self.local_share_coordinator.store.log is not None:
+            # The new share coordinator reads every share partition's state from its replica.
+            self.local_share_coordinator.store.load()
+        if topic != SHARE_STATE_TOPIC:
+            # A share partition is loaded again from the share coordinator by its new leader (Kafka's
+            # SharePartitionManager drops it on a leadership change).
+            for key in [k for k, sp in self.shares.partitions.items() if sp.topic == topic and k[2] == partition]:
+                del self.shares.partitions[key]
         if topic == OFFSETS_TOPIC and registration.leader == self.node_id and self.groups.store.log is not None:
             log.info("%s-%d: leading it in epoch %d: loading the groups", topic, partition, registration.leader_epoch)
             self.groups.reload()

@@ -207,3 +207,17 @@ class ShareCoordinator:
             except ShareStateError as exc:
                 log.error("share state of %s not deleted with its topic: %s", key, exc.message)
         return len(keys)
+
+
+class RoutedShareCoordinator:
+    """The share coordinator as a broker of a cluster reaches it: the one of the broker that leads
+    `__share_group_state` (Kafka's share coordinator is the leader of the key's state partition;
+    minibroker keeps one partition), called in process; this broker's own when it leads it or the
+    leader is not reachable (then its writes fail as a follower's appends do)."""
+
+    def __init__(self, local: ShareCoordinator, leader: Callable[[], ShareCoordinator | None]) -> None:
+        self.local = local
+        self._leader = leader
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - delegates every ShareCoordinator method
+        return getattr(self._leader() or self.local, name)
