@@ -84,7 +84,6 @@ from minibroker.protocol.messages import (
     parse_header,
     peek_api,
 )
-from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from minibroker.storage.config import LogConfig
 from minibroker.storage.errors import DamagedFileError, storage_error_message
 from minibroker.storage.file_cache import FileCache
@@ -354,7 +353,10 @@ class Broker:
             assert isinstance(share_groups, ShareGroupManager)
             share_groups.configure(ShareGroupSettings.from_broker(config), self.share_coordinator)
         # A coordinator move: the broker that now leads __consumer_offsets loads its groups from its
-        # replica (the one that led it refuses to append: NOT_COORDINATOR to its clients).
+        # replica, the one that led it unloads them (NOT_COORDINATOR to its clients); the
+        # coordinator answers once its writes are acknowledged by the ISR.
+        self.groups.replicate(self.logs, self.replication, config["offsets.commit.timeout.ms"])
+        self.replication.subscribe(self.groups.leadership_changed)
         self.replication.subscribe(self._on_leader_change)
         # Compaction of cleanup.policy=compact topics.
         self.cleaner = LogCleanerTask(config, self.logs, self.producer_states, clock)
@@ -457,9 +459,6 @@ class Broker:
             # SharePartitionManager drops it on a leadership change).
             for key in [k for k, sp in self.shares.partitions.items() if sp.topic == topic and k[2] == partition]:
                 del self.shares.partitions[key]
-        if topic == OFFSETS_TOPIC and registration.leader == self.node_id and self.groups.store.log is not None:
-            log.info("%s-%d: leading it in epoch %d: loading the groups", topic, partition, registration.leader_epoch)
-            self.groups.reload()
 
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and

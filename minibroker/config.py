@@ -341,6 +341,7 @@ BROKER_CONFIGS: dict[str, Key] = {
         Key("auto.leader.rebalance.enable", _bool, "true", "Give each partition back to its preferred replica (the first) once it is up and in the ISR, every leader.imbalance.check.interval.seconds.", None),
         Key("leader.imbalance.check.interval.seconds", _int, "300", "How often the controller gives partitions back to their preferred leaders.", _at_least(1)),
         Key("offsets.topic.num.partitions", _int, "50", "Partitions of __consumer_offsets, made when it is created (an existing topic keeps its count): groups are spread over them, each coordinated by its partition's leader.", _at_least(1)),
+        Key("offsets.commit.timeout.ms", _int, "5000", "How long the group coordinator waits for the ISR of __consumer_offsets to acknowledge a write (an offset commit, a group's records) before answering COORDINATOR_NOT_AVAILABLE.", _at_least(1)),
         Key("offsets.topic.replication.factor", _int, "3", "Replicas of each __consumer_offsets partition; at most the brokers registered when it is created (Kafka refuses to create it with fewer).", _at_least(1)),
         Key("transaction.state.log.num.partitions", _int, "50", "Partitions of __transaction_state, made when it is created: transactional ids are spread over them, each coordinated by its partition's leader.", _at_least(1)),
         Key("transaction.state.log.replication.factor", _int, "3", "Replicas of each __transaction_state partition; at most the brokers registered when it is created.", _at_least(1)),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from construct import ConstructError
 
@@ -77,6 +77,9 @@ class CoordinatorLog:
         self.skipped_records = 0  # records that could not be decoded at load
         self.replay_complete = True  # False when the load skipped or stopped short of anything
         self._logs: LogManager | None = None  # where to create the topic at the first write
+        # Called before each append; it may refuse it by raising (a coordinator on a cluster:
+        # NotEnoughReplicasError under min.insync.replicas, as Kafka's acks=-1 append).
+        self.before_append: Callable[[], None] | None = None
 
     # -- what a subclass defines ------------------------------------------------------------------
 
@@ -149,6 +152,8 @@ class CoordinatorLog:
             self.log = self._logs.log(self.topic, 0)
         if self.log is None or not records:
             return
+        if self.before_append is not None:
+            self.before_append()
         for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
             chunk = list(records[start : start + MAX_RECORDS_PER_BATCH])
             self.log.append(encode_batch(chunk, now_ms), now_ms)

@@ -27,6 +27,11 @@ class NotLeaderError(OSError):
     NOT_COORDINATOR, as they do for a failed append)."""
 
 
+class NotEnoughReplicasError(OSError):
+    """A coordinator's append refused before anything is written: the ISR of its partition is
+    smaller than min.insync.replicas (Kafka's acks=-1 append answers NOT_ENOUGH_REPLICAS)."""
+
+
 class DamagedFileError(ValueError):
     """A file in the data directory cannot be used as it is; `path` names it."""
 

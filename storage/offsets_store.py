@@ -232,6 +232,8 @@ class OffsetsStore(CoordinatorLog):
         if not entries:
             return
         if self.log is not None:
+            if self.before_append is not None:
+                self.before_append()
             batch = encode_batch(
                 [(offset_key(group, t, p), offset_value(om)) for (t, p), om in entries.items()], now_ms,
                 producer_id=producer_id, producer_epoch=producer_epoch, attributes=ATTR_TRANSACTIONAL)

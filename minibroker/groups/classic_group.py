@@ -134,15 +134,33 @@ class ClassicGroup:
 
     @classmethod
     def from_record(cls, group_id: str, stored: StoredGroup | None, now_ms: int) -> ClassicGroup:
-        """The group as a restart finds it (Kafka's fromRecord, but Empty: its members rejoin),
-        with the generation and protocol type of its last record; a simple group when only
-        offsets were stored."""
+        """The group as a new coordinator finds it (Kafka's ClassicGroup.fromRecord): the generation,
+        protocol type and protocol of its last record, and its members with their metadata for that
+        protocol and their assignments, Stable (Empty without members). The coordinator then gives
+        each member a session (`ClassicGroupManager.start_timers`, Kafka's onLoaded): a member that
+        goes on heartbeating is answered as before, with no rebalance; one that does not expires.
+        A simple group when only offsets were stored; a record of the old layout (a member count
+        without the members) loads Empty, its members rejoin."""
         group = cls(group_id, now_ms)
         if stored is not None:
             group.protocol_type = stored.protocol_type or None
             group.generation_id = stored.generation
             if stored.members == 0 and stored.state_timestamp_ms >= 0:
                 group.state_timestamp_ms = stored.state_timestamp_ms
+            if stored.member_metadata:
+                group.protocol_name = stored.protocol or None
+                for m in stored.member_metadata:
+                    member = ClassicGroupMember(
+                        m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                        m.session_timeout_ms, group.protocol_type or "", [(stored.protocol, m.subscription)],
+                        m.assignment)
+                    group.members[m.member_id] = member
+                    if m.group_instance_id is not None:
+                        group.static_members[m.group_instance_id] = m.member_id
+                group.leader_id = stored.leader if stored.leader in group.members else next(iter(group.members))
+                group.state = STABLE
+                if stored.state_timestamp_ms >= 0:
+                    group.state_timestamp_ms = stored.state_timestamp_ms
         group.subscribed_topics = group.compute_subscribed_topics()
         return group
 

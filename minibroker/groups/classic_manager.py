@@ -72,6 +72,7 @@ class ClassicGroupManager:
         self.shard = shard
         self.config = shard.config
         self.rebalances = 0  # completed join phases, for tests and metrics
+        self._loaded: list[str] = []  # groups loaded with members, whose sessions start at the next tick
 
     # -- the group type (groups/types.py) ---------------------------------------------------------
 
@@ -86,12 +87,25 @@ class ClassicGroupManager:
         return ClassicGroup(group_id, now_ms)
 
     def load(self, now_ms: int) -> Iterable[Group]:
-        """The classic groups of the store's GroupMetadata records (Empty: their members rejoin)."""
+        """The classic groups of the store's GroupMetadata records, with their members
+        (ClassicGroup.from_record)."""
         stored = self.shard.store.group_records(CLASSIC).groups
-        return [ClassicGroup.from_record(group_id, record, now_ms) for group_id, record in stored.items()]
+        groups = [ClassicGroup.from_record(group_id, record, now_ms) for group_id, record in stored.items()]
+        self._loaded = [g.group_id for g in groups if g.members]
+        return groups
 
     def start_timers(self, now: float) -> None:
-        """Nothing: a classic group loaded at start-up is Empty, without timers."""
+        """A session for each member of the groups loaded (Kafka's onLoaded reschedules every
+        member's heartbeat): a member that does not heartbeat the new coordinator within its
+        session timeout expires, and the group rebalances without it."""
+        loaded, self._loaded = self._loaded, []
+        for group_id in loaded:
+            classic = self.classic_group(group_id)
+            if classic is None:
+                continue
+            for member in classic.members.values():
+                if member.heartbeat_deadline is None:
+                    self._schedule_heartbeat(classic, member, now)
 
     def close(self, group: Group) -> None:
         """Answer every request parked on the group: the coordinator is going away."""

@@ -29,6 +29,7 @@ and group states, is the clock's `now_ms` unless given.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, cast
 
@@ -57,15 +58,19 @@ from minibroker.groups.shard import GroupCoordinatorShard
 from minibroker.groups.types import GroupTypeManager, GroupTypes
 from minibroker.purgatory import DelayedOperation, Purgatory
 from minibroker.protocol.errors import ErrorCode
-from minibroker.storage.offsets_store import OffsetAndMetadata, OffsetsStore
+from minibroker.storage.errors import NotEnoughReplicasError
+from minibroker.storage.offsets_store import TOPIC, OffsetAndMetadata, OffsetsStore
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
+    from minibroker.replication import Replication
     from minibroker.storage.log import PartitionLog
     from minibroker.storage.manager import LogManager
 
 TopicPartition = tuple[str, int]
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class DelayedJoin(DelayedOperation):
@@ -115,6 +120,12 @@ class GroupCoordinator:
         self.consumer = cast(ConsumerGroupManager, self.shard.manager(CONSUMER))
         self._sleep_target = math.inf  # when the timer task will next wake by itself
         self._on_change: Callable[[], None] | None = None
+        # On a cluster (`replicate`): the broker's logs, where this broker's replica of
+        # __consumer_offsets-0 is (if it hosts one), its replication, and offsets.commit.timeout.ms.
+        self._logs: LogManager | None = None
+        self._replication: Replication | None = None
+        self.write_timeout_ms = 5000
+        self.refused_appends = 0  # appends refused under min.insync.replicas (NOT_ENOUGH_REPLICAS)
 
     @classmethod
     def open(cls, config: BrokerConfig, logs: LogManager, clock: BrokerClock, *,
@@ -159,18 +170,106 @@ class GroupCoordinator:
         finally:
             self._after()
 
+    # -- on a cluster: the coordinator of __consumer_offsets' leader, its writes acknowledged by the ISR
+
+    def replicate(self, logs: LogManager, replication: Replication, write_timeout_ms: int) -> None:
+        """Coordinate only while this broker leads __consumer_offsets-0, and answer a request only
+        once what it wrote is replicated to the ISR (`written`), as Kafka's CoordinatorRuntime
+        appends with acks=-1 and completes a write when the high watermark passes it."""
+        self._logs = logs
+        self._replication = replication
+        self.write_timeout_ms = write_timeout_ms
+        self.store.before_append = self._check_min_isr
+        if not self.active():
+            self.unload()
+
+    def active(self) -> bool:
+        """Whether this broker coordinates the groups now: it leads its replica of
+        __consumer_offsets-0 (always, off a cluster)."""
+        if self._logs is None:
+            return True
+        plog = self.store.log
+        return plog is not None and not plog.follower
+
+    def _check_min_isr(self) -> None:
+        """Before an append (Kafka's acks=-1): refused while the ISR is smaller than the topic's
+        min.insync.replicas; nothing is written."""
+        plog = self.store.log
+        if self._replication is None or plog is None:
+            return
+        isr = self._replication.isr(TOPIC, 0)
+        if len(isr) < plog.config.min_insync_replicas:
+            self.refused_appends += 1
+            raise NotEnoughReplicasError(
+                f"{TOPIC}-0: the ISR {list(isr)} is smaller than min.insync.replicas "
+                f"({plog.config.min_insync_replicas})")
+
+    def log_end(self) -> int:
+        """Where the next record of __consumer_offsets goes (-1 without a log)."""
+        plog = self.store.log
+        return plog.log_end_offset if plog is not None else -1
+
+    async def written(self, refused_before: int | None = None) -> ErrorCode:
+        """Wait until everything appended to __consumer_offsets so far is acknowledged by the ISR
+        (the high watermark passes it; at most offsets.commit.timeout.ms), as Kafka's coordinator
+        completes a write, or a request that wrote nothing, only when the last written offset is
+        committed. NONE; NOT_COORDINATOR when the leadership was lost meanwhile;
+        COORDINATOR_NOT_AVAILABLE when it timed out, or when an append of this request (since
+        `refused_appends` was `refused_before`) was refused under min.insync.replicas (Kafka's
+        mapping of NOT_ENOUGH_REPLICAS and REQUEST_TIMED_OUT in GroupCoordinatorService)."""
+        if refused_before is not None and self.refused_appends != refused_before:
+            return ErrorCode.coordinator_not_available
+        plog = self.store.log
+        if self._replication is None or plog is None:
+            return ErrorCode.none
+        if plog.follower:
+            return ErrorCode.not_coordinator
+        end = plog.log_end_offset
+        if plog.high_watermark >= end:
+            return ErrorCode.none
+        tp = (TOPIC, 0)
+        # The followers' fetches parked at the log end get the new records now (a produce's append
+        # wakes them the same way).
+        self._replication.fetch_purgatory.check_and_complete(tp)
+        code = (await self._replication.wait_replicated({tp: end}, self.write_timeout_ms)).get(tp, ErrorCode.none)
+        if code in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
+            return ErrorCode.none  # the high watermark passed it
+        if code == ErrorCode.not_leader_or_follower:
+            return ErrorCode.not_coordinator
+        return ErrorCode.coordinator_not_available
+
+    def leadership_changed(self, topic: str, partition: int, registration: Any) -> None:
+        """A replication listener (minibroker.replication): this broker came to lead
+        __consumer_offsets-0 (load its groups), or stopped leading it (unload them)."""
+        if topic != TOPIC or partition != 0 or self._logs is None:
+            return
+        if self.active():
+            log.info("%s-%d: leading it in epoch %d: loading the groups", topic, partition,
+                     registration.leader_epoch)
+            self.reload()
+        elif self.shard.groups:
+            log.info("%s-%d: no longer its leader: unloading the groups", topic, partition)
+            self.unload()
+
     def reload(self) -> None:
         """This broker became the leader of __consumer_offsets (a coordinator move): answer what is
         parked, then rebuild every group from the replica of the log, as Kafka's coordinator loads
-        its partition on election."""
+        its partition on election; the loaded members' sessions start now."""
+        if self._logs is not None:
+            self.store.log = self._logs.log(TOPIC, 0)  # a replica added since (a reassignment)
+        self.unload()
+        self.store.load()
+        self.shard._load(self.wall_clock_ms())
+        self.shard.start_timers(self.clock.monotonic())
+        self._after()
+
+    def unload(self) -> None:
+        """This broker no longer coordinates the groups (Kafka's unload on resignation): what is
+        parked is answered, the groups and their timers go; the store stays until the next load."""
         self.shard.close()
         self._after(notify=False)
-        self.store.load()
-        shard = self.shard
-        shard.groups.clear()
-        shard._timers.clear()
-        shard._load(self.wall_clock_ms())
-        self._after()
+        self.shard.groups.clear()
+        self.shard._timers.clear()
 
     def close(self) -> None:
         """Answer every parked request (the broker is going away)."""

@@ -23,6 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Mapping
 
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.auth import AclOperation, NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
@@ -62,6 +63,7 @@ def _topics_describable(ctx: RequestContext, described: Any) -> bool:
 
 
 @handler(69, 0, 1)
+@group_coordinator
 async def consumer_group_describe(ctx: RequestContext, request: Any) -> Reply:
     groups, logs = ctx.groups, ctx.logs
     if not groups.config.consumer_protocol_enabled:

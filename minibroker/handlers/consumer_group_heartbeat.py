@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from minibroker.groups.api import ConsumerGroupHeartbeatRequest
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.errors import ErrorCode
 from minibroker.handlers.join_group import client_host
 from minibroker.protocol.entities import to_ms
@@ -45,6 +46,7 @@ def _refused(ctx: RequestContext, request: Any) -> tuple[ErrorCode, str | None] 
 
 
 @handler(68, 0, 1)
+@group_coordinator
 async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     owned = request.topic_partitions
     groups = ctx.groups

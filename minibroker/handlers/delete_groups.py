@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.groups.share_group import SHARE
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.handlers.share_group_heartbeat import share_manager
 from minibroker.protocol.errors import ErrorCode
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 
 @handler(42, 0, 2, client_throttles_from=1)
+@group_coordinator
 async def delete_groups(ctx: RequestContext, request: Any) -> Reply:
     names = list(dict.fromkeys(request.groups_names))
     allowed = ctx.filter_authorized(AclOperation.DELETE, ResourceType.GROUP, names)

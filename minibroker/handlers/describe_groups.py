@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.auth import AclOperation, NO_AUTHORIZED_OPERATIONS, ResourceType
 from minibroker.protocol.errors import ErrorCode
 
@@ -30,6 +31,7 @@ def _dead(group_id: str, error: ErrorCode = ErrorCode.none, message: str | None 
 
 
 @handler(15, 0, 6, client_throttles_from=2)
+@group_coordinator
 async def describe_groups(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.groups
     include_operations = getattr(request, "include_authorized_operations", False)

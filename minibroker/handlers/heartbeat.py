@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 
 @handler(12, 0, 4, client_throttles_from=2)
+@group_coordinator
 async def heartbeat(ctx: RequestContext, request: Any) -> Reply:
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return Reply({"error_code": ErrorCode.group_authorization_failed})

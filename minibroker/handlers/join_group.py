@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from minibroker.groups.coordinator import DelayedJoin
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.errors import ErrorCode
 from minibroker.protocol.entities import to_ms
 
@@ -30,6 +31,7 @@ def client_host(ctx) -> str:
 
 
 @handler(11, 0, 9, client_throttles_from=3)
+@group_coordinator
 async def join_group(ctx: RequestContext, request: Any) -> Reply:
     version = ctx.version
     groups = ctx.groups

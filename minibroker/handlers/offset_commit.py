@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.entities import to_ms
 from minibroker.protocol.errors import ErrorCode
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 
 @handler(8, 2, 10, client_throttles_from=4)
+@group_coordinator
 async def offset_commit(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.logs
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):

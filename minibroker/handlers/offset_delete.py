@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 
 @handler(47, 0, 0, client_throttles_from=1)
+@group_coordinator
 async def offset_delete(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.logs
     if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ def fetch_group(ctx: RequestContext, group_id: str, topics, by_id: bool, member_
 
 
 @handler(9, 1, 10, client_throttles_from=4)
+@group_coordinator
 async def offset_fetch(ctx: RequestContext, request: Any) -> Reply:
     batched = getattr(request, "groups", None)
     if batched is None:

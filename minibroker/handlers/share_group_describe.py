@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import NO_AUTHORIZED_OPERATIONS, AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.handlers.consumer_group_describe import _assignment
 from minibroker.handlers.share_group_heartbeat import share_groups_enabled, share_manager
 from minibroker.protocol.errors import ErrorCode
@@ -46,6 +47,7 @@ def _topics_describable(ctx: RequestContext, described: Any) -> bool:
 
 # KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
 @handler(77, 1, 1, client_throttles_from=1)
+@group_coordinator
 async def share_group_describe(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return Reply({"groups": [_group(g, ErrorCode.unsupported_version) for g in request.group_ids]})

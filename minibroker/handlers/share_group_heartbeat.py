@@ -18,6 +18,7 @@ from minibroker.auth import AclOperation, ResourceType
 from minibroker.groups.share_group import SHARE
 from minibroker.groups.share_manager import ShareGroupHeartbeatRequest, ShareGroupManager
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.handlers.join_group import client_host
 from minibroker.protocol.errors import ErrorCode
 
@@ -43,6 +44,7 @@ def _error(code: ErrorCode, message: str | None = None) -> Reply:
 
 # KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
 @handler(76, 1, 1, client_throttles_from=1)
+@group_coordinator
 async def share_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return _error(ErrorCode.unsupported_version)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import NO_AUTHORIZED_OPERATIONS, AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.groups.streams_topics import required_topics
 from minibroker.handlers.streams_group_heartbeat import streams_enabled, streams_manager
 from minibroker.protocol.errors import ErrorCode
@@ -76,6 +77,7 @@ def _refused(group_id: str, code: ErrorCode, message: str | None = None) -> dict
 
 
 @handler(89, 0, 0)
+@group_coordinator
 async def streams_group_describe(ctx: RequestContext, request: Any) -> Reply:
     if not streams_enabled(ctx):
         return Reply({"groups": [

@@ -38,6 +38,7 @@ from minibroker.groups.streams_manager import StreamsGroupHeartbeatRequest, Stre
 from minibroker.groups.streams_topics import MISSING_INTERNAL_TOPICS, java_hash_order, required_topics
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.handlers.join_group import client_host
 from minibroker.protocol.entities import to_ms
 from minibroker.protocol.errors import ApiError, ErrorCode
@@ -154,6 +155,7 @@ def _create_internal_topics(ctx: RequestContext, result: StreamsGroupHeartbeatRe
 
 
 @handler(88, 0, 0)
+@group_coordinator
 async def streams_group_heartbeat(ctx: RequestContext, request: Any) -> Reply:
     if not streams_enabled(ctx):
         return Reply({"error_code": ErrorCode.unsupported_version, "member_id": "", "member_epoch": 0,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from minibroker.groups.coordinator import DelayedSync
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 
 @handler(14, 0, 5, client_throttles_from=2)
+@group_coordinator
 async def sync_group(ctx: RequestContext, request: Any) -> Reply:
     groups = ctx.groups
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 
 @handler(28, 0, 5, client_throttles_from=1)
+@group_coordinator
 async def txn_offset_commit(ctx: RequestContext, request: Any) -> Reply:
     logs = ctx.logs
     refused = None
