@@ -33,6 +33,7 @@ from minibroker.cluster import BrokerEndpoints, ClusterView
 from minibroker.client_quotas import BrokerQuotas
 from minibroker.clock import BrokerClock
 from minibroker.group_configs import GroupConfigs
+from minibroker.internal_topics import configure_internal_topics
 from minibroker.config import BrokerConfig
 from minibroker.context import BrokerMetrics, BrokerServices, Connection, Handler, RequestContext
 from minibroker.descriptors import default_open_files_cap, open_files_limit, process_budget
@@ -277,6 +278,7 @@ class Broker:
         if self._owns_controller:
             self.controller.default_replication_factor = config["default.replication.factor"]
             self.controller.unclean_leader_election = config.log_config.unclean_leader_election_enable
+            configure_internal_topics(self.controller, config)
             # A broker of a cluster is registered by the cluster, once it listens.
             self.controller.register_broker(self.node_id, config["broker.rack"], clock.now_ms())
         self.metadata = BrokerMetadata(self.controller, clock, self.node_id)

@@ -48,6 +48,7 @@ from minibroker.control.rules import ControlPlane
 from minibroker.clock import BrokerClock
 from minibroker.cluster import BrokerEndpoints
 from minibroker.config import BrokerConfig
+from minibroker.internal_topics import configure_internal_topics
 from minibroker.log_context import broker_log_context
 from minibroker.metadata_migration import legacy_importer
 from minibroker.storage.controller import Controller
@@ -179,6 +180,7 @@ class ClusterRuntime:
             controller = self.controller
             controller.default_replication_factor = first.config["default.replication.factor"]
             controller.unclean_leader_election = first.config.log_config.unclean_leader_election_enable
+            configure_internal_topics(controller, first.config)
             # Every broker is registered before any opens: the internal topics the first one
             # creates are placed over all of them.
             for node_id in sorted(self.slots):

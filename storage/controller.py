@@ -110,6 +110,30 @@ class LegacyImport:
     cleanup: Callable[[], None]
 
 
+@dataclass(frozen=True)
+class InternalTopic:
+    """How Kafka creates one of its internal topics (__consumer_offsets, __transaction_state,
+    __share_group_state): its own replication factor (offsets.topic.replication.factor, ...) and
+    min.insync.replicas (transaction.state.log.min.isr, ...). A setting left at its default
+    (`capped`) is capped so that a small cluster works: the factor at the brokers registered, the
+    min.insync.replicas at the factor (a difference from Kafka, whose creation fails with
+    INVALID_REPLICATION_FACTOR until enough brokers register: what a setting given explicitly does
+    here too)."""
+
+    replication_factor: int
+    factor_capped: bool = True
+    min_insync_replicas: int | None = None  # None: the broker's min.insync.replicas
+    min_isr_capped: bool = True
+
+    def resolve(self, registered: int) -> tuple[int, dict[str, str]]:
+        """(the replication factor, the topic's own configs) on a cluster of `registered` brokers."""
+        factor = min(self.replication_factor, max(registered, 1)) if self.factor_capped else self.replication_factor
+        if self.min_insync_replicas is None:
+            return factor, {}
+        min_isr = min(self.min_insync_replicas, factor) if self.min_isr_capped else self.min_insync_replicas
+        return factor, {"min.insync.replicas": str(min_isr)}
+
+
 class Controller:
     """See the module docstring. `Controller.open` opens the metadata log and builds its image."""
 
@@ -121,6 +145,8 @@ class Controller:
         self._publishers: list[Publisher] = []
         self.default_replication_factor = 1
         self.unclean_leader_election = False  # the brokers' unclean.leader.election.enable
+        # Kafka's internal topics, created with their own settings rather than the defaults.
+        self.internal_topics: dict[str, InternalTopic] = {}
 
     @classmethod
     def open(cls, metadata_dir: Path, node_id: int, now_ms: int, *, extra_sections: Sequence[ImageSection] = (),
@@ -519,6 +545,10 @@ class Controller:
         """Create a topic (or only check that it could be): its TopicImage and effective config.
         Raises the ApiErrors of `check_new_topic`, `assign` and `check_assignments`."""
         overrides = dict(overrides or {})
+        internal = self.internal_topics.get(name)
+        if internal is not None and replication_factor in (None, -1) and not assignments:
+            replication_factor, internal_configs = internal.resolve(len(self.image.cluster.brokers))
+            overrides = {**internal_configs, **overrides}
         config, replicas = self.check_new_topic(name, num_partitions, overrides, log_config, topic_id,
                                                 replication_factor, assignments)
         num_partitions = len(replicas)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 from construct import ConstructError
 
 from minibroker.protocol.records import BatchHeader, decode_records, encode_batch, iter_headers
+from minibroker.storage.errors import InvalidReplicationFactorError
 
 if TYPE_CHECKING:
     from minibroker.storage.log import PartitionLog
@@ -63,11 +64,18 @@ class CoordinatorLog:
         """Open (creating it now, or at the first write when `created_lazily`) the store's topic in
         `logs`, and replay it. `options` go to the store's constructor."""
         if logs.topic(cls.topic) is None:
-            if cls.created_lazily:
+            if not cls.created_lazily:
+                try:
+                    logs.create_topic(cls.topic, 1, cls.topic_configs, now_ms)
+                except InvalidReplicationFactorError as exc:
+                    # Kafka's auto-creation on a cluster smaller than the topic's replication
+                    # factor: not created now; tried again when a client asks for its coordinator.
+                    log.warning("Auto topic creation failed for %s with error 'INVALID_REPLICATION_FACTOR': %s",
+                                cls.topic, exc)
+            if logs.topic(cls.topic) is None:
                 store = cls(None, **options)
                 store._logs = logs
                 return store
-            logs.create_topic(cls.topic, 1, cls.topic_configs, now_ms)
         store = cls(logs.log(cls.topic, 0), **options)
         store.load()
         return store

@@ -58,7 +58,7 @@ from minibroker.groups.shard import GroupCoordinatorShard
 from minibroker.groups.types import GroupTypeManager, GroupTypes
 from minibroker.purgatory import DelayedOperation, Purgatory
 from minibroker.protocol.errors import ErrorCode
-from minibroker.storage.errors import NotEnoughReplicasError
+from minibroker.storage.errors import InvalidReplicationFactorError, NotEnoughReplicasError
 from minibroker.storage.offsets_store import TOPIC, OffsetAndMetadata, OffsetsStore
 
 if TYPE_CHECKING:
@@ -183,6 +183,21 @@ class GroupCoordinator:
         if not self.active():
             self.unload()
 
+    def ensure_topic(self) -> bool:
+        """Whether __consumer_offsets exists; if not (its replication factor is more than the
+        brokers registered when it was to be made), try to create it again, as Kafka's
+        FindCoordinator does."""
+        if self._logs is None or self._logs.topic(TOPIC) is not None:
+            return True
+        try:
+            self._logs.create_topic(TOPIC, 1, self.store.topic_configs, self.wall_clock_ms())
+        except InvalidReplicationFactorError as exc:
+            log.warning("Auto topic creation failed for %s with error 'INVALID_REPLICATION_FACTOR': %s", TOPIC, exc)
+            return False
+        if self.store.log is None:  # not loaded yet by the replication's announcement
+            self.leadership_changed(TOPIC, 0, None)
+        return True
+
     def active(self) -> bool:
         """Whether this broker coordinates the groups now: it leads its replica of
         __consumer_offsets-0 (always, off a cluster)."""
@@ -243,9 +258,12 @@ class GroupCoordinator:
         __consumer_offsets-0 (load its groups), or stopped leading it (unload them)."""
         if topic != TOPIC or partition != 0 or self._logs is None:
             return
+        if self.store.log is None:
+            self.store.log = self._logs.log(TOPIC, 0)  # created, or hosted, since
         if self.active():
-            log.info("%s-%d: leading it in epoch %d: loading the groups", topic, partition,
-                     registration.leader_epoch)
+            plog = self.store.log
+            log.info("%s-%d: leading it in epoch %s: loading the groups", topic, partition,
+                     plog.leader_epoch if plog is not None else None)
             self.reload()
         elif self.shard.groups:
             log.info("%s-%d: no longer its leader: unloading the groups", topic, partition)

@@ -44,6 +44,9 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Reply:
             return _no_node(ErrorCode.invalid_request, why)
         if key_type == SHARE and not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
             return _no_node(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+        if key_type == GROUP and not ctx.groups.ensure_topic():
+            # __consumer_offsets could not be made: fewer brokers than offsets.topic.replication.factor.
+            return _no_node(ErrorCode.coordinator_not_available, "The coordinator is not available.")
         endpoint = ctx.cluster.coordinator(ctx.connection.listener, topic, key)
         if endpoint["node_id"] < 0:
             return _no_node(ErrorCode.coordinator_not_available, "The coordinator is not available.")

@@ -206,3 +206,35 @@ def test_a_commit_under_min_insync_replicas_is_refused_and_not_written(cluster):
         [answer] = client.request(commit).topics
     assert answer.partitions[0].error_code == ErrorCode.none
     assert _committed(cluster, group, topic, 1) == {0: 7}
+
+
+def test_internal_topics_take_their_own_replication_factors(tmp_path):
+    """__consumer_offsets is made with offsets.topic.replication.factor, not
+    default.replication.factor; left at its default (3), it is capped at the brokers of the cluster
+    (two here), and transaction.state.log.min.isr at the factor."""
+    with running_cluster(2, tmp_path / "two", broker_session_timeout_ms=1000,
+                         broker_heartbeat_interval_ms=200) as two:
+        assert len(two.replicas(OFFSETS, 0)) == 2
+        topic = _topic(two, 1)
+        assert len(two.replicas(topic, 0)) == 1  # default.replication.factor
+        controller = two.controller
+        made = two.in_cluster(lambda: controller.create_topic(
+            "__transaction_state", 1, {}, 0, log_config=two.broker(1).logs.broker_config, validate_only=True))
+        image, config = made
+        assert len(image.partitions[0].replicas) == 2 and config.min_insync_replicas == 2
+
+
+def test_an_offsets_factor_above_the_brokers_is_kafkas_coordinator_not_available(tmp_path):
+    """offsets.topic.replication.factor set above the brokers registered: as Kafka 4.4,
+    __consumer_offsets is not created (INVALID_REPLICATION_FACTOR), FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE and a group request NOT_COORDINATOR; the creation is tried again at
+    each FindCoordinator."""
+    find = build(schema(10, 4), {"key_type": 0, "coordinator_keys": ["g"]})
+    heartbeat = build(schema(12, 4), {"group_id": "g", "generation_id": 1, "member_id": "m",
+                                      "group_instance_id": None})
+    with running_cluster(1, tmp_path / "one", offsets_topic_replication_factor=3) as one:
+        with WireClient(one.bootstrap) as client:
+            [coordinator] = client.request(find).coordinators
+            assert coordinator.error_code == ErrorCode.coordinator_not_available and coordinator.node_id == -1
+            assert client.request(heartbeat).error_code == ErrorCode.not_coordinator
+        assert one.in_cluster(lambda: one.broker(1).logs.topic(OFFSETS)) is None
