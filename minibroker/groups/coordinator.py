@@ -219,11 +219,6 @@ class GroupCoordinator:
                 f"{TOPIC}-0: the ISR {list(isr)} is smaller than min.insync.replicas "
                 f"({plog.config.min_insync_replicas})")
 
-    def log_end(self) -> int:
-        """Where the next record of __consumer_offsets goes (-1 without a log)."""
-        plog = self.store.log
-        return plog.log_end_offset if plog is not None else -1
-
     async def written(self, refused_before: int | None = None) -> ErrorCode:
         """Wait until everything appended to __consumer_offsets so far is acknowledged by the ISR
         (the high watermark passes it; at most offsets.commit.timeout.ms), as Kafka's coordinator

@@ -174,6 +174,12 @@ def test_a_broker_that_does_not_coordinate_answers_not_coordinator(cluster):
         assert topic.partitions[0].error_code == ErrorCode.not_coordinator
     with WireClient(cluster.broker_bootstrap(leader)) as client:
         assert client.request(heartbeat).error_code == ErrorCode.unknown_member_id
+        [topic] = client.request(commit).topics  # a simple group's commit
+        assert topic.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+    cluster.move_coordinator(group=group, broker=other)
+    with WireClient(cluster.broker_bootstrap(leader)) as client:
+        assert client.request(heartbeat).error_code == ErrorCode.not_coordinator
+    assert cluster.in_cluster(lambda: group in cluster.broker(leader).groups.groups) is False
 
 
 def test_a_commit_under_min_insync_replicas_is_refused_and_not_written(cluster):
