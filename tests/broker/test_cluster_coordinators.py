@@ -113,10 +113,11 @@ def test_offsets_acknowledged_survive_a_kill_of_the_group_coordinator(cluster, p
         _wait(lambda: len(cluster.isr(OFFSETS, partition)) == 3, what="the restarted broker back in the ISR")
 
 
-def test_a_classic_member_keeps_its_generation_across_a_coordinator_move(cluster):
-    """The new coordinator loads the classic group with its members and assignment (Kafka's
-    GroupMetadataValue): the member's next heartbeat and commit are answered in its generation, no
-    rebalance, nothing read twice."""
+@pytest.mark.parametrize("how", ["move", "kill"])
+def test_a_classic_member_keeps_its_generation_across_a_coordinator_move(cluster, how):
+    """The new coordinator (after a move, or after the old one is killed) loads the classic group
+    with its members and assignment (Kafka's GroupMetadataValue): the member's next heartbeat and
+    commit are answered in its generation, no rebalance, nothing read twice."""
     topic, group = _topic(cluster, 2), f"gen-{uuid.uuid4().hex[:6]}"
     _produce(cluster, topic, 40)
     consumer = _consumer(cluster, group, "classic")
@@ -142,14 +143,22 @@ def test_a_classic_member_keeps_its_generation_across_a_coordinator_move(cluster
         partition, old = _coordinator(cluster, group)
         before = state(old)
         assert before[0] == "Stable" and len(before[2]) == 1
-        new = next(b for b in cluster.isr(OFFSETS, partition) if b != old)
-        cluster.move_coordinator(group=group, broker=new)
+        if how == "move":
+            new = next(b for b in cluster.isr(OFFSETS, partition) if b != old)
+            cluster.move_coordinator(group=group, broker=new)
+        else:
+            cluster.stop(old, kill=True)
+            _wait(lambda: cluster.leader(OFFSETS, partition) not in (old, -1), what="a new group coordinator")
+            new = cluster.leader(OFFSETS, partition)
         assert state(new) == before  # loaded with its member, in its generation
         read(40)
         time.sleep(1.0)  # heartbeats reach the new coordinator
         assert state(new) == before  # no rebalance: the member went on in its generation
     finally:
         consumer.close()
+        if how == "kill":
+            cluster.start(old)
+            _wait(lambda: len(cluster.isr(OFFSETS, partition)) == 3, what="the restarted broker back in the ISR")
     assert sorted(got) == sorted(list(range(0, 40, 2)) + list(range(1, 40, 2)))  # each once
     assert _committed(cluster, group, topic, 2) == {0: 20, 1: 20}
 
