@@ -62,7 +62,7 @@ from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.txn_markers import MarkerResult, TxnMarker
 from minibroker.sasl import UserStore
-from minibroker.share.coordinator import RoutedShareCoordinator, ShareCoordinator
+from minibroker.share.coordinator import RoutedShareCoordinator, ShareCoordinator, ShareStateError
 from minibroker.storage.share_state import TOPIC as SHARE_STATE_TOPIC
 from minibroker.share.manager import ShareGroupConfigsView, SharePartitionManager
 from minibroker.scram_credentials import ScramCredentialStore
@@ -343,6 +343,11 @@ class Broker:
         self.local_share_coordinator = ShareCoordinator.open(
             self.logs, now_ms=clock.now_ms,
             updates_per_snapshot=lambda: self.config["share.coordinator.snapshot.update.records.per.snapshot"])
+        state_partition = self.cluster.partition(SHARE_STATE_TOPIC, 0)
+        state_log = self.logs.log(SHARE_STATE_TOPIC, 0)
+        if state_partition is not None and state_partition.leader == self.node_id and state_log is not None \
+                and state_log.leader_epoch == state_partition.leader_epoch:
+            self.local_share_coordinator.loaded_epoch = state_partition.leader_epoch  # loaded by its open
         self.share_coordinator = cast(ShareCoordinator, RoutedShareCoordinator(
             self.local_share_coordinator, self._share_coordinator_leader))
         self.shares = SharePartitionManager(
@@ -445,22 +450,38 @@ class Broker:
         nursery.start_soon(self.replication.run, nursery)
         nursery.start_soon(self.replication.run_isr_checks)
 
-    def _share_coordinator_leader(self) -> ShareCoordinator | None:
+    def _share_coordinator_leader(self, create: bool) -> ShareCoordinator:
+        """The share coordinator: the one of the broker leading __share_group_state, loaded for
+        its leader epoch (minibroker.share.coordinator.RoutedShareCoordinator)."""
         registration = self.cluster.partition(SHARE_STATE_TOPIC, 0)
-        if registration is None or registration.leader < 0 or registration.leader == self.node_id:
-            return None
-        leader = self.peer(registration.leader)
-        return leader.local_share_coordinator if leader is not None else None
+        if registration is None:
+            if not create:
+                return self.local_share_coordinator  # no share state anywhere yet
+            self.local_share_coordinator.create_topic()
+            registration = self.cluster.partition(SHARE_STATE_TOPIC, 0)
+            if registration is None:
+                raise ShareStateError(ErrorCode.coordinator_not_available, "The coordinator is not available.")
+        leader = self if registration.leader == self.node_id else (
+            self.peer(registration.leader) if registration.leader >= 0 else None)
+        if leader is None or leader.stopped:
+            raise ShareStateError(ErrorCode.coordinator_not_available, "The coordinator is not available.")
+        coordinator = leader.local_share_coordinator
+        state_log = leader.logs.log(SHARE_STATE_TOPIC, 0)
+        coordinator.ensure_loaded(registration.leader_epoch, state_log.leader_epoch if state_log is not None else None)
+        return coordinator
 
     def _on_leader_change(self, topic: str, partition: int, registration: Any) -> None:
-        if topic == SHARE_STATE_TOPIC and registration.leader == self.node_id and self.local_share_coordinator.store.log is not None:
-            # The new share coordinator reads every share partition's state from its replica.
-            self.local_share_coordinator.store.load()
-        if topic != SHARE_STATE_TOPIC:
+        if topic == SHARE_STATE_TOPIC:
+            # The new share coordinator reads every share partition's state from its replica; the
+            # one that led it before stops answering (Kafka's onElection / onResignation).
+            if registration.leader == self.node_id:
+                self.local_share_coordinator.become_leader(registration.leader_epoch)
+            else:
+                self.local_share_coordinator.resign()
+        else:
             # A share partition is loaded again from the share coordinator by its new leader (Kafka's
-            # SharePartitionManager drops it on a leadership change).
-            for key in [k for k, sp in self.shares.partitions.items() if sp.topic == topic and k[2] == partition]:
-                del self.shares.partitions[key]
+            # SharePartitionListener drops it on a leadership change).
+            self.shares.leadership_changed(topic, partition)
 
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and

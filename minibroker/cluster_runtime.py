@@ -253,6 +253,12 @@ class ClusterRuntime:
         if kill:
             broker.killed = True
         else:
+            # As a move_leader: the ISR members that take over have every record of this broker's
+            # leaderships first, its coordinators' latest writes included (those do not wait for the
+            # followers here, as Kafka's wait for the high watermark).
+            led = [(t.name, index, reg.isr) for t in self.controller.image.topics.by_name.values()
+                   for index, reg in t.partitions.items() if reg.leader == node_id]
+            await self._caught_up(led)
             with broker_log_context(node_id):
                 self.controller.controlled_shutdown(node_id, self.controller_clock.now_ms())
         broker.stopped = True

@@ -19,6 +19,7 @@ from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
 from minibroker.handlers.share_group_heartbeat import share_groups_enabled, share_manager
 from minibroker.protocol.errors import ErrorCode
+from minibroker.share.coordinator import ShareStateError
 from minibroker.storage.share_state import ShareStateKey
 
 if TYPE_CHECKING:
@@ -28,7 +29,11 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def _partition(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, topic: str, index: int) -> dict[str, Any]:
-    summary = ctx.shares.coordinator.read_summary(ShareStateKey(group_id, topic_id, index))
+    try:
+        summary = ctx.shares.coordinator.read_summary(ShareStateKey(group_id, topic_id, index))
+    except ShareStateError as exc:  # the share coordinator is moving (a partition's error, as Kafka's)
+        return {"partition_index": index, "start_offset": -1, "leader_epoch": -1, "lag": -1,
+                "error_code": exc.error_code, "error_message": exc.message}
     lag = -1
     plog = ctx.logs.log(topic, index)
     if summary.start_offset != -1 and summary.delivery_complete_count != -1 and plog is not None:

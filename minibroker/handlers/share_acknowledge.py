@@ -89,6 +89,28 @@ def acknowledge(ctx: RequestContext, group_id: str, member_id: str,
     return results
 
 
+def leader_hints(ctx: RequestContext, partitions: Iterable[tuple[uuid.UUID, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Kafka's processShareFetchResponse / processShareAcknowledgeResponse: each partition answered
+    NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH gets its current leader and leader epoch
+    (CurrentLeader), and the leaders' addresses on this listener are the response's NodeEndpoints
+    (KIP-951), so the client goes to the leader without a Metadata round trip. The endpoints."""
+    leaders: set[int] = set()
+    for topic_id, entry in partitions:
+        if entry["error_code"] not in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
+            continue
+        info = ctx.logs.topic_by_id(topic_id)
+        registration = ctx.cluster.partition(info.name, entry["partition_index"]) if info is not None else None
+        leader, epoch = (registration.leader, registration.leader_epoch) if registration is not None else (-1, -1)
+        entry["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+        if leader >= 0 and leader in ctx.cluster.broker_ids():  # getAliveBrokerNode
+            leaders.add(leader)
+    endpoints = []
+    for node in sorted(leaders):
+        endpoint = ctx.cluster.broker_endpoint(ctx.connection.listener, node)
+        endpoints.append({"node_id": node, "host": endpoint["host"], "port": endpoint["port"], "rack": endpoint["rack"]})
+    return endpoints
+
+
 def lock_timeout_ms(ctx: RequestContext, group_id: str) -> int:
     return int(ctx.group_configs.get(group_id, "share.record.lock.duration.ms"))
 
@@ -130,7 +152,8 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> Reply:
         by_topic.setdefault(topic_id, []).append({
             "partition_index": partition, "error_code": code, "error_message": message,
             "current_leader": NO_LEADER})
+    endpoints = leader_hints(ctx, [(t, p) for t, ps in by_topic.items() for p in ps])
     return Reply({"error_code": ErrorCode.none, "error_message": None,
                   "acquisition_lock_timeout": lock_timeout_ms(ctx, group_id),
                   "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
-                  "node_endpoints": []})
+                  "node_endpoints": endpoints})

@@ -42,6 +42,7 @@ from minibroker.handlers.share_acknowledge import (
     NO_LEADER,
     acknowledge,
     acknowledgement_batches,
+    leader_hints,
     lock_timeout_ms,
     valid_member_id,
 )
@@ -174,7 +175,8 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Reply:
     by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for (topic_id, _), value in partitions.items():
         by_topic.setdefault(topic_id, []).append(value)
+    endpoints = leader_hints(ctx, [(t, p) for t, ps in by_topic.items() for p in ps])
     return Reply({"error_code": ErrorCode.none, "error_message": None,
                   "acquisition_lock_timeout": lock_timeout_ms(ctx, group_id),
                   "responses": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()],
-                  "node_endpoints": []})
+                  "node_endpoints": endpoints})

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from minibroker.protocol.errors import ErrorCode
 from minibroker.share.partition import SharePartitionError
-from minibroker.storage.errors import storage_error_message
+from minibroker.storage.errors import InvalidReplicationFactorError, storage_error_message
 from minibroker.storage.share_state import (
     TOPIC,
     SharePartitionState,
@@ -65,17 +65,69 @@ class StateSummary(NamedTuple):
 
 class ShareCoordinator:
     def __init__(self, store: ShareStateStore, topics: TopicsImage, *, updates_per_snapshot: Callable[[], int],
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int], logs: LogManager | None = None) -> None:
         self.store = store
         self.topics = topics
         self.updates_per_snapshot = updates_per_snapshot
         self.now_ms = now_ms
+        self.logs = logs
         self.writes = 0  # records written, for metrics and tests
+        # The leader epoch of __share_group_state in which this coordinator loaded its state (Kafka's
+        # coordinator load on becoming leader); None while it does not coordinate.
+        self.loaded_epoch: int | None = None
 
     @classmethod
     def open(cls, logs: LogManager, *, updates_per_snapshot: Callable[[], int], now_ms: Callable[[], int]) -> ShareCoordinator:
         store = ShareStateStore.open(logs, now_ms())
-        return cls(store, logs, updates_per_snapshot=updates_per_snapshot, now_ms=now_ms)
+        return cls(store, logs, updates_per_snapshot=updates_per_snapshot, now_ms=now_ms, logs=logs)
+
+    # -- coordinating (Kafka's ShareCoordinatorService.onElection / onResignation) ----------------
+
+    def create_topic(self) -> None:
+        """Create `__share_group_state` if no broker did yet (Kafka creates it when the first share
+        coordinator is looked up); the controller places it over the brokers."""
+        if self.logs is not None and self.logs.topic(TOPIC) is None:
+            try:
+                self.logs.create_topic(TOPIC, 1, self.store.topic_configs, self.now_ms())
+            except InvalidReplicationFactorError as exc:
+                # share.coordinator.state.topic.replication.factor set above the brokers registered:
+                # Kafka's auto-creation fails and the persister finds no coordinator yet.
+                log.warning("Auto topic creation failed for %s with error 'INVALID_REPLICATION_FACTOR': %s", TOPIC, exc)
+                raise ShareStateError(ErrorCode.coordinator_not_available, "The coordinator is not available.") from None
+        self._attach()
+
+    def _attach(self) -> None:
+        """This broker's replica of the topic, once it has one: a broker opened before the topic
+        existed gets it when another broker created it."""
+        if self.store.log is None and self.logs is not None:
+            self.store.log = self.logs.log(TOPIC, 0)
+
+    def become_leader(self, leader_epoch: int) -> None:
+        """This broker leads `__share_group_state` in `leader_epoch`: every share partition's state
+        is loaded from its replica (whatever it held in memory before is dropped: the replica has
+        what the last coordinator wrote)."""
+        self._attach()
+        self.store.load()
+        self.loaded_epoch = leader_epoch
+        log.info("%s-0: share coordinator in leader epoch %d: %d share partition state(s) loaded", TOPIC,
+                 leader_epoch, len(self.store.states))
+
+    def resign(self) -> None:
+        """Another broker leads `__share_group_state` now: this one's state is no longer served."""
+        if self.loaded_epoch is not None:
+            log.info("%s-0: no longer the share coordinator (leader epoch %d)", TOPIC, self.loaded_epoch)
+        self.loaded_epoch = None
+
+    def ensure_loaded(self, leader_epoch: int, leader_log_epoch: int | None) -> None:
+        """Called on the leader's coordinator by every broker before a request (in process): loads
+        the state for `leader_epoch` if it has not yet. COORDINATOR_LOAD_IN_PROGRESS while its
+        replica does not lead in that epoch yet (Kafka's answer while a coordinator loads)."""
+        if self.loaded_epoch == leader_epoch:
+            return
+        if leader_log_epoch != leader_epoch:
+            raise ShareStateError(ErrorCode.coordinator_load_in_progress,
+                                  "The coordinator is loading and hence can't process requests.")
+        self.become_leader(leader_epoch)
 
     def _check_partition(self, key: ShareStateKey, action: str) -> None:
         if key.partition < 0:
@@ -212,12 +264,31 @@ class ShareCoordinator:
 class RoutedShareCoordinator:
     """The share coordinator as a broker of a cluster reaches it: the one of the broker that leads
     `__share_group_state` (Kafka's share coordinator is the leader of the key's state partition;
-    minibroker keeps one partition), called in process; this broker's own when it leads it or the
-    leader is not reachable (then its writes fail as a follower's appends do)."""
+    minibroker keeps one partition), called in process, as Kafka's persister sends its
+    Read/Write/Initialize/DeleteShareGroupState requests to the coordinator it finds.
 
-    def __init__(self, local: ShareCoordinator, leader: Callable[[], ShareCoordinator | None]) -> None:
+    `locate(create)` returns that coordinator, loaded for the partition's current leader epoch, or
+    raises ShareStateError: COORDINATOR_NOT_AVAILABLE while the partition has no leader that is up
+    (a killed leader not yet fenced), COORDINATOR_LOAD_IN_PROGRESS while the new leader has not
+    taken over. A write that would be the first share state of the cluster creates the topic first
+    (`create`), so the coordinator that writes it is its leader, wherever the controller put it.
+    Reads before the topic exists are answered by this broker's empty state."""
+
+    WRITES = frozenset({"initialize_state", "write_state", "delete_state", "forget_topic"})
+    READS = frozenset({"read_state", "read_summary", "has_state", "keys_of_group"})
+
+    def __init__(self, local: ShareCoordinator, locate: Callable[[bool], ShareCoordinator]) -> None:
         self.local = local
-        self._leader = leader
+        self._locate = locate
 
     def __getattr__(self, name: str):  # noqa: ANN204 - delegates every ShareCoordinator method
-        return getattr(self._leader() or self.local, name)
+        if name == "prune":
+            # Only the coordinator prunes its topic; the other brokers' timers have nothing to do.
+            return lambda: self.local.prune() if self.local.loaded_epoch is not None else -1
+        if name in self.WRITES or name in self.READS:
+            create = name in self.WRITES
+
+            def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                return getattr(self._locate(create), name)(*args, **kwargs)
+            return call
+        return getattr(self.local, name)

@@ -47,6 +47,7 @@ from minibroker.share.partition import (
     FetchedBatch,
     SharePartition,
     SharePartitionError,
+    persister_error,
 )
 from minibroker.share.session import ShareSessionCache
 from minibroker.storage.errors import storage_error_message
@@ -64,6 +65,8 @@ __all__ = ["PartitionResult", "ShareGroupConfigsView", "SharePartitionManager", 
 log = logging.getLogger(__name__)
 
 PartitionKey = tuple[uuid.UUID, int]
+# The errors that drop a share partition (Kafka's fencedSharePartitionHandler).
+FENCED = (ErrorCode.not_leader_or_follower, ErrorCode.group_id_not_found, ErrorCode.unknown_topic_or_partition)
 
 class ShareGroupConfigsView:
     """A group's share.* configs, its own or the broker's (Kafka's ShareGroupConfigProvider)."""
@@ -127,6 +130,8 @@ class DelayedShareFetch(DelayedOperation):
         self.read_committed = read_committed
 
     def try_complete(self) -> bool:
+        if any(self.manager.dropped(w) for w in self.wanted):
+            return self.force_complete()  # its leader moved, or its state was changed: answered now
         acquirable = [w for w in self.wanted if w.share_partition is not None and w.share_partition.can_acquire_records()]
         if not acquirable:
             return False
@@ -180,22 +185,21 @@ class SharePartitionManager:
             return existing
         key = ShareStateKey(group_id, topic_id, partition)
         plog = self.logs.log(topic, partition)
-        if plog is None:
-            raise SharePartitionError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        if plog is None or plog.leader_epoch is None:
+            # Kafka's ReplicaManagerPartitionMetadataProvider: a share partition lives on its
+            # partition's leader only (the handler checked that the partition exists).
+            raise SharePartitionError(ErrorCode.not_leader_or_follower, None)
+        leader_epoch = plog.leader_epoch
         try:
-            state = self.coordinator.read_state(key, 0)
+            state = self.coordinator.read_state(key, leader_epoch)
         except ShareStateError as exc:
-            # Kafka's fetchPersisterError: other than the fencing and missing-topic codes, the
-            # persister's error reaches the client as UNKNOWN_SERVER_ERROR with its message.
-            code = exc.error_code if exc.error_code in (ErrorCode.unknown_topic_or_partition,
-                                                         ErrorCode.group_id_not_found) else ErrorCode.unknown_server_error
-            raise SharePartitionError(code, exc.message) from None
+            raise SharePartitionError(*persister_error(exc)) from None
         sp = SharePartition(
             key, topic, self.coordinator,
             max_delivery_count=lambda: self.configs.delivery_count_limit(group_id),
             max_in_flight=lambda: self.configs.max_record_locks(group_id),
             lock_duration_ms=lambda: self.configs.lock_duration_ms(group_id),
-            renew_enabled=lambda: self.configs.renew_enabled(group_id))
+            renew_enabled=lambda: self.configs.renew_enabled(group_id), leader_epoch=leader_epoch)
         start = state.start_offset
         if start == -1:
             start = self._reset_offset(group_id, plog)
@@ -231,6 +235,14 @@ class SharePartitionManager:
             del self.partitions[key]
             self.purgatory.check_and_complete(("share", group_id, key[1], key[2]))
 
+    def leadership_changed(self, topic: str, partition: int) -> None:
+        """The partition's leader changed: its share partitions here are dropped (the new leader
+        loads them from the share coordinator; Kafka's SharePartitionListener), and the share
+        fetches waiting on them answer at once."""
+        for key in [k for k, sp in self.partitions.items() if sp.topic == topic and k[2] == partition]:
+            del self.partitions[key]
+            self.purgatory.check_and_complete(("share", *key))
+
     def share_version_changed(self, share_version: int) -> None:
         """share.version went below 1 (UpdateFeatures): every share session and share partition is
         dropped (Kafka's onShareVersionToggle); they start again when it is raised."""
@@ -241,6 +253,11 @@ class SharePartitionManager:
         for key in list(self.partitions):
             del self.partitions[key]
             self.purgatory.check_and_complete(("share", *key))
+
+    def dropped(self, w: _Wanted) -> bool:
+        """Whether the share partition a fetch holds is no longer the one served here."""
+        sp = w.share_partition
+        return sp is not None and self.partitions.get((sp.key.group_id, w.topic_id, w.partition)) is not sp
 
     def forget_topic(self, topic_id: uuid.UUID) -> None:
         for key in [k for k in self.partitions if k[1] == topic_id]:
@@ -275,8 +292,17 @@ class SharePartitionManager:
                                    read_committed)
             keys = [k for w in valid for k in ((w.topic, w.partition), ("share", group_id, w.topic_id, w.partition))]
             await self.purgatory.wait(op, keys)
+        for w in valid:
+            if self.dropped(w):
+                # Dropped while the fetch waited: not led here any more (Kafka's DelayedShareFetch
+                # checks the leadership before it reads), or reloaded at the next fetch.
+                plog = self.logs.log(w.topic, w.partition)
+                assert w.share_partition is not None
+                moved = plog is None or plog.leader_epoch != w.share_partition.leader_epoch
+                w.error = PartitionResult(ErrorCode.not_leader_or_follower) if moved else PartitionResult()
         results: dict[PartitionKey, PartitionResult] = {}
-        acquirable = [w for w in valid if w.share_partition is not None and w.share_partition.can_acquire_records()]
+        acquirable = [w for w in valid if w.error is None and w.share_partition is not None
+                      and w.share_partition.can_acquire_records()]
         acquired_count = 0
         remaining = max_bytes
         part_max = max(1, max_bytes // len(acquirable)) if acquirable else 0
@@ -348,9 +374,19 @@ class SharePartitionManager:
                 results[(topic_id, partition)] = (ErrorCode.none, None)
             except SharePartitionError as exc:
                 results[(topic_id, partition)] = (exc.error_code, exc.message)
+                self._maybe_fenced(group_id, topic_id, partition, sp, exc)
             self.purgatory.check_and_complete(("share", group_id, topic_id, partition))
         self._changed()
         return results
+
+    def _maybe_fenced(self, group_id: str, topic_id: uuid.UUID, partition: int, sp: SharePartition,
+                      exc: SharePartitionError) -> None:
+        """Kafka's fencedSharePartitionHandler: a share partition whose state write was fenced (a
+        newer leader or state epoch), or whose group or topic is gone, is dropped; the next fetch
+        loads it again where it is led."""
+        if exc.error_code in FENCED and self.partitions.get((group_id, topic_id, partition)) is sp:
+            log.info("share partition %s-%s-%d is fenced: %s", group_id, sp.topic, partition, exc.message)
+            del self.partitions[(group_id, topic_id, partition)]
 
     def release_session(self, group_id: str, member_id: str, partitions: Iterable[PartitionKey]) -> None:
         """The member's share session ended: its acquired records are released (Kafka's

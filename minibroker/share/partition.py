@@ -106,10 +106,32 @@ INCREASE, NO_OP, DECREASE = 1, 0, -1  # Kafka's DeliveryCountOps
 class SharePartitionError(Exception):
     """An acknowledgement or state write refused: `error_code` is Kafka's answer."""
 
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str | None) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+
+
+# The share coordinator's answers a share partition passes on as they are, and those it translates
+# (Kafka 4.4's SharePartition.fetchPersisterError).
+_COORDINATOR_MOVING = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                       ErrorCode.coordinator_load_in_progress)
+_FENCED = (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch)
+
+
+def persister_error(exc: SharePartitionError) -> tuple[ErrorCode, str | None]:
+    """What a share partition answers for the share coordinator's refusal of a read or a write
+    (Kafka's fetchPersisterError): COORDINATOR_NOT_AVAILABLE while the coordinator moves or loads,
+    NOT_LEADER_OR_FOLLOWER for a fenced leader or state epoch (the share partition is stale),
+    GROUP_ID_NOT_FOUND and UNKNOWN_TOPIC_OR_PARTITION as they are, UNKNOWN_SERVER_ERROR otherwise."""
+    code = exc.error_code
+    if code in _COORDINATOR_MOVING:
+        return ErrorCode.coordinator_not_available, exc.message
+    if code in _FENCED:
+        return ErrorCode.not_leader_or_follower, exc.message
+    if code in (ErrorCode.group_id_not_found, ErrorCode.unknown_topic_or_partition):
+        return code, exc.message
+    return ErrorCode.unknown_server_error, exc.message
 
 
 class SharePersister(Protocol):
@@ -923,7 +945,7 @@ class SharePartition:
                         self.find_next_fetch_offset = True
             self._recount_complete()
             if isinstance(exc, SharePartitionError):
-                raise
+                raise SharePartitionError(*persister_error(exc)) from exc
             raise SharePartitionError(ErrorCode.unknown_server_error,
                                       f"Failed to write the share group state for share partition "
                                       f"{self.key.group_id}-{self.topic}-{self.key.partition}: {exc}") from exc

@@ -87,6 +87,10 @@
 //   produce-check BOOTSTRAP TOPIC [KEY=VALUE...]   one record; its offset or the exception that refused it
 //   consume-check BOOTSTRAP TOPIC GROUP            subscribe() and poll until a record or an exception
 //   produce-for BOOTSTRAP TOPIC MS                 one record at a time for MS ms: how many acked, the first error
+//   share-consume BOOTSTRAP TOPIC GROUP COUNT      a KafkaShareConsumer (KIP-932, explicit acknowledgement) in GROUP
+//                                                  accepts every record it gets and commitSyncs after each poll, until
+//                                                  COUNT distinct offsets or 60 s: one record line per delivery
+//                                                  (partition, offset, delivery_count), one share-commit line per commit
 // Every client takes the properties of the file -Dminibroker.client.config names (security.protocol,
 // ssl.*, sasl.*): tests/support/java_client.py's `client_config`.
 //
@@ -128,10 +132,13 @@ import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -270,6 +277,7 @@ public final class MiniClient {
             case "produce-check" -> produceCheck(a[1], a[2], Arrays.copyOfRange(a, 3, a.length));
             case "consume-check" -> consumeCheck(a[1], a[2], a[3]);
             case "produce-for" -> produceFor(a[1], a[2], Long.parseLong(a[3]));
+            case "share-consume" -> shareConsume(a[1], a[2], a[3], Integer.parseInt(a[4]));
             default -> throw new IllegalArgumentException("unknown command " + a[0]);
         }
         OUT.println("{\"type\":\"done\",\"command\":" + str(a[0]) + ",\"ms\":"
@@ -444,6 +452,40 @@ public final class MiniClient {
             }
         }
         OUT.println("{\"type\":\"consume-result\",\"records\":" + records + ",\"error\":" + error + "}");
+    }
+
+    static void shareConsume(String bootstrap, String topic, String group, int count) throws Exception {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.CLIENT_ID_CONFIG, "mb-java-share");
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put("share.acknowledgement.mode", "explicit");
+        Set<String> seen = new java.util.HashSet<>();
+        try (KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(secured(p))) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + TIMEOUT.toNanos();
+            while (seen.size() < count && System.nanoTime() < deadline) {
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                    seen.add(r.partition() + ":" + r.offset());
+                    OUT.println("{\"type\":\"record\",\"partition\":" + r.partition() + ",\"offset\":" + r.offset()
+                            + ",\"delivery_count\":" + r.deliveryCount().map(String::valueOf).orElse("null") + "}");
+                }
+                if (!records.isEmpty()) {
+                    StringBuilder errors = new StringBuilder();
+                    for (var e : consumer.commitSync().entrySet()) {
+                        if (errors.length() > 0) errors.append(',');
+                        errors.append(str(e.getKey().topic() + "-" + e.getKey().partition())).append(':')
+                                .append(e.getValue().map(x -> str(x.getClass().getSimpleName())).orElse("null"));
+                    }
+                    OUT.println("{\"type\":\"share-commit\",\"errors\":{" + errors + "}}");
+                    OUT.flush();
+                }
+            }
+        }
     }
 
     // --- Admin -------------------------------------------------------------------------------
