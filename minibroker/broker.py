@@ -348,6 +348,8 @@ class Broker:
         if state_partition is not None and state_partition.leader == self.node_id and state_log is not None \
                 and state_log.leader_epoch == state_partition.leader_epoch:
             self.local_share_coordinator.loaded_epoch = state_partition.leader_epoch  # loaded by its open
+        self.local_share_coordinator.replicate(self.replication,
+                                               lambda: self.config["share.coordinator.write.timeout.ms"])
         self.share_coordinator = cast(ShareCoordinator, RoutedShareCoordinator(
             self.local_share_coordinator, self._share_coordinator_leader))
         self.shares = SharePartitionManager(

@@ -79,13 +79,22 @@ def acknowledgement_batches(ctx: RequestContext, topics: Iterable[Any], is_renew
     return valid, erroneous
 
 
-def acknowledge(ctx: RequestContext, group_id: str, member_id: str,
-                valid: dict[PartitionKey, list[AcknowledgementBatch]]) -> dict[PartitionKey, AckResult]:
-    """Apply the valid acknowledgements; an empty list is answered NONE at once."""
+async def acknowledge(ctx: RequestContext, group_id: str, member_id: str,
+                      valid: dict[PartitionKey, list[AcknowledgementBatch]]) -> dict[PartitionKey, AckResult]:
+    """Apply the valid acknowledgements; an empty list is answered NONE at once. Those applied
+    are answered once the share coordinator's writes are acknowledged by the ISR of
+    `__share_group_state` (Kafka's persister completes a write then; on one broker at once), else
+    COORDINATOR_NOT_AVAILABLE."""
     results: dict[PartitionKey, AckResult] = {k: (ErrorCode.none, None) for k, batches in valid.items() if not batches}
     todo = {k: batches for k, batches in valid.items() if batches}
     if todo:
-        results.update(ctx.shares.acknowledge(group_id, member_id, todo))
+        applied = ctx.shares.acknowledge(group_id, member_id, todo)
+        if any(code == ErrorCode.none for code, _ in applied.values()):
+            code = await ctx.shares.coordinator.written()
+            if code != ErrorCode.none:
+                message = "The share coordinator's write was not acknowledged by its in-sync replicas."
+                applied = {k: (code, message) if c == ErrorCode.none else (c, m) for k, (c, m) in applied.items()}
+        results.update(applied)
     return results
 
 
@@ -143,7 +152,7 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> Reply:
         return _top_level(ctx, exc.error_code, exc.message)
     is_renew_ack = bool(getattr(request, "is_renew_ack", False))
     valid, erroneous = acknowledgement_batches(ctx, request.topics, is_renew_ack)
-    results = {**acknowledge(ctx, group_id, member_id, valid), **erroneous}
+    results = {**await acknowledge(ctx, group_id, member_id, valid), **erroneous}
     if epoch == FINAL_EPOCH:
         sessions.remove(group_id, member_id)
         ctx.shares.release_session(group_id, member_id, list(session.partitions))

@@ -133,7 +133,7 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Reply:
     ack_results: dict = {}
     if has_acks or is_renew_ack:
         valid, erroneous = acknowledgement_batches(ctx, request.topics, is_renew_ack)
-        ack_results = {**acknowledge(ctx, group_id, member_id, valid), **erroneous}
+        ack_results = {**await acknowledge(ctx, group_id, member_id, valid), **erroneous}
     partitions: dict[tuple[uuid.UUID, int], dict[str, Any]] = {}
     if fetch_partitions and not is_renew_ack:
         rotation = epoch % len(fetch_partitions) if epoch > 0 else 0

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from minibroker.protocol.errors import ErrorCode
 from minibroker.share.partition import SharePartitionError
-from minibroker.storage.errors import InvalidReplicationFactorError, storage_error_message
+from minibroker.storage.errors import InvalidReplicationFactorError, NotEnoughReplicasError, storage_error_message
 from minibroker.storage.share_state import (
     TOPIC,
     SharePartitionState,
@@ -43,6 +43,7 @@ from minibroker.storage.share_state import (
 
 if TYPE_CHECKING:
     from minibroker.groups.api import TopicsImage
+    from minibroker.replication import Replication
     from minibroker.storage.manager import LogManager
 
 __all__ = ["ShareCoordinator", "ShareStateError", "StateSummary"]
@@ -75,6 +76,8 @@ class ShareCoordinator:
         # The leader epoch of __share_group_state in which this coordinator loaded its state (Kafka's
         # coordinator load on becoming leader); None while it does not coordinate.
         self.loaded_epoch: int | None = None
+        self._replication: Replication | None = None  # on a cluster (`replicate`)
+        self.write_timeout_ms: Callable[[], int] = lambda: 5000
 
     @classmethod
     def open(cls, logs: LogManager, *, updates_per_snapshot: Callable[[], int], now_ms: Callable[[], int]) -> ShareCoordinator:
@@ -82,6 +85,44 @@ class ShareCoordinator:
         return cls(store, logs, updates_per_snapshot=updates_per_snapshot, now_ms=now_ms, logs=logs)
 
     # -- coordinating (Kafka's ShareCoordinatorService.onElection / onResignation) ----------------
+
+    def replicate(self, replication: Replication, write_timeout_ms: Callable[[], int]) -> None:
+        """Append as Kafka's share coordinator runtime does, with acks=-1: refused while the ISR of
+        `__share_group_state` is smaller than its min.insync.replicas, and complete (`written`)
+        once the high watermark passes what was appended."""
+        self._replication = replication
+        self.write_timeout_ms = write_timeout_ms
+        self.store.before_append = self._check_min_isr
+
+    def _check_min_isr(self) -> None:
+        plog = self.store.log
+        if self._replication is None or plog is None:
+            return
+        isr = self._replication.isr(TOPIC, 0)
+        if len(isr) < plog.config.min_insync_replicas:
+            raise NotEnoughReplicasError(f"{TOPIC}-0: the ISR {list(isr)} is smaller than min.insync.replicas "
+                                         f"({plog.config.min_insync_replicas})")
+
+    async def written(self) -> ErrorCode:
+        """Wait until everything appended to `__share_group_state` so far is acknowledged by its ISR
+        (the high watermark passes it; at most share.coordinator.write.timeout.ms), as Kafka's share
+        coordinator completes a write: NONE; COORDINATOR_NOT_AVAILABLE when it timed out or this
+        broker no longer leads the topic (what Kafka's persister reports as the share
+        partition's error). No wait on one broker (the high watermark is the log end)."""
+        plog = self.store.log
+        if self._replication is None or plog is None:
+            return ErrorCode.none
+        if plog.follower:
+            return ErrorCode.coordinator_not_available
+        end = plog.log_end_offset
+        if plog.high_watermark >= end:
+            return ErrorCode.none
+        tp = (TOPIC, 0)
+        self._replication.fetch_purgatory.check_and_complete(tp)  # followers parked at the log end fetch now
+        code = (await self._replication.wait_replicated({tp: end}, self.write_timeout_ms())).get(tp, ErrorCode.none)
+        if code in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
+            return ErrorCode.none  # the high watermark passed it
+        return ErrorCode.coordinator_not_available
 
     def create_topic(self) -> None:
         """Create `__share_group_state` if no broker did yet (Kafka creates it when the first share
@@ -141,6 +182,9 @@ class ShareCoordinator:
     def _write(self, write: Callable[[], None]) -> None:
         try:
             write()
+        except NotEnoughReplicasError as exc:
+            log.warning("%s", exc)
+            raise ShareStateError(ErrorCode.coordinator_not_available, str(exc)) from exc
         except OSError as exc:
             log.error("%s: writing share state failed: %s", TOPIC, storage_error_message(exc))
             raise ShareStateError(ErrorCode.kafka_storage_error, f"{TOPIC}: {storage_error_message(exc)}") from exc
@@ -280,6 +324,14 @@ class RoutedShareCoordinator:
     def __init__(self, local: ShareCoordinator, locate: Callable[[bool], ShareCoordinator]) -> None:
         self.local = local
         self._locate = locate
+
+    async def written(self) -> ErrorCode:
+        """ShareCoordinator.written of the coordinator: what a request wrote is replicated."""
+        try:
+            coordinator = self._locate(False)
+        except ShareStateError as exc:
+            return exc.error_code
+        return await coordinator.written()
 
     def __getattr__(self, name: str):  # noqa: ANN204 - delegates every ShareCoordinator method
         if name == "prune":

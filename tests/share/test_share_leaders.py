@@ -8,7 +8,10 @@ on its partition's leader only, as in Kafka 4.4.
 * acknowledgements of a partition whose share partition this broker does not hold (ShareAcknowledge,
   or the acknowledgements a ShareFetch carries): UNKNOWN_TOPIC_OR_PARTITION (Kafka 4.4's
   SharePartitionManager.acknowledge), and nothing is acknowledged: the leader still holds the
-  records acquired there.
+  records acquired there;
+* acknowledgements are answered once the share coordinator's write reached the ISR of
+  `__share_group_state` (COORDINATOR_NOT_AVAILABLE after share.coordinator.write.timeout.ms when
+  it cannot).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import pytest
 
 from minibroker.admin_client import AdminClient
 from minibroker.protocol.errors import ErrorCode
+from minibroker.storage.share_state import TOPIC as SHARE_STATE
 from minibroker.testing import running_cluster
-from tests.support.share_client import FAST
+from tests.support.share_client import FAST, produce
 
 G, MEMBER = "leaders", "member-1"
 ACCEPT = 1
@@ -51,6 +55,19 @@ def _acknowledge(client: AdminClient, topic_id, epoch: int, first: int, last: in
             {"first_offset": first, "last_offset": last, "acknowledge_types": [ACCEPT]}]}]}]})
 
 
+def _create(cluster):
+    """The topic `queue` (RF 3) and the group's share configs; the topic's id."""
+    with _client(cluster, 1) as admin:
+        created = admin.call(19, {"topics": [{"name": "queue", "num_partitions": 1, "replication_factor": 3,
+                                              "assignments": [], "configs": []}], "timeout_ms": 5000,
+                                  "validate_only": False})
+        assert created.topics[0].error_code == 0
+        altered = admin.call(44, {"resources": [{"resource_type": 32, "resource_name": G, "configs": [
+            {"name": k, "config_operation": 0, "value": v} for k, v in FAST.items()]}], "validate_only": False})
+        assert altered.responses[0].error_code == 0
+        return created.topics[0].topic_id
+
+
 def _join(cluster) -> None:
     """The member joins the share group at its coordinator and gets the partition (its second
     heartbeat: the first initializes the share partition)."""
@@ -69,17 +86,7 @@ def _join(cluster) -> None:
 
 
 def test_share_fetch_and_acknowledge_to_a_broker_that_does_not_lead(cluster):
-    with _client(cluster, 1) as admin:
-        created = admin.call(19, {"topics": [{"name": "queue", "num_partitions": 1, "replication_factor": 3,
-                                              "assignments": [], "configs": []}], "timeout_ms": 5000,
-                                  "validate_only": False})
-        assert created.topics[0].error_code == 0
-        topic_id = created.topics[0].topic_id
-        altered = admin.call(44, {"resources": [{"resource_type": 32, "resource_name": G, "configs": [
-            {"name": k, "config_operation": 0, "value": v} for k, v in FAST.items()]}], "validate_only": False})
-        assert altered.responses[0].error_code == 0
-    from tests.support.share_client import produce
-
+    topic_id = _create(cluster)
     produce(cluster.bootstrap, "queue", 5, per_batch=5)
     _join(cluster)
     leader = cluster.leader("queue", 0)
@@ -125,3 +132,25 @@ def test_share_fetch_and_acknowledge_to_a_broker_that_does_not_lead(cluster):
     with _client(cluster, other) as third:
         refused = _fetch(third, topic_id, 0)
         assert [n.node_id for n in refused.node_endpoints] == [follower]
+
+
+def test_acknowledgements_are_answered_once_the_isr_has_them(tmp_path):
+    """The share coordinator's writes wait for the ISR of __share_group_state (Kafka's acks=-1
+    coordinator appends): with both followers killed (not yet fenced, so still in the ISR), an
+    acknowledgement is appended but never replicated, and it is answered COORDINATOR_NOT_AVAILABLE
+    after share.coordinator.write.timeout.ms, not NONE."""
+    with running_cluster(brokers=3, data_dir=tmp_path / "data", default_replication_factor=3,
+                         share_coordinator_write_timeout_ms=300) as running:
+        topic_id = _create(running)
+        produce(running.bootstrap, "queue", 5, per_batch=5)
+        _join(running)
+        coordinator = running.leader(SHARE_STATE, 0)
+        if running.leader("queue", 0) != coordinator:
+            running.move_leader("queue", 0, coordinator)
+        with _client(running, coordinator) as client:
+            (part,) = _fetch(client, topic_id, 0).responses[0].partitions
+            assert [(r.first_offset, r.last_offset) for r in part.acquired_records] == [(0, 4)]
+            for node in (b for b in (1, 2, 3) if b != coordinator):
+                running.stop(node, kill=True)
+            (part,) = _acknowledge(client, topic_id, 1, 0, 4).responses[0].partitions
+            assert part.error_code == ErrorCode.coordinator_not_available, part
