@@ -189,6 +189,32 @@ def test_a_failed_write_undoes_the_acknowledgement():
     assert sp.start_offset == 5
 
 
+@pytest.mark.parametrize(("refused", "answered"), [
+    (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available),
+    (ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available),
+    (ErrorCode.coordinator_not_available, ErrorCode.coordinator_not_available),
+    (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower),
+    (ErrorCode.fenced_state_epoch, ErrorCode.not_leader_or_follower),
+    (ErrorCode.group_id_not_found, ErrorCode.group_id_not_found),
+    (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_or_partition),
+    (ErrorCode.invalid_request, ErrorCode.unknown_server_error),
+])
+def test_the_share_coordinators_refusal_is_answered_as_kafkas_share_partition_does(refused, answered):
+    """Kafka 4.4's SharePartition.fetchPersisterError: a coordinator moving is COORDINATOR_NOT_AVAILABLE
+    (the client tries again), a fenced epoch NOT_LEADER_OR_FOLLOWER (it finds the leader)."""
+
+    class Refusing(Recorder):
+        def write_state(self, *args):
+            raise SharePartitionError(refused, "refused")
+
+    sp, _ = partition(persister=Refusing())
+    fetch(sp, A, batches((0, 4)))
+    with pytest.raises(SharePartitionError) as failed:
+        ack(sp, A, 0, 4, ACK_ACCEPT)
+    assert failed.value.error_code == answered
+    assert states(sp) == [(0, 4, "ACQUIRED", 1)]
+
+
 # -- locks, sessions, the window ------------------------------------------------------------------------------
 
 
