@@ -54,6 +54,7 @@ from minibroker.metadata_migration import legacy_importer
 from minibroker.storage.controller import Controller
 from minibroker.storage.errors import UnknownTopicError
 from minibroker.storage.offsets_store import TOPIC as GROUP_TOPIC
+from minibroker.storage.share_state import TOPIC as SHARE_STATE_TOPIC
 from minibroker.storage.transaction_store import TOPIC as TXN_TOPIC
 from minibroker.storage.file_cache import FileCache
 
@@ -375,24 +376,33 @@ class ClusterRuntime:
                     break
                 await clock.sleep(0.005)
 
-    def coordinator_partition(self, *, group: str | None = None, transactional_id: str | None = None) -> tuple[str, int]:
-        """The partition of __consumer_offsets (a group) or __transaction_state (a transactional id)
-        whose leader coordinates the key, as Kafka picks it (minibroker.cluster)."""
-        if (group is None) == (transactional_id is None):
-            raise ValueError("name exactly one of group or transactional_id")
-        topic, key = (GROUP_TOPIC, group) if group is not None else (TXN_TOPIC, transactional_id)
+    def coordinator_partition(self, *, group: str | None = None, transactional_id: str | None = None,
+                              share_group: str | None = None) -> tuple[str, int]:
+        """The partition of __consumer_offsets (a group), __transaction_state (a transactional id)
+        or __share_group_state (a share group's share coordinator) whose leader coordinates the
+        key, as Kafka picks it (minibroker.cluster; __share_group_state has one partition, so it
+        holds every share group's state)."""
+        if sum(key is not None for key in (group, transactional_id, share_group)) != 1:
+            raise ValueError("name exactly one of group, transactional_id or share_group")
         broker = self.any_broker()
+        if share_group is not None:
+            if broker.cluster.partition(SHARE_STATE_TOPIC, 0) is None:
+                raise KeyError(f"{SHARE_STATE_TOPIC} does not exist yet (no share group has state): no coordinator to move")
+            return SHARE_STATE_TOPIC, 0
+        topic, key = (GROUP_TOPIC, group) if group is not None else (TXN_TOPIC, transactional_id)
         partition, count = broker.cluster.coordinator_partition(topic, key or "")
         if count == 0:
             raise KeyError(f"{topic} does not exist yet: no coordinator to move")
         return topic, partition
 
     async def move_coordinator(self, *, group: str | None = None, transactional_id: str | None = None,
-                               broker: int) -> None:
-        """Move the coordinator of a group or a transactional id to `broker`: the leader of its
-        partition of __consumer_offsets / __transaction_state moves there (so every key of that
-        partition moves with it, as in Kafka)."""
-        topic, partition = self.coordinator_partition(group=group, transactional_id=transactional_id)
+                               share_group: str | None = None, broker: int) -> None:
+        """Move the coordinator of a group, a transactional id or a share group's state to `broker`:
+        the leader of its partition of __consumer_offsets / __transaction_state /
+        __share_group_state moves there (so every key of that partition moves with it, as in
+        Kafka)."""
+        topic, partition = self.coordinator_partition(group=group, transactional_id=transactional_id,
+                                                      share_group=share_group)
         await self.move_leader(topic, partition, broker)
 
     def brokers(self) -> list[dict[str, Any]]:

@@ -148,7 +148,7 @@ def minibroker_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
 
     `minibroker_cluster.bootstrap` is the bootstrap.servers (every broker); the controls are one
     line each: `stop(node, kill=False)`, `start(node)`, `move_leader(topic, partition, node)`,
-    `shuffle_leaders()`, `move_coordinator(group=... | transactional_id=..., broker=node)`,
+    `shuffle_leaders()`, `move_coordinator(group=... | transactional_id=... | share_group=..., broker=node)`,
     `brokers()`, `leader(topic, partition)`, `isr(topic, partition)`. Settings come from the
     `minibroker` marker, as for `minibroker`, and apply to every broker; `brokers=N` there sets
     how many (3 by default):

@@ -167,11 +167,12 @@ class RunningCluster(ControlSurface):
         return self._run(self.runtime.shuffle_leaders, topics)
 
     def move_coordinator(self, *, group: str | None = None, transactional_id: str | None = None,
-                         broker: int) -> None:
-        """Move a group's or a transactional id's coordinator to `broker` (the leader of its
-        partition of __consumer_offsets / __transaction_state moves there)."""
+                         share_group: str | None = None, broker: int) -> None:
+        """Move a group's, a transactional id's or a share group's (its share coordinator's)
+        coordinator to `broker` (the leader of its partition of __consumer_offsets /
+        __transaction_state / __share_group_state moves there)."""
         self._run(functools.partial(self.runtime.move_coordinator, group=group,
-                                    transactional_id=transactional_id, broker=broker))
+                                    transactional_id=transactional_id, share_group=share_group, broker=broker))
 
     def brokers(self) -> list[dict[str, Any]]:
         """Every broker: node_id, host, port, rack, state (running, stopped, killed), controller."""

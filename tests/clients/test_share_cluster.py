@@ -82,8 +82,8 @@ def test_share_consumer_across_a_leader_move(tmp_path):
 
 
 def test_share_consumer_across_moves_of_the_share_coordinator(tmp_path):
-    """The share coordinator moves three times while a consumer reads: a leader move of
-    `__share_group_state`, a controlled shutdown of the broker that leads it (started again after),
+    """The share coordinator moves three times while a consumer reads: `move_coordinator` (a leader
+    move of `__share_group_state`), a controlled shutdown of the broker that leads it (started again after),
     and a kill -9 of the broker that leads it right after the consumer's last acknowledgements were
     answered. After each, the topic's leader moves too, so its share partition is loaded again from
     the new coordinator: what was acknowledged before is never delivered again, every record is
@@ -105,7 +105,7 @@ def test_share_consumer_across_moves_of_the_share_coordinator(tmp_path):
                 before = len(consumer.got)
                 coordinator = cluster.leader(SHARE_STATE, 0)
                 if how == "move":
-                    cluster.move_leader(SHARE_STATE, 0, next(b for b in (1, 2, 3) if b != coordinator))
+                    cluster.move_coordinator(share_group="crew", broker=next(b for b in (1, 2, 3) if b != coordinator))
                 else:
                     down = coordinator
                     cluster.stop(coordinator, kill=how == "kill")  # a stop moves its leaderships first
