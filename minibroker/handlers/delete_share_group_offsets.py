@@ -7,6 +7,7 @@ DELETE on the group, INVALID_GROUP_ID for an empty id (top-level); GROUP_ID_NOT_
 group or one of another type, NON_EMPTY_GROUP while it has members (top-level, with Kafka's
 messages); per topic TOPIC_AUTHORIZATION_FAILED without READ on it, UNKNOWN_TOPIC_OR_PARTITION for
 an unknown topic or one without state ("There is no offset information to delete.").
+On a cluster only the group coordinator answers (NOT_COORDINATOR elsewhere; handlers/common.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.groups.share_manager import Refused
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.handlers.share_group_heartbeat import share_groups_enabled, share_manager
 from minibroker.protocol.errors import ErrorCode
 
@@ -29,6 +31,7 @@ def _top_level(code: ErrorCode, message: str | None = None) -> Reply:
 
 # KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
 @handler(92, 0, 0, client_throttles_from=0)
+@group_coordinator
 async def delete_share_group_offsets(ctx: RequestContext, request: Any) -> Reply:
     if not share_groups_enabled(ctx):
         return _top_level(ErrorCode.unsupported_version, "The version of API is not supported.")

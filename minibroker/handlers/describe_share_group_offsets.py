@@ -8,6 +8,7 @@ unknown topic, or a partition without state, has start offset -1 (no error, as K
 lag (Kafka's computeShareGroupLagAndBuildResponse) is the log end offset less the start offset less
 the records at or after it whose delivery is complete; -1 while the start offset is not known.
 An unknown group has no topics.
+On a cluster only the group coordinator answers (NOT_COORDINATOR elsewhere; handlers/common.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import Reply, handler
+from minibroker.handlers.common import group_coordinator
 from minibroker.handlers.share_group_heartbeat import share_groups_enabled, share_manager
 from minibroker.protocol.errors import ErrorCode
 from minibroker.share.coordinator import ShareStateError
@@ -84,5 +86,6 @@ def _describe(ctx: RequestContext, group: Any) -> dict[str, Any]:
 
 # KIP-219: Kafka 4.4 clients wait out the throttle time of every response that carries one (KAFKA-20828).
 @handler(90, 0, 1, client_throttles_from=0)
+@group_coordinator
 async def describe_share_group_offsets(ctx: RequestContext, request: Any) -> Reply:
     return Reply({"groups": [_describe(ctx, group) for group in request.groups]})

@@ -134,6 +134,25 @@ def test_share_fetch_and_acknowledge_to_a_broker_that_does_not_lead(cluster):
         assert [n.node_id for n in refused.node_endpoints] == [follower]
 
 
+def test_the_share_offset_apis_are_answered_by_the_group_coordinator_only(cluster):
+    """DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets are group
+    coordinator requests (Kafka's GroupCoordinatorService): NOT_COORDINATOR from another broker."""
+    group = "offsets-elsewhere"
+    coordinator = cluster.leader("__consumer_offsets", 0)
+    answered = {}
+    for node in (1, 2, 3):
+        with _client(cluster, node) as client:
+            described = client.call(90, {"groups": [{"group_id": group, "topics": None}]})
+            altered = client.call(91, {"group_id": group, "topics": []})
+            deleted = client.call(92, {"group_id": group, "topics": []})
+            answered[node] = (described.groups[0].error_code, altered.error_code, deleted.error_code)
+    for node, codes in answered.items():
+        if node == coordinator:
+            assert ErrorCode.not_coordinator not in codes, codes
+        else:
+            assert codes == (ErrorCode.not_coordinator,) * 3, (node, codes)
+
+
 def test_acknowledgements_are_answered_once_the_isr_has_them(tmp_path):
     """The share coordinator's writes wait for the ISR of __share_group_state (Kafka's acks=-1
     coordinator appends): with both followers killed (not yet fenced, so still in the ISR), an
