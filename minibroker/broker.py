@@ -58,6 +58,7 @@ from minibroker.fetch_sessions import MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS,
 from minibroker.producers import ProducerIds, ProducerStates
 from minibroker.replica_manager import AppendOutcome, ReplicaManager
 from minibroker.replication import BrokerUnavailable, Replication, ReplicationSettings
+from minibroker.transactions.channel import TxnChannel
 from minibroker.transactions.coordinator import TransactionCoordinator
 from minibroker.purgatory import Purgatory
 from minibroker.txn_markers import MarkerResult, TxnMarker
@@ -85,6 +86,7 @@ from minibroker.protocol.messages import (
     parse_header,
     peek_api,
 )
+from minibroker.storage.transaction_store import TOPIC as TXN_TOPIC
 from minibroker.storage.config import LogConfig
 from minibroker.storage.errors import DamagedFileError, storage_error_message
 from minibroker.storage.file_cache import FileCache
@@ -372,19 +374,26 @@ class Broker:
         # KIP-227: incremental fetch sessions (Kafka's FetchSessionCache; its 2-minute eviction time).
         self.fetch_sessions = FetchSessions(FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
                                                               MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS))
-        # The transaction coordinator, opened after the groups (a transaction prepared before a crash
-        # commits its pending offsets). Produce asks it whether a transactional batch's partition is
-        # in the producer's transaction (KIP-890 part 1, `verify_produce`); its markers are written
-        # by the replica manager.
         # Client telemetry (KIP-714): CLIENT_METRICS subscriptions and the metrics clients push.
         self.client_metrics = ClientMetrics.open(self.data_dir, config["telemetry.max.bytes"])
         # Finalized features (KIP-584): transaction.version, streams.version and share.version, kept in
         # the data dir once UpdateFeatures changed them.
         self.features = Features.open(self.data_dir, config["transaction.version"], config["streams.version"],
                                       config["share.version"])
+        # The transaction coordinator, opened after the groups (a transaction prepared before a crash
+        # commits its pending offsets). Produce asks it whether a transactional batch's partition is
+        # in the producer's transaction (KIP-890, `verify_produce`), wherever it runs.
+        # Its markers go to each partition's leader as a WriteTxnMarkers in process, the verification
+        # of a transactional batch to the coordinator's broker (minibroker.transactions.channel); a
+        # marker written to __consumer_offsets commits or drops the transaction's offsets here.
+        self.txn_channel = TxnChannel(self.node_id, self.cluster, self.logs, self.replication,
+                                      lambda node: self if node == self.node_id else self.peer(node))
+        self.replicas.on_offsets_marker = lambda _partition, producer_id, commit: \
+            self.groups.complete_transaction(producer_id, commit)
         self.transactions = TransactionCoordinator.open(
-            config, self.logs, allocate=self.producer_ids.allocate, clock=clock, groups=self.groups,
-            markers=self.replicas.write_markers, transaction_version=self.features.transaction_version)
+            config, self.logs, allocate=self.producer_ids.allocate, clock=clock,
+            markers=self.txn_channel.write_markers, transaction_version=self.features.transaction_version,
+            placement=self.txn_channel.placement())
         self.features.on_change.append(
             lambda levels: setattr(self.transactions, "transaction_version", self.features.transaction_version))
         self.features.on_change.append(lambda levels: self.shares.share_version_changed(self.features.share_version))
@@ -484,6 +493,13 @@ class Broker:
             # A share partition is loaded again from the share coordinator by its new leader (Kafka's
             # SharePartitionListener drops it on a leadership change).
             self.shares.leadership_changed(topic, partition)
+        if topic == TXN_TOPIC and hasattr(self, "transactions"):
+            # A transaction coordinator move: the new leader loads __transaction_state from its
+            # replica and completes what was prepared; the old one forgets it.
+            if registration.leader == self.node_id:
+                self.transactions.become_coordinator(registration.leader_epoch, self.logs.log(topic, partition))
+            else:
+                self.transactions.resign()
 
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and

@@ -81,6 +81,20 @@ class ReplicaManager:
         # Told (partition, producer id, commit) after a marker is written to a partition of
         # `__consumer_offsets`: the group coordinator commits or drops the transaction's offsets.
         self.on_offsets_marker: Callable[[int, int, bool], object] | None = None
+        # Kafka's verification guards (KIP-890): (topic, partition, producer id) -> the guard of a
+        # transactional batch whose coordinator is being asked; a marker of the producer written to
+        # the partition meanwhile removes it, and the batch is not appended.
+        self._verifying: dict[tuple[str, int, int], object] = {}
+
+    def verification_guard(self, topic: str, partition: int, producer_id: int) -> object:
+        return self._verifying.setdefault((topic, partition, producer_id), object())
+
+    def guard_holds(self, topic: str, partition: int, producer_id: int, guard: object) -> bool:
+        return self._verifying.get((topic, partition, producer_id)) is guard
+
+    def drop_guard(self, topic: str, partition: int, producer_id: int, guard: object) -> None:
+        if self._verifying.get((topic, partition, producer_id)) is guard:
+            del self._verifying[(topic, partition, producer_id)]
 
     def append_checked(self, topic: str, partition: int, log: PartitionLog, header: BatchHeader,
                        records: bytes | memoryview, now_ms: int) -> AppendOutcome:
@@ -189,6 +203,8 @@ class ReplicaManager:
             code, _ = error_answer(self.storage_errors, exc, f"{topic}-{partition}")
             return code
         self.purgatory.check_and_complete((topic, partition))
+        if self._verifying:
+            self._verifying.pop((topic, partition, marker.producer_id), None)
         if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
             self.on_offsets_marker(partition, marker.producer_id, marker.commit)
         return ErrorCode.none

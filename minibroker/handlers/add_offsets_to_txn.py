@@ -26,7 +26,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Reply:
         return Reply({"error_code": ErrorCode.group_authorization_failed})
     if not request.group_id:
         return Reply({"error_code": ErrorCode.invalid_group_id})
-    code = ctx.txns.add_offsets(
+    code = await ctx.txns.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
     if code == ErrorCode.producer_fenced and ctx.version < 2:
         code = ErrorCode.invalid_producer_epoch

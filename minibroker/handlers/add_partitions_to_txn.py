@@ -7,7 +7,10 @@ as Kafka serves it: several transactions, each added (a partition leader's add f
 version 2 batch, KIP-890 part 2, recorded as such) or, with verify_only, only checked (NONE for a
 partition in the ongoing transaction, TRANSACTION_ABORTABLE for one not in it: INVALID_TXN_STATE in
 v4, which has no TRANSACTION_ABORTABLE). On one broker the leader asks the coordinator in process
-(Produce), so these forms are for tools and tests. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
+(Produce); on a cluster, the leader of a partition sends the coordinator's broker this form in
+process (minibroker.transactions.channel), as Kafka's AddPartitionsToTxnManager does. A broker that
+does not coordinate the transactional id answers NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while
+it loads the state it was just given) for every partition. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
 
 Authorization (Kafka's handleAddPartitionsToTxnRequest): before v4 (from producers), WRITE on the
 transactional id, else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), and
@@ -36,7 +39,7 @@ def _topic_results(answers: dict[tuple[str, int], ErrorCode]) -> list[dict[str, 
     return [{"name": topic, "results_by_partition": rows} for topic, rows in by_topic.items()]
 
 
-def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, topics: Any,
+async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, topics: Any,
          verify_only: bool = False) -> dict[tuple[str, int], ErrorCode]:
     logs = ctx.logs
     partitions = [(topic.name, p) for topic in topics for p in topic.partitions]
@@ -62,7 +65,7 @@ def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_
         answers = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
                    for tp in partitions}
     else:
-        error = coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+        error = await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
                                            2 if ctx.version >= 4 else 0)
         answers = {tp: error for tp in partitions}
     if ctx.version < 2:
@@ -75,13 +78,13 @@ def _add(ctx: RequestContext, transactional_id: str, producer_id: int, producer_
 async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Reply:
     transactions = getattr(request, "transactions", None)
     if transactions is None:
-        answers = _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+        answers = await _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                        request.v3_and_below_producer_epoch, request.v3_and_below_topics)
         return Reply({"results_by_topic_v3_and_below": _topic_results(answers)})
     if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return Reply({"error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []})
     results = []
     for txn in transactions:
-        answers = _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)
+        answers = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)
         results.append({"transactional_id": txn.transactional_id, "topic_results": _topic_results(answers)})
     return Reply({"error_code": ErrorCode.none, "results_by_transaction": results})

@@ -1,6 +1,7 @@
 """DescribeTransactions (key 65), v0: each transactional id's state, producer id and epoch, timeout,
 start time (-1 when no transaction was started, as Kafka sends it) and partitions (KIP-664); an
-unknown id TRANSACTIONAL_ID_NOT_FOUND.
+unknown id TRANSACTIONAL_ID_NOT_FOUND; on a broker that does not coordinate it NOT_COORDINATOR
+(COORDINATOR_LOAD_IN_PROGRESS while it loads).
 
 Authorization (Kafka's handleDescribeTransactionsRequest): DESCRIBE on each transactional id, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53); the topics of a transaction the principal may not
@@ -31,9 +32,10 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Reply:
                            "transaction_start_time": timestamp(0), "producer_id": 0, "producer_epoch": 0,
                            "topics": []})
             continue
-        if txn is None:
+        status = ctx.txns.status()
+        if txn is None or status:
             # The other fields at their schema defaults, as Kafka leaves them.
-            states.append({"error_code": ErrorCode.transactional_id_not_found, "transactional_id": tid,
+            states.append({"error_code": status or ErrorCode.transactional_id_not_found, "transactional_id": tid,
                            "transaction_state": "", "transaction_timeout": duration(0),
                            "transaction_start_time": timestamp(0), "producer_id": 0, "producer_epoch": 0,
                            "topics": []})

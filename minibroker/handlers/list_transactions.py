@@ -3,6 +3,9 @@
 unknown_state_filters), producer id, v1 how long they have been running (KIP-994), v2 a regular
 expression the transactional id matches (KIP-1152; a bad one is INVALID_REGULAR_EXPRESSION).
 
+On a cluster each broker lists the transactional ids it coordinates (none on a broker that does
+not lead __transaction_state; COORDINATOR_LOAD_IN_PROGRESS while it loads), as Kafka's do.
+
 Authorization: only the transactional ids the principal may DESCRIBE are listed.
 """
 
@@ -23,6 +26,9 @@ if TYPE_CHECKING:
 @handler(66, 0, 2)
 async def list_transactions(ctx: RequestContext, request: Any) -> Reply:
     pattern = getattr(request, "transactional_id_pattern", None)
+    if ctx.txns.status() == ErrorCode.coordinator_load_in_progress:
+        return Reply({"error_code": ErrorCode.coordinator_load_in_progress, "unknown_state_filters": [],
+                      "transaction_states": []})
     try:
         unknown, found = ctx.txns.list(
             request.state_filters, request.producer_id_filters, getattr(request, "duration_filter", -1), pattern)

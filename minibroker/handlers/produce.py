@@ -30,7 +30,8 @@ Transactional batches (KIP-98) go through the same checks and the same producer 
 idempotent ones (minibroker.storage.producer_state: a non-transactional batch of a producer with a transaction
 open is INVALID_TXN_STATE), after the producer-id quota (they count like any batch with a producer
 id). Before they are appended, the transaction coordinator's `ctx.txns.verify_produce` (KIP-890
-part 1: was the partition added to the producer's transaction?) may refuse them with its own error
+part 1: was the partition added to the producer's transaction? asked wherever the coordinator runs,
+`append_verified`) may refuse them with its own error
 code, which depends on the request's version (TRANSACTION_ABORTABLE from v11, INVALID_TXN_STATE
 before); transaction.partition.verification.enable=false accepts every one. The broker's own topics
 (`__consumer_offsets`, the other Kafka internal topics, `__minibroker_audit`) are refused with
@@ -55,7 +56,7 @@ silently lost. At most HELD_PER_CONNECTION entries per connection (the oldest go
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from minibroker.auth import AclOperation, ResourceType
 from minibroker.handlers import ByteRate, Reply, handler
@@ -75,6 +76,7 @@ from minibroker.storage.producer_state import SEQUENCE_SPACE
 
 if TYPE_CHECKING:
     from minibroker.context import Connection, RequestContext
+    from minibroker.storage.log import PartitionLog
     from minibroker.storage.manager import TopicInfo
 
 HELD_PER_CONNECTION = 256
@@ -148,6 +150,7 @@ class PartitionOutcome(NamedTuple):
     header: BatchHeader | None = None
     pid_new: bool | None = None  # what the producer-id quota made of the batch's PID (None: not asked)
     held: bool = False  # refused behind a throttled earlier batch of its producer id (see above)
+    verify: tuple[Any, bytes | memoryview] | None = None  # a transactional batch to verify: (log, records)
 
 
 def _later_than_held(held: dict, key: tuple, header: BatchHeader) -> bool:
@@ -243,13 +246,40 @@ def append_partition(ctx: RequestContext, topic: TopicInfo | None, partition_ind
             return PartitionOutcome(_partition_result(partition_index, ctx.config["producer.id.quota.error.code"],
                                                       message), verdict.throttle_time_ms, header, pid_new)
     if header.is_transactional:
-        # KIP-890 part 1: the coordinator says whether the partition is in the producer's transaction.
-        code = ctx.txns.verify_produce(transactional_id, header.producer_id, header.producer_epoch,
-                                                  topic.name, partition_index, version)
-        if code != ErrorCode.none:
-            message = (f"transactional batch of producer {header.producer_id} (transactional id "
-                       f"{transactional_id!r}) refused for {topic.name}-{partition_index}")
-            return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, pid_new)
+        # KIP-890: the coordinator is asked first (`append_verified`, awaited by the handler).
+        return PartitionOutcome(_partition_result(partition_index, ErrorCode.none), 0, header, pid_new,
+                                verify=(log, records))
+    return _append(ctx, topic, partition_index, log, header, records, now_ms, pid_new)
+
+
+async def append_verified(ctx: RequestContext, topic: TopicInfo, partition_index: int, outcome: PartitionOutcome,
+                          now_ms: int, transactional_id: str | None, version: int) -> PartitionOutcome:
+    """A transactional batch `append_partition` checked: the transaction coordinator says whether
+    its partition is in the producer's transaction (KIP-890 part 1; from v12 it adds it, part 2),
+    wherever the coordinator runs, then it is appended. A marker of the producer written to the
+    partition while the coordinator was asked voids the answer (Kafka's verification guard: the
+    transaction it was verified in has ended), as does a leadership lost meanwhile."""
+    assert outcome.header is not None and outcome.verify is not None
+    header, (log, records) = outcome.header, outcome.verify
+    log = cast("PartitionLog", log)
+    replicas = ctx.replicas
+    guard = replicas.verification_guard(topic.name, partition_index, header.producer_id)
+    code = await ctx.txns.verify_produce(transactional_id, header.producer_id, header.producer_epoch,
+                                         topic.name, partition_index, version)
+    if code == ErrorCode.none and not replicas.guard_holds(topic.name, partition_index, header.producer_id, guard):
+        code = ErrorCode.transaction_abortable if version >= 11 else ErrorCode.invalid_txn_state
+    if code != ErrorCode.none:
+        replicas.drop_guard(topic.name, partition_index, header.producer_id, guard)
+        message = (f"transactional batch of producer {header.producer_id} (transactional id "
+                   f"{transactional_id!r}) refused for {topic.name}-{partition_index}")
+        return PartitionOutcome(_partition_result(partition_index, code, message), 0, header, outcome.pid_new)
+    if ctx.logs.log(topic.name, partition_index) is not log or log.leader_epoch is None:
+        return PartitionOutcome(not_leader(ctx, topic.name, partition_index), 0, header, outcome.pid_new)
+    return _append(ctx, topic, partition_index, log, header, records, now_ms, outcome.pid_new)
+
+
+def _append(ctx: RequestContext, topic: TopicInfo, partition_index: int, log: Any, header: BatchHeader,
+            records: bytes | memoryview, now_ms: int, pid_new: bool | None) -> PartitionOutcome:
     try:
         result = ctx.replicas.append_checked(topic.name, partition_index, log, header, records, now_ms)
     except OSError as exc:
@@ -302,6 +332,9 @@ async def produce(ctx: RequestContext, request: Any) -> Reply | None:
             for p in topic_data.partition_data:
                 outcome = append_partition(ctx, topic, p.index, p.records, now_ms, ctx.connection, ctx.version,
                                            request.transactional_id, p.origin, acks)
+                if outcome.verify is not None and topic is not None:
+                    outcome = await append_verified(ctx, topic, p.index, outcome, now_ms, request.transactional_id,
+                                                    ctx.version)
                 partitions.append(outcome.response)
                 throttle_ms = max(throttle_ms, outcome.throttle_ms)
                 if acks == -1 and outcome.response["error_code"] == ErrorCode.none and outcome.header is not None \

@@ -7,7 +7,8 @@ INVALID_TXN_STATE, TRANSACTION_ABORTABLE from v4) and the producer's epoch curre
 are then pending: the COMMIT marker makes them visible, ABORT drops them (minibroker.groups.offsets).
 Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION. v5 is transactions version 2 (KIP-890
 part 2): the client sends no AddOffsetsToTxn, the group's offsets partition is added to the
-transaction here (as Kafka's ADD_PARTITION for TxnOffsetCommit above v4).
+transaction here (as Kafka's ADD_PARTITION for TxnOffsetCommit above v4). Either way the transaction
+coordinator is asked wherever it runs (on a cluster, an AddPartitionsToTxn to its broker, in process).
 
 Authorization (Kafka's handleTxnOffsetCommitRequest): WRITE on the transactional id, else every
 partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53); READ on the group, else
@@ -55,7 +56,7 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Reply:
                 unknown.add(tp)
             else:
                 offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
-    error = ErrorCode.invalid_group_id if not request.group_id else ctx.txns.verify_offsets(
+    error = ErrorCode.invalid_group_id if not request.group_id else await ctx.txns.verify_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, ctx.version)
     if error:
         errors = {tp: error for tp in offsets}

@@ -55,7 +55,7 @@ def test_timer_aborts_a_timed_out_transaction_with_an_epoch_bump(tmp_path):
         logs, c = coordinator(tmp_path, markers)
         error, pid, epoch = await c.init_producer_id("t", 1000)
         assert (error, epoch) == (E.none, 0)
-        assert c.add_partitions("t", pid, 0, [("a", 0), ("b", 3)]) == E.none
+        assert await c.add_partitions("t", pid, 0, [("a", 0), ("b", 3)]) == E.none
         async with trio.open_nursery() as nursery:
             nursery.start_soon(c.run)
             await trio.sleep(0.95)
@@ -88,15 +88,15 @@ def test_each_timeout_abort_reads_the_transaction_as_it_is_then(tmp_path):
         pids = {}
         for tid, tp in (("t1", ("a", 0)), ("t2", ("b", 0)), ("t3", ("c", 0))):
             _, pids[tid], _ = await c.init_producer_id(tid, 1000)
-            assert c.add_partitions(tid, pids[tid], 0, [tp]) == E.none
+            assert await c.add_partitions(tid, pids[tid], 0, [tp]) == E.none
         await trio.sleep(1.1)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(c.abort_timed_out)
             await trio.testing.wait_all_tasks_blocked()
             assert calls == [(pids["t1"], 1, False, (("a", 0),))]
             assert await c.end_txn("t2", pids["t2"], 0, True) == E.none
-            assert c.add_partitions("t2", pids["t2"], 0, [("b", 1)]) == E.none
-            assert c.add_partitions("t3", pids["t3"], 0, [("d", 0)]) == E.none
+            assert await c.add_partitions("t2", pids["t2"], 0, [("b", 1)]) == E.none
+            assert await c.add_partitions("t3", pids["t3"], 0, [("d", 0)]) == E.none
             release.set()
         assert calls[1:] == [(pids["t2"], 0, True, (("b", 0),)), (pids["t3"], 1, False, (("c", 0), ("d", 0)))]
         t2 = c.txns["t2"]
@@ -119,7 +119,7 @@ def test_markers_written_twice_at_once_complete_the_transaction_once(tmp_path):
     async def main():
         logs, c = coordinator(tmp_path, markers)
         _, pid, _ = await c.init_producer_id("t", 60000)
-        assert c.add_partitions("t", pid, 0, [("a", 0)]) == E.none
+        assert await c.add_partitions("t", pid, 0, [("a", 0)]) == E.none
         results = []
 
         async def end():
@@ -144,11 +144,11 @@ def test_a_refused_marker_keeps_the_transaction_prepared_until_the_timer_writes_
     async def main():
         logs, c = coordinator(tmp_path, markers)
         _, pid, _ = await c.init_producer_id("t", 60_000)
-        c.add_partitions("t", pid, 0, [("a", 0), ("b", 0)])
+        await c.add_partitions("t", pid, 0, [("a", 0), ("b", 0)])
         assert await c.end_txn("t", pid, 0, True) == E.none  # PrepareCommit is on disk
         assert c.txns["t"].state is TxnState.PREPARE_COMMIT
         assert await c.end_txn("t", pid, 0, True) == E.concurrent_transactions
-        assert c.add_partitions("t", pid, 0, [("a", 0)]) == E.concurrent_transactions
+        assert await c.add_partitions("t", pid, 0, [("a", 0)]) == E.concurrent_transactions
         markers.fail = set()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(c.run)
@@ -170,7 +170,7 @@ def test_a_transaction_prepared_at_a_crash_completes_at_the_next_start(tmp_path)
     async def first():
         logs, c = coordinator(tmp_path, markers)
         _, pid, _ = await c.init_producer_id("t", 60_000)
-        c.add_partitions("t", pid, 0, [("a", 0)])
+        await c.add_partitions("t", pid, 0, [("a", 0)])
         await c.end_txn("t", pid, 0, False)
         logs.close(clean=False)  # as a kill -9 leaves it: PrepareAbort is the last record
 
@@ -203,7 +203,7 @@ def test_a_failed_log_write_changes_nothing(tmp_path):
             raise OSError(28, "No space left on device")
 
         c.store.log.append = refuse
-        assert c.add_partitions("t", pid, 0, [("a", 0)]) == E.not_coordinator
+        assert await c.add_partitions("t", pid, 0, [("a", 0)]) == E.not_coordinator
         assert c.txns["t"].state is TxnState.EMPTY
         assert await c.init_producer_id("t", 60_000) == (E.not_coordinator, -1, -1)
         assert c.txns["t"].producer_epoch == 0
@@ -218,7 +218,7 @@ def test_idle_transactional_ids_expire_with_a_tombstone(tmp_path):
                               expiration_interval_ms=500)
         await c.init_producer_id("idle", 60_000)
         _, pid, _ = await c.init_producer_id("busy", 60_000)
-        c.add_partitions("busy", pid, 0, [("a", 0)])
+        await c.add_partitions("busy", pid, 0, [("a", 0)])
         async with trio.open_nursery() as nursery:
             nursery.start_soon(c.run)
             await trio.sleep(0.9)

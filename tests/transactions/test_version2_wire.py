@@ -9,6 +9,7 @@ TransactionLogValue version written at each level."""
 from __future__ import annotations
 
 import pytest
+import trio
 
 from minibroker.admin_client import AdminClient
 from minibroker.protocol.records import decode_records, iter_headers
@@ -172,7 +173,8 @@ def test_an_end_at_an_exhausted_epoch_hands_over_a_new_producer_id(broker, uniqu
         _, pid, _ = init(c, tid)
         coordinator = broker.broker.transactions
         # 32766 transactions are a long test: the state is put at that epoch as a restart would load it.
-        broker.in_broker(lambda: coordinator._write(coordinator.txns[tid].but(producer_epoch=32766)))
+        trio.from_thread.run(lambda: coordinator._write(coordinator.txns[tid].but(producer_epoch=32766)),
+                             trio_token=broker.trio_token)
         assert produce(c, tid, topic, 0, pid, 32766, 0, [b"last"], version=12) == E_NONE
         code, new_pid, new_epoch = end_v2(c, tid, pid, 32766, True)
         assert code == E_NONE and new_pid != pid and new_epoch == 0

@@ -147,7 +147,7 @@ def test_transaction_rules_on_produce_and_the_coordinators_seam(broker, admin, u
     refused = []
 
     class Refuse:
-        def verify_produce(self, transactional_id, producer_id, producer_epoch, topic_name, partition, version):
+        async def verify_produce(self, transactional_id, producer_id, producer_epoch, topic_name, partition, version):
             refused.append((transactional_id, producer_id, producer_epoch, topic_name, partition, version))
             return ErrorCode.invalid_txn_state
 
