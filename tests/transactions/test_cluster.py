@@ -229,3 +229,26 @@ def test_the_coordinator_killed_loses_no_acknowledged_transaction_state(cluster)
     finally:
         cluster.start(victim)
     assert sorted(got) == sorted(f"{n}-{i}" for n in ("before", "after") for i in range(6))
+
+
+def test_java_transactions_version_2_over_three_leaders_and_a_coordinator_move(cluster, java):
+    """Java 4.4 on transactions version 2: its Produce v12 batches add their partitions, each leader
+    asking the coordinator's broker (an AddPartitionsToTxn add in process), and EndTxn v5 bumps the
+    epoch at every end. The coordinator moves between the two runs; a read_committed consumer sees
+    exactly the committed records of both (the records' values are their keys)."""
+    topic, tid = _topic(cluster), f"jtid-{uuid.uuid4().hex[:6]}"
+    first = java.call(["txn-produce", cluster.bootstrap, topic, PARTITIONS, tid, "commit:6,abort:3,commit:3"])
+    old = _coordinator(cluster)
+    cluster.move_coordinator(transactional_id=tid, broker=next(b for b in cluster.node_ids if b != old))
+    second = java.call(["txn-produce", cluster.bootstrap, topic, PARTITIONS, tid, "commit:3"])
+    events = [(e["event"], e["step"]) for e in first + second if e["type"] == "txn"]
+    assert [e for e in events if e[0] != "initialized"] == [
+        ("commit", f"{tid}/commit0"), ("abort", f"{tid}/abort1"), ("commit", f"{tid}/commit2"),
+        ("commit", f"{tid}/commit0")], events
+    _wait_completed(cluster, tid)
+    committed = sorted(_read_committed(cluster, topic))
+    assert committed == sorted([f"{tid}/commit0-{i}" for i in range(6)] + [f"{tid}/commit2-{i}" for i in range(3)]
+                               + [f"{tid}/commit0-{i}" for i in range(3)])
+    coordinator = cluster.broker(_coordinator(cluster))
+    versions = {api: v for (api, v) in coordinator.metrics.request_versions if api == "end_txn"}
+    assert versions == {"end_txn": 5}
