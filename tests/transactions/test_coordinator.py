@@ -4,7 +4,12 @@ markers to its partitions) at the abort interval and not before; a marker the lo
 the transaction prepared (answered CONCURRENT_TRANSACTIONS) until the timer writes it; a
 transaction prepared when the broker died is completed from the log at the next start; a failed
 write to the transaction log changes nothing and answers NOT_COORDINATOR; an idle transactional id
-expires (a tombstone) at the expiration check, an open one does not.
+expires (a tombstone) at the expiration check, an open one does not. On a cluster (a placement the
+test drives): a write is answered once the ISR acknowledges it, COORDINATOR_NOT_AVAILABLE when it
+does not or the ISR is under min.insync.replicas; another broker's election makes this one answer
+NOT_COORDINATOR and send verifications to it; its own election answers
+COORDINATOR_LOAD_IN_PROGRESS until the state is loaded, then completes what was prepared, retrying
+the refused markers after 100 ms.
 
 The marker writer here records the calls (the log side's markers are exercised by the client tests).
 """
@@ -17,7 +22,7 @@ import trio
 import trio.testing
 
 from minibroker.clock import BrokerClock
-from minibroker.transactions.coordinator import TransactionCoordinator
+from minibroker.transactions.coordinator import Placement, TransactionCoordinator
 from minibroker.transactions.state import TxnConfig, TxnState
 from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.config import LogConfig
@@ -232,3 +237,112 @@ def test_idle_transactional_ids_expire_with_a_tombstone(tmp_path):
     logs = LogManager.open(tmp_path, LogConfig.from_broker({}), 0)
     assert set(TransactionStore.open(logs, 0).records) == {"busy"}
     logs.close(clean=True)
+
+
+class FakePlacement:
+    """A coordinator's partition of __transaction_state on a cluster, as a test drives it: who
+    leads it in which epoch, and whether the ISR acknowledges a write (`acks`: a trio channel of
+    the answers, one per write)."""
+
+    def __init__(self, node_id=1, leader=1, epoch=5):
+        self.leader, self.epoch, self.in_sync_now = leader, epoch, True
+        self.waits = []
+        self.answers_in, self.answers_out = trio.open_memory_channel(10)
+        self.placement = Placement(node_id, lambda: (self.leader, self.epoch), self.wait, lambda: self.in_sync_now,
+                                   self.forward)
+        self.forwarded = []
+
+    async def wait(self, offset, timeout_ms):
+        self.waits.append(offset)
+        return await self.answers_out.receive()
+
+    async def forward(self, node, tid, pid, epoch, partitions, verify_only):
+        self.forwarded.append((node, tid, partitions, verify_only))
+        return E.none, {tp: E.none for tp in partitions}
+
+
+def test_on_a_cluster_writes_wait_for_the_isr_and_only_the_loaded_leader_coordinates(tmp_path):
+    markers = Markers()
+
+    async def main():
+        fake = FakePlacement()
+        logs, c = coordinator(tmp_path, markers, placement=fake.placement)
+        assert c.status() == E.none and c.coordinator_epoch == 5  # led here, in epoch 5, at open
+        async with trio.open_nursery() as nursery:
+            answers = []
+
+            async def init():
+                answers.append(await c.init_producer_id("t", 60_000))
+
+            nursery.start_soon(init)
+            await trio.testing.wait_all_tasks_blocked()
+            # The Empty record is in the log, waiting for the ISR: nothing applied, nothing answered.
+            assert answers == [] and "t" not in c.txns and fake.waits == [c.store.log.log_end_offset]
+            await fake.answers_in.send(E.none)
+        assert answers == [(E.none, 100, 0)] and c.txns["t"].state is TxnState.EMPTY
+        # An ISR that does not acknowledge: COORDINATOR_NOT_AVAILABLE, the state unchanged.
+        await fake.answers_in.send(E.not_enough_replicas_after_append)
+        assert await c.add_partitions("t", 100, 0, [("a", 0)]) == E.coordinator_not_available
+        assert c.txns["t"].state is TxnState.EMPTY
+        fake.in_sync_now = False  # under min.insync.replicas: refused before anything is written
+        end = c.store.log.log_end_offset
+        assert await c.add_partitions("t", 100, 0, [("a", 0)]) == E.coordinator_not_available
+        assert c.store.log.log_end_offset == end
+        fake.in_sync_now = True
+        await fake.answers_in.send(E.none)
+        assert await c.add_partitions("t", 100, 0, [("a", 0)]) == E.none
+        # Another broker is elected: this one answers NOT_COORDINATOR and forgets the state; a
+        # partition leader's verification goes to the coordinator's broker.
+        fake.leader, fake.epoch = 2, 6
+        c.resign()
+        assert await c.end_txn("t", 100, 0, True) == E.not_coordinator and c.txns == {}
+        assert await c.verify_produce("t", 100, 0, "a", 0, 10) == E.none
+        assert fake.forwarded == [(2, "t", [("a", 0)], True)]
+        # Elected again: until it has loaded the partition, COORDINATOR_LOAD_IN_PROGRESS.
+        fake.leader, fake.epoch = 1, 7
+        assert await c.end_txn("t", 100, 0, True) == E.coordinator_load_in_progress
+        c.become_coordinator(7, None)
+        assert c.txns["t"].state is TxnState.ONGOING and c.coordinator_epoch == 7
+        for _ in range(2):  # PrepareCommit, then CompleteCommit
+            await fake.answers_in.send(E.none)
+        assert await c.end_txn("t", 100, 0, True) == E.none
+        assert markers.calls == [(100, 0, True, (("a", 0),))]
+        assert c.txns["t"].state is TxnState.COMPLETE_COMMIT
+        logs.close(clean=True)
+
+    run(main)
+
+
+def test_a_new_coordinator_completes_what_was_prepared_and_retries_refused_markers(tmp_path):
+    markers = Markers()
+    markers.fail = {("b", 0)}
+
+    async def main():
+        fake = FakePlacement()
+        logs, c = coordinator(tmp_path, markers, placement=fake.placement)
+        for _ in range(3):
+            await fake.answers_in.send(E.none)
+        _, pid, _ = await c.init_producer_id("t", 60_000)
+        await c.add_partitions("t", pid, 0, [("a", 0), ("b", 0)])
+        assert await c.end_txn("t", pid, 0, False) == E.none  # PrepareAbort written; b's marker refused
+        assert c.txns["t"].state is TxnState.PREPARE_ABORT
+        fake.leader, fake.epoch = 2, 6
+        c.resign()
+        # The next leader (here, this coordinator elected again) loads PrepareAbort and sends its markers.
+        fake.leader, fake.epoch = 1, 7
+        c.become_coordinator(7, None)
+        markers.calls.clear()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(c.run)
+            await trio.sleep(0.05)
+            assert markers.calls == [(pid, 0, False, (("a", 0), ("b", 0)))]  # at open: all of them
+            await trio.sleep(0.1)  # retried after 100 ms: still refused, only b's
+            assert markers.calls[-1] == (pid, 0, False, (("b", 0),))
+            markers.fail = set()
+            await fake.answers_in.send(E.none)  # CompleteAbort
+            await trio.sleep(0.5)
+            nursery.cancel_scope.cancel()
+        assert c.txns["t"].state is TxnState.COMPLETE_ABORT
+        logs.close(clean=True)
+
+    run(main)
