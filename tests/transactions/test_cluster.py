@@ -20,6 +20,7 @@ from minibroker.protocol.errors import ErrorCode
 from minibroker.storage.transaction_store import TOPIC as TXN_TOPIC
 from minibroker.testing import running_cluster
 from minibroker.transactions.state import TxnState
+from tests.support.wire import WireClient, ms, request
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -159,7 +160,13 @@ def test_a_coordinator_move_between_and_in_the_middle_of_transactions(cluster):
     new = next(b for b in cluster.node_ids if b != old)
     cluster.move_coordinator(transactional_id=tid, broker=new)
     assert _coordinator(cluster) == new
-    assert cluster.broker(old).transactions.status() == ErrorCode.not_coordinator
+    with WireClient(cluster.broker_bootstrap(old)) as client:  # the old coordinator refuses, over the wire
+        for key, version, body in [(26, 3, {"producer_id": 0, "producer_epoch": 0, "committed": True}),
+                                   (22, 4, {"transaction_timeout": ms(60_000), "producer_id": -1, "producer_epoch": -1})]:
+            assert client.request(request(key, version, transactional_id=tid, **body)).error_code \
+                == ErrorCode.not_coordinator
+        [described] = client.request(request(65, 0, transactional_ids=[tid])).transaction_states
+        assert described.error_code == ErrorCode.not_coordinator
     producer.begin_transaction()
     _send(producer, topic, [f"two-{i}" for i in range(6)])
     producer.commit_transaction(20)
