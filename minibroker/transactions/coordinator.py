@@ -332,6 +332,15 @@ class TransactionCoordinator:
         status = self.status()
         if status:
             return status
+        partitions = list(partitions)
+        if transactional_id not in self._locks:
+            # Nothing of the id is being written: a partition already in its transaction (every
+            # batch of a transactions-version-2 producer asks) is answered without the lock.
+            error, transition = self.state.add_partitions(
+                transactional_id, producer_id, producer_epoch, partitions, self.clock.now_ms(),
+                client_transaction_version)
+            if transition is None:
+                return error
         async with self._exclusive(transactional_id):
             error, transition = self.state.add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, self.clock.now_ms(),
