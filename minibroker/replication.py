@@ -163,6 +163,7 @@ class Replication:
         self._fetchers: dict[int, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
         self._leader_changes: list[Callable[[str, int, PartitionRegistration], None]] = []
+        self._fetch_failed = False  # the last fetch's answer held a partition error
         self.stopped = False
 
     def subscribe(self, listener: Callable[[str, int, PartitionRegistration], None]) -> None:
@@ -423,6 +424,7 @@ class Replication:
 
     async def _fetcher(self, leader_id: int, scope: trio.CancelScope) -> None:
         backoff = self.settings.fetch_backoff_ms / 1000
+        long_poll = self.settings.fetch_wait_max_ms / 1000
         try:
             with scope:
                 while True:
@@ -433,13 +435,19 @@ class Replication:
                     if leader is None:
                         await self.clock.sleep(backoff)
                         continue
+                    asked = self.clock.monotonic()
                     try:
                         body = await leader.internal_request(FETCH_API, FOLLOWER_FETCH_VERSION, self._fetch_request(parts),
                                                              f"broker-{self.node_id}-fetcher")
                     except BrokerUnavailable:
                         await self.clock.sleep(backoff)
                         continue
-                    if not self._process(leader_id, parts, body):
+                    if not self._process(leader_id, parts, body) and (
+                            self._fetch_failed or self.clock.monotonic() - asked < long_poll / 2):
+                        # replica.fetch.backoff.ms after a partition error, as Kafka's fetcher backs
+                        # off (or an empty answer that did not wait); an empty answer after the long
+                        # poll (replica.fetch.wait.max.ms) ran out is fetched again at once, so a
+                        # follower never sleeps through the next append.
                         await self.clock.sleep(backoff)
                     else:
                         await trio.lowlevel.checkpoint()  # a leader answering at once never starves the others
@@ -470,8 +478,10 @@ class Replication:
                 "topics": [{"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in topics.items()]}
 
     def _process(self, leader_id: int, parts: dict[TopicPartition, Followed], body: dict[str, Any]) -> bool:
-        """Append what a fetch brought; False when nothing moved (the fetcher backs off)."""
+        """Append what a fetch brought; False when nothing moved (`_fetch_failed` then says whether a
+        partition answered an error: the fetcher backs off)."""
         progressed = False
+        self._fetch_failed = False
         now_ms = self.clock.now_ms()
         for topic in body.get("responses", ()):
             info = self.logs.topic_by_id(topic["topic_id"]) if topic.get("topic_id") else self.logs.topic(topic["topic"])
@@ -489,6 +499,7 @@ class Replication:
                 elif code == ErrorCode.offset_out_of_range:
                     progressed |= self._out_of_range(tp, plog, leader_id)
                 else:
+                    self._fetch_failed = True
                     log.debug("%s-%d: fetch from broker %d answered %s", tp[0], tp[1], leader_id,
                               ErrorCode(code).name)
         return progressed
