@@ -71,7 +71,7 @@ from minibroker.transactions.state import (
     TxnState,
 )
 from minibroker.protocol.errors import ApiError, ErrorCode
-from minibroker.storage.errors import NotLeaderError, storage_error_message
+from minibroker.storage.errors import InvalidReplicationFactorError, NotLeaderError, storage_error_message
 from minibroker.storage.offsets_store import TOPIC as OFFSETS_TOPIC
 from minibroker.storage.transaction_store import TOPIC, TransactionStore
 
@@ -280,6 +280,11 @@ class TransactionCoordinator:
                              1 if self.transaction_version >= 2 else 0)
         except NotLeaderError:
             return ErrorCode.not_coordinator
+        except InvalidReplicationFactorError as exc:
+            # transaction.state.log.replication.factor set above the brokers registered: Kafka does
+            # not create the topic and answers COORDINATOR_NOT_AVAILABLE until enough brokers are up.
+            log.warning("Auto topic creation failed for %s with error 'INVALID_REPLICATION_FACTOR': %s", TOPIC, exc)
+            return ErrorCode.coordinator_not_available
         except (OSError, ApiError) as exc:  # ApiError: the topic could not be created (stray data)
             log.error("%s: writing the state of transactional id %r failed: %s", TOPIC, txn.transactional_id,
                       storage_error_message(exc) if isinstance(exc, OSError) else exc)
