@@ -38,6 +38,7 @@ class BrokerProcess:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
         self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
+        self.fields: dict[str, str] = {}
 
     def start(self, listen: str = "127.0.0.1:0") -> str:
         """Start and wait for the ready line; the bootstrap address. `listen`: the address to bind
@@ -59,6 +60,8 @@ class BrokerProcess:
         match = re.search(r"bootstrap\.servers=(\S+)", line)
         assert match, f"the broker did not start ({line!r}):\n{self.log()}"
         self.bootstrap = match.group(1)
+        # The ready line's fields (bootstrap.servers, control when control.listen is set, ...).
+        self.fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
         return self.bootstrap
 
     def log(self) -> str:

@@ -2,11 +2,15 @@
 is visible once, an open one stays open (its records not readable under read_committed, the last
 stable offset held at its first offset) until its transaction.timeout.ms passes, when the restarted
 coordinator aborts it (ABORT marker, the producer fenced), and nothing else changes; the
-transactional ids' state and the group's committed transactional offsets came back from the logs."""
+transactional ids' state and the group's committed transactional offsets came back from the logs.
+The timeout passes when the test moves the broker's clock (the control endpoint's clock advance), so
+a slow restart cannot let it pass early."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 
 from minibroker.admin_client import AdminClient
 from tests.support.broker_process import BrokerProcess
@@ -16,12 +20,12 @@ from tests.support.txn_wire import add, create, end, fetch, init, produce
 def test_kill_9_with_an_open_and_a_committed_transaction(tmp_path, unique):
     topic, done, stuck, group = unique("crash"), unique("done"), unique("stuck"), unique("g")
     broker = BrokerProcess(tmp_path / "data", overrides={
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"})
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100", "control.listen": "127.0.0.1:0"})
     bs = broker.start()
     try:
         with AdminClient(bs) as c:
             create(c, topic, 1)
-            _, open_pid, _ = init(c, stuck, timeout=3000)
+            _, open_pid, _ = init(c, stuck, timeout=600_000)
             add(c, stuck, open_pid, 0, topic, [0])
             assert produce(c, stuck, topic, 0, open_pid, 0, 0, [b"open-1", b"open-2"]) == 0
             _, pid, _ = init(c, done)
@@ -34,7 +38,6 @@ def test_kill_9_with_an_open_and_a_committed_transaction(tmp_path, unique):
             assert end(c, done, pid, 0, True) == 0
         broker.kill()
         bs = broker.restart()
-        killed_at = time.monotonic()
         with AdminClient(bs) as c:
             p, headers = fetch(c, topic, 0, 1)
             assert p.last_stable_offset == 0 and headers == []  # the open transaction holds the LSO
@@ -43,7 +46,12 @@ def test_kill_9_with_an_open_and_a_committed_transaction(tmp_path, unique):
             r = c.call(9, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
                            "require_stable": True}, version=7)
             assert r.topics[0].partitions[0].committed_offset == 42
-            while time.monotonic() - killed_at < 20:
+            advance = urllib.request.Request(broker.fields["control"].rstrip("/") + "/clock/advance",
+                                             data=json.dumps({"seconds": 601}).encode(), method="POST")
+            with urllib.request.urlopen(advance, timeout=30) as answer:
+                assert answer.status == 200
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
                 p, headers = fetch(c, topic, 0, 1)
                 if p.last_stable_offset > 0:
                     break
