@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, cast
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 import trio
 
@@ -97,7 +97,15 @@ from minibroker.storage.manager import LogManager
 from minibroker.storage.producer_ids import ProducerIdAllocator
 from minibroker.storage.controller import Controller
 from minibroker.metadata import BrokerMetadata
+from minibroker.storage.metadata_image import (
+    FenceBrokerRecord, MetadataRecord, PartitionChangeRecord, PartitionRecord, RegisterBrokerRecord,
+    RemoveTopicRecord, TopicRecord, UnfenceBrokerRecord)
 from minibroker.metadata_migration import legacy_importer
+
+# What the quota callback's Cluster is made of (KIP-257): topics, their partitions' leaders and
+# replicas, and the brokers that are up.
+CLUSTER_SHAPE_RECORDS = (TopicRecord, PartitionRecord, PartitionChangeRecord, RemoveTopicRecord,
+                         RegisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord)
 
 log = logging.getLogger(__name__)
 
@@ -400,8 +408,13 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.quotas = BrokerQuotas(config, self.metadata, clock)
         self.pid_quota = self.quotas.pid  # KIP-936; producer_ids_rate changes are routed to it
-        # Topics created, grown or deleted: the quota callback learns the new cluster (KIP-257).
-        self.logs.subscribe(lambda _topic: self.publish_cluster_metadata())
+        # The quota callback learns the new cluster (KIP-257) on every broker, once per metadata
+        # change that touches topics, partitions or brokers anywhere in the cluster: a topic created,
+        # grown or deleted, and every leader or replica change (a leader move, a broker stopped or
+        # started, ElectLeaders, a reassignment), as Kafka's DynamicTopicClusterQuotaPublisher calls
+        # updateClusterMetadata. A callback that divides a quota by the partitions its own broker
+        # leads follows leadership without a quota change.
+        self.metadata.subscribe(self._on_cluster_metadata)
         # A dynamic broker config put in force reaches the topics' defaults and the quota window.
         self.dynamic_configs.subscribe(functools.partial(apply_dynamic_config, logs=self.logs, quotas=self.quotas))
         self.audit: AuditLog | None = None  # the audit stream of decisions, when audit.enable
@@ -501,9 +514,14 @@ class Broker:
             else:
                 self.transactions.resign()
 
+    def _on_cluster_metadata(self, records: Sequence[MetadataRecord]) -> None:
+        if any(isinstance(record, CLUSTER_SHAPE_RECORDS) for record in records):
+            self.publish_cluster_metadata()
+
     def publish_cluster_metadata(self) -> None:
         """KIP-257: tell the quota callback the cluster, at start (once the listeners are bound) and
-        whenever topics or partitions change; if it says limits changed, every quota's is re-read."""
+        whenever topics, partitions, their leaders or the brokers change; if it says limits changed,
+        every quota's is re-read."""
         self.quotas.update_cluster_metadata(self.cluster.snapshot)
 
     def new_connection(self, peer: str, listener: str = "PLAINTEXT") -> Connection:

@@ -2,13 +2,13 @@
 
 Kafka hands the callback its `org.apache.kafka.common.Cluster`: the brokers (nodes), every topic's
 partitions with their leader and replicas, the controller and the cluster id. `Cluster` here is the
-same information as an immutable value, built by the broker shell at start and whenever topics or
-partitions change (minibroker.cluster.ClusterView.snapshot); callbacks never see broker internals.
-Topics being deleted are not in it (as in Kafka).
+same information as an immutable value, built by the broker shell at start and whenever topics,
+partitions, their leaders or the brokers change (minibroker.cluster.ClusterView.snapshot); callbacks
+never see broker internals. Topics being deleted are not in it (as in Kafka).
 
-One broker leads everything today, but nothing here assumes it: a partition names its leader by
-node id (None while it has none), so a callback that computes "the partitions this broker leads"
-works unchanged when several brokers share a process.
+On a cluster every broker has its own callback, and each is handed the whole cluster: a partition
+names its leader by node id (None while it has none), so a callback computes "the partitions this
+broker leads" from its own `node.id`.
 """
 
 from __future__ import annotations

@@ -25,10 +25,14 @@ partitions of the user's topics whose leader is this broker (``node.id``) and ``
   ``GroupedUserQuotaCallback`` arithmetic. With one broker leading everything, n = N and the limit
   is the value.
 
-The counts are recomputed in ``update_cluster_metadata``, which the broker calls at start and
-whenever a topic is created (CreateTopics, auto-creation), grown (CreatePartitions) or deleted; it returns True when any
+The counts are recomputed in ``update_cluster_metadata``, which every broker of a cluster calls at
+start and on each metadata change to topics, partitions or brokers anywhere in the cluster: a topic
+created (CreateTopics, auto-creation), grown (CreatePartitions) or deleted, and every leader change
+(a leader moved, a broker stopped or started, ElectLeaders, a reassignment). Each broker's callback
+sees the whole cluster and counts what its own broker (``node.id``) leads. It returns True when any
 user's counts changed, and the broker then re-reads every live quota's limit (Kafka's
-``updateQuotaMetricConfigs``), so a client's limit follows its topics without a quota change.
+``updateQuotaMetricConfigs``), so a client's limit follows its topics and their leaders without a
+quota change.
 
 A mapped user's sensors carry one more tag, ``partitions-of: <user>``, so the limit can be computed
 from the tags alone even where Kafka's precedence would tag by client id only; each mapped user
