@@ -191,7 +191,7 @@ def test_the_partition_proportional_callback_follows_each_brokers_leaderships(tm
     """KIP-257's example callback (scope=partition) on three brokers: each limit is the value times
     the partitions of the user's topics that broker leads; a move_leader changes the live limits of
     the brokers that lost and gained the partition, and every broker's callback saw the move; a
-    broker stopped and started again moves them too."""
+    broker stopped and started again, and ElectLeaders, move them too."""
     topic = _topic("scaled")
     properties = {"client.quota.callback.class":
                   "minibroker.quotas.examples.partition_quota:PartitionQuotaCallback",
@@ -237,3 +237,13 @@ def test_the_partition_proportional_callback_follows_each_brokers_leaderships(tm
         cluster.start(3)
         led = [cluster.leader(topic, p) for p in range(4)]
         assert counts() == {node: (led.count(node), 4) for node in (1, 2, 3)}
+
+        # ElectLeaders (preferred) gives each partition back to its first replica: every callback follows.
+        preferred = [cluster.replicas(topic, p)[0] for p in range(4)]
+        assert preferred != led
+        with AdminClient(cluster.broker_bootstrap(1)) as admin:
+            response = admin.call(43, {"election_type": 0, "timeout_ms": 10000,
+                                       "topic_partitions": [{"topic": topic, "partitions": [0, 1, 2, 3]}]})
+            assert response.error_code == 0
+        assert [cluster.leader(topic, p) for p in range(4)] == preferred
+        assert counts() == {node: (preferred.count(node), 4) for node in (1, 2, 3)}
