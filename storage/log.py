@@ -54,7 +54,7 @@ import os
 import shutil
 from bisect import bisect_right
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, Literal, NamedTuple, overload
 
 from minibroker.protocol.errors import ApiError, ErrorCode
 from minibroker.protocol.records.batch import (
@@ -572,11 +572,20 @@ class PartitionLog:
                 f"{self.log_end_offset}] of {self.directory.name}"
             )
 
+    @overload
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
-             max_offset: int | None = None) -> bytes:
+             max_offset: int | None = None, view: Literal[False] = False) -> bytes: ...
+
+    @overload
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             max_offset: int | None = None, view: bool) -> bytes | memoryview: ...
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             max_offset: int | None = None, view: bool = False) -> bytes | memoryview:
         """Whole batches from the one holding `offset`, up to `max_bytes` (or the whole first batch
         when it alone is bigger and `min_one_batch`), continuing into later segments. `max_offset`:
-        no batch at or past it (a batch boundary: the last stable offset of a read_committed fetch)."""
+        no batch at or past it (a batch boundary: the last stable offset of a read_committed fetch).
+        `view`: bytes or a memoryview (LogSegment.read's), for a reader that only needs a buffer."""
         segments = self._loaded_segments()
         self._check_offset(offset)
         end_offset = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
@@ -584,7 +593,7 @@ class PartitionLog:
             return b""
         i = bisect_right(self._base_offsets, offset) - 1
         position = segments[i].find_position(offset)
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         remaining = max_bytes
         while i < len(segments):
             segment = segments[i]
@@ -593,7 +602,7 @@ class PartitionLog:
                 end = segment.find_position(end_offset) if end_offset > segment.base_offset else 0
             if position is not None:
                 data = segment.read(
-                    position, remaining, min_one_batch=min_one_batch and not chunks, end=end
+                    position, remaining, min_one_batch=min_one_batch and not chunks, end=end, view=view
                 )
                 if data:
                     chunks.append(data)

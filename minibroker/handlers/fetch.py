@@ -65,6 +65,7 @@ class _FetchPlan:
         self.storage_errors = ctx.storage_errors
         self.read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
         self.replica_id = replica_id_of(request)
+        self.in_process = ctx.connection.inter_broker  # another broker of the cluster (minibroker.replication)
         # The epochs each partition of the request names: (current_leader_epoch, last_fetched_epoch).
         self.epochs: dict[tuple[Any, int], tuple[int, int]] = {}
         for topic in request.topics:
@@ -164,7 +165,10 @@ class _FetchPlan:
             try:
                 if self.replica_id >= 0:
                     lso = self.replicas.last_stable_offset(info.name, part, log)
-                    data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes)
+                    # A follower in process appends the buffer as it is (never encoded): a read cut
+                    # at the last whole batch is a view, not a copy (LogSegment.read).
+                    data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes,
+                                    view=self.in_process)
                 else:
                     lso = self.replicas.last_stable_offset(info.name, part, log)
                     data = log.read(offset, min(part_max, max(remaining, 0)), min_one_batch=remaining == max_bytes,
@@ -245,7 +249,7 @@ def _aborted_transactions(log, offset: int, data: bytes) -> list[dict[str, int]]
 
 
 def _partition(index: int, code: int, high_watermark: int = -1, log_start: int = -1,
-               records: bytes = b"", last_stable_offset: int | None = None,
+               records: bytes | memoryview = b"", last_stable_offset: int | None = None,
                aborted: list[dict[str, int]] | None = None) -> dict[str, Any]:
     return {
         "partition_index": index,

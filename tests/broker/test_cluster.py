@@ -354,3 +354,46 @@ def test_a_consumer_group_survives_a_coordinator_move(cluster, protocol):
     finally:
         late.close()
     assert [m for m in extra if m is not None and m.error() is None] == []
+
+
+def test_a_follower_catches_up_over_fetches_cut_at_replica_fetch_max_bytes(tmp_path):
+    """A follower's catch-up fetch is cut at replica.fetch.max.bytes, at the last whole batch: the
+    leader hands that in-process read over as a view of what it read (LogSegment.read's `view`), and
+    the follower's log ends up byte for byte the leader's."""
+    with running_cluster(2, tmp_path, default_replication_factor=2, min_insync_replicas=1,
+                         replica_fetch_max_bytes=1000, replica_fetch_backoff_ms=100) as cluster:
+        topic = _topic(cluster, 1)
+        leader = cluster.leader(topic, 0)
+        follower = next(b for b in cluster.replicas(topic, 0) if b != leader)
+        cluster.stop(follower)
+        batches = [make_batch([(None, bytes([65 + n]) * 150)] * 2) for n in range(6)]  # about 400 bytes each
+        with WireClient(cluster.broker_bootstrap(leader)) as client:
+            for records in batches:
+                request = build(schema(0, 9), {"transactional_id": None, "acks": 1, "timeout": ms(5000), "topic_data": [
+                    {"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+                [part] = client.request(request).responses[0].partition_responses
+                assert part.error_code == ErrorCode.none
+        reads: list[type] = []
+
+        def spy() -> None:
+            plog = cluster.broker(leader).logs.log(topic, 0)
+            read = plog.read
+
+            def recording(*args, **kwargs):
+                data = read(*args, **kwargs)
+                if kwargs.get("view"):
+                    reads.append(type(data))
+                return data
+            plog.read = recording
+
+        cluster.in_cluster(spy)
+        cluster.start(follower)
+        _wait(lambda: len(cluster.isr(topic, 0)) == 2, what="the follower back in the ISR")
+
+        def log_bytes(node: int) -> bytes:
+            plog = cluster.broker(node).logs.log(topic, 0)
+            return bytes(plog.read(0, 1 << 20))
+
+        assert memoryview in reads  # a read was cut (6 batches, 1000 bytes a fetch) and not copied
+        leader_log, follower_log = cluster.in_cluster(log_bytes, leader), cluster.in_cluster(log_bytes, follower)
+        assert len(leader_log) > 2000 and follower_log == leader_log

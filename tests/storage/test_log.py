@@ -922,3 +922,23 @@ def test_an_append_rolls_only_when_it_would_pass_segment_bytes(tmp_path, append,
     append(log, raw, 0)
     assert [s.base_offset for s in log.segments] == ([0, 4] if spare == 0 else [0, 2, 4])
     log.close()
+
+
+def test_a_read_cut_at_a_whole_batch_is_a_view_when_asked(tmp_path):
+    """LogSegment.read's `view`: what a read cut short of max_bytes at the last whole batch returns
+    is a memoryview of what was read (no copy), the same bytes as the copy; an uncut read stays bytes."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), 0)
+    raws = [batch(count=2, size=100), batch(count=2, size=100), batch(count=2, size=100)]
+    for raw in raws:
+        log.append(raw, T0)
+    cut = len(raws[0]) + len(raws[1]) + 10  # past two batches, inside the third
+    copied, viewed = log.read(0, cut), log.read(0, cut, view=True)
+    assert type(copied) is bytes and isinstance(viewed, memoryview)
+    assert bytes(viewed) == copied and len(copied) == len(raws[0]) + len(raws[1])
+    assert type(log.read(0, 1 << 20, view=True)) is bytes  # not cut: the read itself
+    follower = PartitionLog.open(tmp_path / "f-0", LogConfig(), 0)
+    follower.follower = True
+    follower.append_replicated(viewed, T0)
+    assert follower.read(0, 1 << 20) == copied
+    log.close()
+    follower.close()
