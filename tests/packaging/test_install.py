@@ -116,11 +116,14 @@ def user_venv(wheel, tmp_path_factory) -> Path:
     """A fresh virtual environment with the wheel installed (pip, --no-deps) and its declared
     dependencies and pytest visible through a .pth file."""
     venv = tmp_path_factory.mktemp("venv") / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    # The repository kept off every path, as for the user's commands below: a PYTHONPATH naming it (the
+    # `spark` fixture sets one for Spark's workers, for the rest of a run) makes pip find minibroker
+    # already there and install nothing.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=_clean_env(), timeout=120)
     python = venv / "bin" / "python"
     result = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
                              "--disable-pip-version-check", "--quiet", str(wheel)],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, env=_clean_env(), timeout=300)
     assert result.returncode == 0, result.stderr
     with zipfile.ZipFile(wheel) as archive:
         meta = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()

@@ -11,13 +11,25 @@ from tests.support.conformance import Run, scenario
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+TOPIC_CONFIG, GROUP_CONFIG = 1, 8  # DescribeConfigs' config_source of a resource's own setting
 
 
 def describe_configs(run: Run, resource_type: int, name: str, keys=None, *, version: int = 4, synonyms=True,
-                     label: str | None = None):
+                     label: str | None = None, record: bool = True):
     return run.call(32, version, {"resources": [{"resource_type": resource_type, "resource_name": name,
                                                  "configuration_keys": keys}],
-                                  "include_synonyms": synonyms, "include_documentation": False}, label=label)
+                                  "include_synonyms": synonyms, "include_documentation": False}, label=label,
+                    record=record)
+
+
+def wait_for_configs(run: Run, resource_type: int, name: str, values: dict[str, str | None]) -> None:
+    """Until a resource's dynamic configs are `values` (None: not set on the resource itself). Kafka
+    applies an alteration through its metadata log, a moment later (longer on a loaded machine)."""
+    def settled() -> bool:
+        (result,) = describe_configs(run, resource_type, name, list(values), synonyms=False, record=False).results
+        own = {c.name: c.value for c in result.configs if c.config_source in (TOPIC_CONFIG, GROUP_CONFIG)}
+        return all(own.get(key) == value for key, value in values.items())
+    run.wait_until(settled, timeout=30)
 
 
 def incremental(run: Run, resource_type: int, name: str, ops, *, validate_only=False, label: str | None = None):
@@ -89,11 +101,13 @@ def _(run: Run) -> None:
     describe_configs(run, GROUP, group, group_keys, label="defaults")
     incremental(run, GROUP, group, [("consumer.session.timeout.ms", SET, "50000"),
                                     ("consumer.heartbeat.interval.ms", SET, "6000")], label="set")
+    wait_for_configs(run, GROUP, group, {"consumer.session.timeout.ms": "50000", "consumer.heartbeat.interval.ms": "6000"})
     describe_configs(run, GROUP, group, group_keys, label="after set")
     incremental(run, GROUP, group, [("consumer.session.timeout.ms", SET, "1")], label="below the broker minimum")
     incremental(run, GROUP, group, [("consumer.heartbeat.interval.ms", SET, "abc")], label="not a number")
     incremental(run, GROUP, group, [("no.such.group.config", SET, "1")], label="unknown key")
     incremental(run, GROUP, group, [("consumer.session.timeout.ms", DELETE, None)], label="delete")
+    wait_for_configs(run, GROUP, group, {"consumer.session.timeout.ms": None, "consumer.heartbeat.interval.ms": "6000"})
     describe_configs(run, GROUP, group, group_keys, label="after delete")
     listed = run.call(74, 1, {"resource_types": [GROUP]}, record=False)
     run.note("groups listed", sorted(r.resource_name for r in listed.config_resources if r.resource_name == group))
