@@ -142,6 +142,17 @@ def start_broker(tmp_path):
     return start
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test's `-n 2 --dist loadgroup`: each JVM family on one worker, the longest first
+    (tests/support/scheduling.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.support.scheduling import FamilyScheduling
+
+    return FamilyScheduling(config, log)
+
+
 def pytest_sessionfinish(session, exitstatus):
     # Client handles a failed test left behind (librdkafka's threads log their reconnect attempts)
     # are destroyed before pytest prints its closing line, so that line stays last.
