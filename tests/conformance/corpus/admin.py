@@ -12,6 +12,7 @@ from tests.support.conformance import Run, scenario
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC_CONFIG, GROUP_CONFIG = 1, 8  # DescribeConfigs' config_source of a resource's own setting
+DYNAMIC_DEFAULT_BROKER_CONFIG = 4  # ... of a cluster-wide broker default
 
 
 def describe_configs(run: Run, resource_type: int, name: str, keys=None, *, version: int = 4, synonyms=True,
@@ -22,13 +23,24 @@ def describe_configs(run: Run, resource_type: int, name: str, keys=None, *, vers
                     record=record)
 
 
-def wait_for_configs(run: Run, resource_type: int, name: str, values: dict[str, str | None]) -> None:
+def wait_for_configs(run: Run, resource_type: int, name: str, values: dict[str, str | None],
+                     sources: tuple[int, ...] = (TOPIC_CONFIG, GROUP_CONFIG)) -> None:
     """Until a resource's dynamic configs are `values` (None: not set on the resource itself). Kafka
     applies an alteration through its metadata log, a moment later (longer on a loaded machine)."""
     def settled() -> bool:
         (result,) = describe_configs(run, resource_type, name, list(values), synonyms=False, record=False).results
-        own = {c.name: c.value for c in result.configs if c.config_source in (TOPIC_CONFIG, GROUP_CONFIG)}
+        own = {c.name: c.value for c in result.configs if c.config_source in sources}
         return all(own.get(key) == value for key, value in values.items())
+    run.wait_until(settled, timeout=30)
+
+
+def wait_for_quotas(run: Run, components: list[dict], values: dict[str, float]) -> None:
+    """Until DescribeClientQuotas (strict) answers `values` for the entity (empty: no quota). Kafka
+    applies a quota change through its metadata log, a moment later (longer on a loaded machine)."""
+    def settled() -> bool:
+        answer = run.call(48, 1, {"components": components, "strict": True}, record=False)
+        got = {v.key: v.value for entry in answer.entries for v in entry.values}
+        return got == values
     run.wait_until(settled, timeout=30)
 
 
@@ -52,9 +64,12 @@ def _(run: Run) -> None:
     describe_configs(run, TOPIC, topic, None, label="all configs", synonyms=False)
     incremental(run, TOPIC, topic, [("retention.ms", SET, "7200000"), ("segment.ms", SET, "600000")], label="set")
     incremental(run, TOPIC, topic, [("cleanup.policy", APPEND, "compact")], label="append compact")
+    wait_for_configs(run, TOPIC, topic, {"retention.ms": "7200000", "segment.ms": "600000",
+                                         "cleanup.policy": "delete,compact"})
     describe_configs(run, TOPIC, topic, keys, label="after append")
     incremental(run, TOPIC, topic, [("cleanup.policy", SUBTRACT, "delete")], label="subtract delete")
     incremental(run, TOPIC, topic, [("cleanup.policy", SUBTRACT, "compact")], label="subtract the last value")
+    wait_for_configs(run, TOPIC, topic, {"cleanup.policy": ""})
     describe_configs(run, TOPIC, topic, ["cleanup.policy", "retention.ms"], label="empty cleanup.policy")
     incremental(run, TOPIC, topic, [("cleanup.policy", SET, "")], label="set an empty cleanup.policy")
     incremental(run, TOPIC, topic, [("retention.ms", DELETE, None)], label="delete")
@@ -68,6 +83,7 @@ def _(run: Run) -> None:
     for version in (0, 1):
         run.call(33, version, {"resources": [{"resource_type": TOPIC, "resource_name": topic, "configs": [
             {"name": "retention.bytes", "value": "1000000"}]}], "validate_only": False})
+    wait_for_configs(run, TOPIC, topic, {"retention.bytes": "1000000"})
     describe_configs(run, TOPIC, topic, keys + ["retention.bytes", "segment.ms"], label="after all")
     describe_configs(run, TOPIC, run.name("absent"), None, label="unknown topic")
 
@@ -83,7 +99,7 @@ def _(run: Run) -> None:
             "offsets.retention.minutes", "transaction.max.timeout.ms", "log.cleaner.enable"]
     describe_configs(run, BROKER, "1", keys)
     incremental(run, BROKER, "", [("log.retention.ms", SET, "86400000")], label="cluster default set")
-    time.sleep(0.5)  # Kafka applies a dynamic config through its metadata log, a moment later
+    wait_for_configs(run, BROKER, "1", {"log.retention.ms": "86400000"}, sources=(DYNAMIC_DEFAULT_BROKER_CONFIG,))
     describe_configs(run, BROKER, "1", ["log.retention.ms", "log.retention.hours"], label="after set")
     incremental(run, BROKER, "", [("log.retention.ms", DELETE, None)], label="cluster default removed")
     incremental(run, BROKER, "1", [("node.id", SET, "2")], label="a read-only key")
@@ -192,10 +208,10 @@ def _(run: Run) -> None:
     alter([{"key": "producer_byte_rate", "value": 0.0, "remove": True},
            {"key": "consumer_byte_rate", "value": 0.0, "remove": True},
            {"key": "request_percentage", "value": 0.0, "remove": True}], label="remove")
-    time.sleep(0.5)  # Kafka applies a quota change through its metadata log, a moment later
-    run.call(48, 1, {"components": [{"entity_type": "user", "match_type": 0, "match": user},
-                                    {"entity_type": "client-id", "match_type": 0, "match": client}], "strict": True},
-             label="describe after remove")
+    removed = [{"entity_type": "user", "match_type": 0, "match": user},
+               {"entity_type": "client-id", "match_type": 0, "match": client}]
+    wait_for_quotas(run, removed, {})
+    run.call(48, 1, {"components": removed, "strict": True}, label="describe after remove")
     run.call(48, 1, {"components": [{"entity_type": "ip", "match_type": 0, "match": "127.0.0.9"}], "strict": True},
              label="describe ip")
     run.call(48, 1, {"components": [{"entity_type": "user", "match_type": 7, "match": None}], "strict": False},
@@ -213,7 +229,8 @@ def _(run: Run) -> None:
     run.call(49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "throttled-client"}],
                                   "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}],
                      "validate_only": False}, record=False)
-    time.sleep(0.5)  # both brokers apply a quota change asynchronously (Kafka through its metadata log)
+    wait_for_quotas(run, [{"entity_type": "client-id", "match_type": 0, "match": "throttled-client"}],
+                    {"producer_byte_rate": 1024.0})
     run.conn("throttled", client_id="throttled-client")
     produce(run, topic, records(["x" * 20000]), conn="throttled", label="over the quota")
     run.conn("old", client_id="throttled-client")
