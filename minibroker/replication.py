@@ -329,6 +329,13 @@ class Replication:
         await self.produce_purgatory.wait(op, list(required))
         return op.errors
 
+    async def wait_written(self, tp: TopicPartition, offset: int, timeout_ms: int) -> ErrorCode:
+        """A coordinator's own append (its state store writes to the log directly, not through the
+        replica manager): the followers' fetches parked at the log end are woken now, as every
+        append of the replica manager wakes them, then `wait_replicated` for that one partition."""
+        self.fetch_purgatory.check_and_complete(tp)
+        return (await self.wait_replicated({tp: offset}, timeout_ms)).get(tp, ErrorCode.none)
+
     def update_follower(self, topic: str, partition: int, replica_id: int, fetch_offset: int, now_ms: int) -> None:
         """A follower fetched from `fetch_offset`: its log end, whether it is caught up (Kafka's
         rule), the ISR it may join, the high watermark it may move."""

@@ -237,11 +237,7 @@ class GroupCoordinator:
         end = plog.log_end_offset
         if plog.high_watermark >= end:
             return ErrorCode.none
-        tp = (TOPIC, 0)
-        # The followers' fetches parked at the log end get the new records now (a produce's append
-        # wakes them the same way).
-        self._replication.fetch_purgatory.check_and_complete(tp)
-        code = (await self._replication.wait_replicated({tp: end}, self.write_timeout_ms)).get(tp, ErrorCode.none)
+        code = await self._replication.wait_written((TOPIC, 0), end, self.write_timeout_ms)
         if code in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
             return ErrorCode.none  # the high watermark passed it
         if code == ErrorCode.not_leader_or_follower:

@@ -117,9 +117,7 @@ class ShareCoordinator:
         end = plog.log_end_offset
         if plog.high_watermark >= end:
             return ErrorCode.none
-        tp = (TOPIC, 0)
-        self._replication.fetch_purgatory.check_and_complete(tp)  # followers parked at the log end fetch now
-        code = (await self._replication.wait_replicated({tp: end}, self.write_timeout_ms())).get(tp, ErrorCode.none)
+        code = await self._replication.wait_written((TOPIC, 0), end, self.write_timeout_ms())
         if code in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
             return ErrorCode.none  # the high watermark passed it
         return ErrorCode.coordinator_not_available

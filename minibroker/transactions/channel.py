@@ -84,11 +84,7 @@ class TxnChannel:
     async def wait_replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
         if not self._replicated():
             return ErrorCode.none
-        # The state store appends to its log directly: the followers' fetches waiting on the
-        # partition are woken here, as every append of the replica manager wakes them.
-        self.replication.fetch_purgatory.check_and_complete(TXN_PARTITION)
-        errors = await self.replication.wait_replicated({TXN_PARTITION: offset}, timeout_ms)
-        return errors.get(TXN_PARTITION, ErrorCode.none)
+        return await self.replication.wait_written(TXN_PARTITION, offset, timeout_ms)
 
     # -- to other brokers --------------------------------------------------------------------------
 
